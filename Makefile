@@ -1,0 +1,37 @@
+# devstack — the contributor's front door.
+CARGO ?= cargo
+.PHONY: build test test-unit test-docker test-cluster lint fmt kit kit-test e2e bench host ci clean-test-resources
+
+build:
+	$(CARGO) build --release
+
+## Every test tier; what cannot run here is reported loudly (see README "Tests").
+test:
+	bash tests/run.sh
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt
+
+## Docker engine (installs docker.io and starts dockerd when none answers).
+host:
+	bash tests/host/setup-docker.sh
+
+## Offline kit: images and install artifacts built from package registries only.
+kit: host
+	bash tests/kit/build.sh
+
+kit-test: kit
+	bash tests/kit/test.sh
+
+e2e: kit
+	DEVSTACK_TEST_TIERS=cluster bash tests/run.sh
+
+bench:
+	bash tests/bench/run.sh
+
+ci:
+	bash .ci/run

@@ -1,0 +1,146 @@
+//! Command-line types only; behaviour lives in `commands/`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::profile::Provider;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "devstack",
+    version,
+    about = "A complete local GitOps secrets stack with one command",
+    long_about = "devstack brings up a Kubernetes cluster in Docker (K3s or Kind), LocalStack, Flux and \
+the External Secrets Operator delivered through a race-free Flux chain, seeds AWS Secrets Manager \
+and proves an ExternalSecret round trip.",
+    after_help = "Exit codes: 0 ok, 1 unexpected failure, 2 user error (bad profile or input), \
+3 missing prerequisite, 4 unhealthy stack, 130 interrupted."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct GlobalArgs {
+    /// Profile file, or a shipped profile name (dev, ci, demo) [env: DEVSTACK_PROFILE]
+    #[arg(long, short = 'p', global = true, value_name = "PROFILE")]
+    pub profile: Option<String>,
+    /// Stack name, overriding the profile's `name` [env: DEVSTACK_NAME]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Cluster provider, overriding the profile [env: DEVSTACK_PROVIDER]
+    #[arg(long, global = true, value_enum)]
+    pub provider: Option<ProviderArg>,
+    /// Offline bundle directory, overriding the profile [env: DEVSTACK_BUNDLE]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub bundle: Option<PathBuf>,
+    /// Machine-readable output on stdout
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Only errors on stderr
+    #[arg(long, short = 'q', global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// More detail (-v, -vv); RUST_LOG gives full control
+    #[arg(long, short = 'v', global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ProviderArg {
+    K3s,
+    Kind,
+}
+
+impl From<ProviderArg> for Provider {
+    fn from(p: ProviderArg) -> Self {
+        match p {
+            ProviderArg::K3s => Provider::K3s,
+            ProviderArg::Kind => Provider::Kind,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check that this machine can run the profile
+    Doctor,
+    /// Validate, show and list profiles
+    #[command(subcommand)]
+    Profile(ProfileCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProfileCommand {
+    /// Validate profile files strictly
+    Validate {
+        /// Profile files
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Show the fully resolved settings (defaults filled in, secrets masked)
+    Show {
+        /// Also show where each overridable value came from
+        #[arg(long)]
+        origins: bool,
+    },
+    /// List the shipped profiles
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LocalstackCommand {
+    /// Start LocalStack (reuse, restart or recreate as needed) and wait until healthy
+    Up {
+        /// LocalStack host port, overriding the profile [env: DEVSTACK_LOCALSTACK_PORT]
+        #[arg(long)]
+        port: Option<u16>,
+        /// LocalStack image, overriding the profile [env: DEVSTACK_LOCALSTACK_IMAGE]
+        #[arg(long)]
+        image: Option<String>,
+    },
+    /// Remove the LocalStack container (and the network when nothing else uses it)
+    Down,
+    /// Print the LocalStack container's logs
+    Logs {
+        /// Only the last N lines
+        #[arg(long, default_value_t = 200)]
+        tail: usize,
+        /// Keep streaming new lines
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
+    /// Show LocalStack's container state and service health
+    Status,
+}
+
+#[derive(Debug, Args)]
+pub struct SeedArgs {
+    /// Generate new values for `generate` secrets
+    #[arg(long)]
+    pub rotate: bool,
+    /// Report what would change without writing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Concurrent requests to Secrets Manager
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub concurrency: u16,
+}
+
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    /// Output format
+    #[arg(long, value_enum, default_value_t = ShellKind::Sh)]
+    pub shell: ShellKind,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum ShellKind {
+    /// POSIX sh / bash / zsh
+    Sh,
+    Fish,
+    Json,
+}

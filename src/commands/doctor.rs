@@ -1,0 +1,458 @@
+//! `devstack doctor`: can this machine run the profile?
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::commands::Context;
+use crate::docker;
+use crate::error::{Error, Kind};
+use crate::hostinfo;
+use crate::profile::{Provider, Settings};
+use crate::versions;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub status: Status,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+impl Check {
+    fn pass(name: &str, detail: impl Into<String>) -> Self {
+        Check {
+            name: name.into(),
+            status: Status::Pass,
+            detail: detail.into(),
+            hint: None,
+        }
+    }
+    fn warn(name: &str, detail: impl Into<String>, hint: impl Into<String>) -> Self {
+        Check {
+            name: name.into(),
+            status: Status::Warn,
+            detail: detail.into(),
+            hint: Some(hint.into()),
+        }
+    }
+    fn fail(name: &str, detail: impl Into<String>, hint: impl Into<String>) -> Self {
+        Check {
+            name: name.into(),
+            status: Status::Fail,
+            detail: detail.into(),
+            hint: Some(hint.into()),
+        }
+    }
+}
+
+const MIN_MEMORY: u64 = 2 << 30;
+const GOOD_MEMORY: u64 = 4 << 30;
+const MIN_DISK: u64 = 2 << 30;
+const GOOD_DISK: u64 = 10 << 30;
+/// kind's known-issues page: clusters exhaust lower limits ("too many open files").
+const INOTIFY_WATCHES: u64 = 524_288;
+const INOTIFY_INSTANCES: u64 = 512;
+
+pub async fn run(ctx: &Context) -> Result<i32, Error> {
+    let settings = ctx.settings(|_| {})?;
+    let checks = checks(&settings).await;
+    let ok = checks.iter().all(|c| c.status != Status::Fail);
+    if ctx.ui.json() {
+        ctx.ui.emit_json(&json!({
+            "ok": ok,
+            "profile": settings.profile,
+            "stack": settings.name,
+            "provider": settings.cluster.provider,
+            "checks": checks,
+        }));
+    } else {
+        for check in &checks {
+            let mark = match check.status {
+                Status::Pass => ctx.ui.check_mark(true),
+                Status::Warn => "!".to_string(),
+                Status::Fail => ctx.ui.check_mark(false),
+            };
+            ctx.ui
+                .out(format!("{mark} {:<18} {}", check.name, check.detail));
+            if let Some(hint) = &check.hint {
+                ctx.ui.out(format!("  hint: {hint}"));
+            }
+        }
+        let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
+        ctx.ui.out(if ok {
+            format!("profile `{}` can run here", settings.name)
+        } else {
+            format!(
+                "profile `{}` cannot run here: {failed} check(s) failed",
+                settings.name
+            )
+        });
+    }
+    Ok(if ok {
+        0
+    } else {
+        Kind::Prerequisite.exit_code()
+    })
+}
+
+/// Every check for the profile; never fails as a whole.
+pub async fn checks(settings: &Settings) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let engine = docker_checks(&mut checks).await;
+    checks.extend(binary_checks(settings).await);
+    checks.extend(port_checks(settings, engine.as_ref()).await);
+    checks.push(memory_check());
+    if settings.cluster.provider == Provider::Kind || cfg!(target_os = "linux") {
+        checks.push(inotify_check(settings.cluster.provider));
+    }
+    checks
+}
+
+async fn docker_checks(checks: &mut Vec<Check>) -> Option<bollard::Docker> {
+    let docker = match docker::connect().await {
+        Ok(d) => d,
+        Err(err) => {
+            checks.push(Check::fail(
+                "docker",
+                err.message(),
+                err.hint().unwrap_or_default(),
+            ));
+            return None;
+        }
+    };
+    match docker.info().await {
+        Ok(info) => {
+            let version = info.server_version.clone().unwrap_or_else(|| "?".into());
+            let cgroup = info
+                .cgroup_version
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "?".into());
+            let driver = info
+                .cgroup_driver
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "?".into());
+            let api = docker.client_version().to_string();
+            checks.push(Check::pass(
+                "docker",
+                format!(
+                    "engine {version} (API {api}), cgroup v{cgroup} ({driver} driver) at {}",
+                    docker::engine_address()
+                ),
+            ));
+            if let Some(root) = info.docker_root_dir.as_deref() {
+                checks.push(disk_check(Path::new(root)));
+            }
+        }
+        Err(err) => checks.push(Check::fail(
+            "docker",
+            format!(
+                "engine answered ping but not info: {}",
+                docker::docker_message(&err)
+            ),
+            "check the engine's log; devstack needs a working engine",
+        )),
+    }
+    Some(docker)
+}
+
+fn disk_check(root: &Path) -> Check {
+    match hostinfo::free_disk(root) {
+        // The engine may be remote (DOCKER_HOST); its root dir is not ours to measure.
+        None => Check::pass(
+            "disk",
+            format!("{} not visible from here; skipped", root.display()),
+        ),
+        Some(free) if free < MIN_DISK => Check::fail(
+            "disk",
+            format!(
+                "{} free under {}",
+                hostinfo::human_bytes(free),
+                root.display()
+            ),
+            "free at least 2 GiB (`docker system prune` removes unused images and containers)",
+        ),
+        Some(free) if free < GOOD_DISK => Check::warn(
+            "disk",
+            format!(
+                "{} free under {}",
+                hostinfo::human_bytes(free),
+                root.display()
+            ),
+            "10 GiB or more is recommended for node images and LocalStack",
+        ),
+        Some(free) => Check::pass(
+            "disk",
+            format!(
+                "{} free under {}",
+                hostinfo::human_bytes(free),
+                root.display()
+            ),
+        ),
+    }
+}
+
+/// `TOOL version`-style output, first line, bounded in time.
+pub async fn tool_version(path: &Path, args: &[&str]) -> Option<String> {
+    let output = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::process::Command::new(path).args(args).output(),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .next()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+}
+
+/// Extracts the first `vX.Y.Z` from a version line.
+pub fn parse_semver(text: &str) -> Option<(u64, u64, u64)> {
+    text.split(|c: char| c.is_whitespace() || c == ':' || c == ',' || c == '"')
+        .filter_map(|word| {
+            let word = word.strip_prefix('v').unwrap_or(word);
+            let mut parts = word.split(|c: char| !c.is_ascii_digit());
+            let major = parts.next()?.parse().ok()?;
+            let minor = parts.next()?.parse().ok()?;
+            let patch = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+            Some((major, minor, patch))
+        })
+        .next()
+}
+
+async fn binary_checks(settings: &Settings) -> Vec<Check> {
+    let mut out = Vec::new();
+    let kind_required = settings.cluster.provider == Provider::Kind;
+    let tools: [(&str, &[&str], bool, &str); 4] = [
+        (
+            "kind",
+            &["version"],
+            kind_required,
+            "install kind: `go install sigs.k8s.io/kind@latest` or see https://kind.sigs.k8s.io/docs/user/quick-start/#installation",
+        ),
+        (
+            "kubectl",
+            &["version", "--client"],
+            false,
+            "optional: install kubectl to inspect the cluster by hand",
+        ),
+        (
+            "flux",
+            &["version", "--client"],
+            false,
+            "optional: the flux CLI is not needed; devstack installs Flux itself",
+        ),
+        (
+            "helm",
+            &["version", "--short"],
+            false,
+            "optional: helm is not needed; Flux's helm-controller installs charts",
+        ),
+    ];
+    for (tool, args, required, hint) in tools {
+        match which::which(tool) {
+            Ok(path) => {
+                let version = tool_version(&path, args).await;
+                let detail = format!(
+                    "{} ({})",
+                    version.clone().unwrap_or_else(|| "version unknown".into()),
+                    path.display()
+                );
+                if tool == "kind" && required {
+                    let parsed = version.as_deref().and_then(parse_semver);
+                    let (a, b, c) = versions::KIND_MIN_VERSION;
+                    match parsed {
+                        Some(v) if v < versions::KIND_MIN_VERSION => {
+                            out.push(Check::fail(
+                                tool,
+                                format!("{detail} is older than v{a}.{b}.{c}"),
+                                format!("upgrade kind to v{a}.{b}.{c} or newer"),
+                            ));
+                            continue;
+                        }
+                        None => {
+                            out.push(Check::fail(
+                                tool,
+                                format!("{} does not report a version", path.display()),
+                                "reinstall kind; `kind version` must work",
+                            ));
+                            continue;
+                        }
+                        _ => {}
+                    }
+                }
+                out.push(Check::pass(tool, detail));
+            }
+            Err(_) if required => out.push(Check::fail(
+                tool,
+                format!(
+                    "`{tool}` not found on PATH (provider {} needs it)",
+                    settings.cluster.provider.as_str()
+                ),
+                format!("{hint}; or use `--provider k3s`, which needs only Docker"),
+            )),
+            Err(_) => out.push(Check::pass(tool, "not installed (optional)")),
+        }
+    }
+    out
+}
+
+/// Ports the profile publishes on the host.
+pub fn required_ports(settings: &Settings) -> Vec<(String, IpAddr, u16)> {
+    let mut ports = vec![(
+        "localstack".to_string(),
+        settings.localstack.bind_address,
+        settings.localstack.port,
+    )];
+    if settings.cluster.api_server_port != 0 {
+        ports.push((
+            "api-server".into(),
+            IpAddr::from([127, 0, 0, 1]),
+            settings.cluster.api_server_port,
+        ));
+    }
+    for mapping in &settings.cluster.ports {
+        let addr = mapping
+            .bind_address
+            .parse()
+            .unwrap_or(IpAddr::from([127, 0, 0, 1]));
+        ports.push((
+            format!("port {}", mapping.host_port),
+            addr,
+            mapping.host_port,
+        ));
+    }
+    ports
+}
+
+async fn port_checks(settings: &Settings, engine: Option<&bollard::Docker>) -> Vec<Check> {
+    let mut out = Vec::new();
+    let owned = match engine {
+        Some(d) => docker_port_owners(d).await,
+        None => Vec::new(),
+    };
+    for (what, address, port) in required_ports(settings) {
+        let name = format!("port {port}");
+        let owner = owned.iter().find(|(p, _, _)| *p == port);
+        if let Some((_, container, stack)) = owner
+            && stack.as_deref() == Some(settings.name.as_str())
+        {
+            out.push(Check::pass(
+                &name,
+                format!("{what}: held by this stack's {container}"),
+            ));
+            continue;
+        }
+        if hostinfo::port_is_free(address, port) {
+            out.push(Check::pass(&name, format!("{what}: free on {address}")));
+            continue;
+        }
+        let holder = match owner {
+            Some((_, container, _)) => format!("container {container}"),
+            None => hostinfo::port_holder(port).unwrap_or_else(|| "another process".into()),
+        };
+        out.push(Check::fail(
+            &name,
+            format!("{what}: {address}:{port} is taken by {holder}"),
+            format!("stop {holder}, or choose another port in the profile (e.g. `localstack.port`) or with the matching environment variable"),
+        ));
+    }
+    out
+}
+
+/// (host port, container name, devstack stack label) for running containers.
+async fn docker_port_owners(docker: &bollard::Docker) -> Vec<(u16, String, Option<String>)> {
+    let Ok(containers) = docker
+        .list_containers(None::<bollard::query_parameters::ListContainersOptions>)
+        .await
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for c in containers {
+        let name = c
+            .names
+            .as_ref()
+            .and_then(|n| n.first())
+            .map(|n| n.trim_start_matches('/').to_string())
+            .unwrap_or_default();
+        let stack = c
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(docker::LABEL_STACK).cloned());
+        for p in c.ports.unwrap_or_default() {
+            if let Some(public) = p.public_port {
+                out.push((public, name.clone(), stack.clone()));
+            }
+        }
+    }
+    out
+}
+
+fn memory_check() -> Check {
+    match hostinfo::available_memory() {
+        None => Check::pass("memory", "unknown (no /proc/meminfo); skipped"),
+        Some(m) if m < MIN_MEMORY => Check::fail(
+            "memory",
+            format!("{} available", hostinfo::human_bytes(m)),
+            "a stack needs about 2 GiB: close other programs or stop other clusters (`devstack down --all`)",
+        ),
+        Some(m) if m < GOOD_MEMORY => Check::warn(
+            "memory",
+            format!("{} available", hostinfo::human_bytes(m)),
+            "4 GiB or more is recommended",
+        ),
+        Some(m) => Check::pass("memory", format!("{} available", hostinfo::human_bytes(m))),
+    }
+}
+
+fn inotify_check(provider: Provider) -> Check {
+    let watches = hostinfo::read_sysctl("/proc/sys/fs/inotify/max_user_watches");
+    let instances = hostinfo::read_sysctl("/proc/sys/fs/inotify/max_user_instances");
+    let (Some(watches), Some(instances)) = (watches, instances) else {
+        return Check::pass("inotify", "limits not readable; skipped");
+    };
+    let detail = format!("max_user_watches={watches}, max_user_instances={instances}");
+    if watches >= INOTIFY_WATCHES && instances >= INOTIFY_INSTANCES {
+        return Check::pass("inotify", detail);
+    }
+    let hint = format!(
+        "raise the limits: `sudo sysctl fs.inotify.max_user_watches={INOTIFY_WATCHES} fs.inotify.max_user_instances={INOTIFY_INSTANCES}` (persist in /etc/sysctl.d/)"
+    );
+    // Kind nodes run systemd and many watchers; they fail with "too many open
+    // files" below these limits. A single K3s node rarely does.
+    match provider {
+        Provider::Kind => Check::fail("inotify", format!("{detail} (too low for Kind)"), hint),
+        Provider::K3s => Check::warn("inotify", format!("{detail} (low)"), hint),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_tool_versions() {
+        assert_eq!(
+            parse_semver("kind v0.30.0 go1.24.6 linux/amd64"),
+            Some((0, 30, 0))
+        );
+        assert_eq!(parse_semver("flux: v2.6.4"), Some((2, 6, 4)));
+        assert_eq!(parse_semver("Client Version: v1.33.1"), Some((1, 33, 1)));
+        assert_eq!(parse_semver("no version here"), None);
+    }
+}

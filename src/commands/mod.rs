@@ -1,0 +1,41 @@
+//! One module per CLI verb. Each takes the shared [`Context`] and returns
+//! the process exit code on success paths that are not plain success
+//! (doctor with failing checks), or an [`Error`] that decides it.
+
+pub mod doctor;
+pub mod profile;
+
+use crate::cli::{Cli, Command, GlobalArgs};
+use crate::error::Error;
+use crate::profile::{Overrides, Settings};
+use crate::ui::Ui;
+
+pub struct Context {
+    pub ui: Ui,
+    pub global: GlobalArgs,
+}
+
+impl Context {
+    /// Settings for commands that act on a stack, with the global overrides.
+    pub fn settings(&self, extra: impl FnOnce(&mut Overrides)) -> Result<Settings, Error> {
+        let mut overrides = Overrides {
+            name: self.global.name.clone(),
+            provider: self.global.provider.map(Into::into),
+            bundle: self.global.bundle.clone(),
+            ..Overrides::default()
+        };
+        extra(&mut overrides);
+        crate::profile::select(self.global.profile.as_deref(), &overrides)
+    }
+}
+
+pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
+    let ctx = Context {
+        ui,
+        global: cli.global,
+    };
+    match cli.command {
+        Command::Doctor => doctor::run(&ctx).await,
+        Command::Profile(cmd) => profile::run(&ctx, cmd),
+    }
+}

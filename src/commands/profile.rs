@@ -1,0 +1,83 @@
+use serde_json::json;
+
+use crate::cli::ProfileCommand;
+use crate::commands::Context;
+use crate::error::Error;
+use crate::profile::{self, load};
+
+pub fn run(ctx: &Context, cmd: ProfileCommand) -> Result<i32, Error> {
+    match cmd {
+        ProfileCommand::Validate { files } => validate(ctx, &files),
+        ProfileCommand::Show { origins } => show(ctx, origins),
+        ProfileCommand::List => list(ctx),
+    }
+}
+
+fn validate(ctx: &Context, files: &[std::path::PathBuf]) -> Result<i32, Error> {
+    let mut results = Vec::new();
+    let mut failed = 0;
+    for file in files {
+        let outcome = load::load_file(file)
+            .and_then(|loaded| profile::Settings::resolve(loaded, &profile::Overrides::default()));
+        match outcome {
+            Ok(settings) => {
+                ctx.ui.info(format!(
+                    "{} {}: valid (stack `{}`, provider {})",
+                    ctx.ui.check_mark(true),
+                    file.display(),
+                    settings.name,
+                    settings.cluster.provider.as_str()
+                ));
+                results.push(json!({"file": file, "valid": true, "name": settings.name}));
+            }
+            Err(err) => {
+                failed += 1;
+                ctx.ui.error(&err);
+                results.push(json!({
+                    "file": file, "valid": false,
+                    "error": err.message(), "hint": err.hint(),
+                }));
+            }
+        }
+    }
+    if ctx.ui.json() {
+        ctx.ui
+            .emit_json(&json!({"valid": failed == 0, "profiles": results}));
+    }
+    if failed > 0 {
+        return Ok(crate::error::Kind::User.exit_code());
+    }
+    Ok(0)
+}
+
+fn show(ctx: &Context, origins: bool) -> Result<i32, Error> {
+    let mut settings = ctx.settings(|_| {})?;
+    if !origins {
+        settings.origins.clear();
+    }
+    let render_error =
+        |e: &dyn std::fmt::Display| Error::internal(format!("cannot render settings: {e}"));
+    if ctx.ui.json() {
+        let value = serde_json::to_value(&settings).map_err(|e| render_error(&e))?;
+        ctx.ui.emit_json(&value);
+    } else {
+        let yaml = serde_saphyr::to_string(&settings).map_err(|e| render_error(&e))?;
+        ctx.ui.out(yaml.trim_end());
+    }
+    Ok(0)
+}
+
+fn list(ctx: &Context) -> Result<i32, Error> {
+    let mut rows = Vec::new();
+    for (name, text) in profile::SHIPPED {
+        let loaded = load::parse(name, text, std::path::PathBuf::from("."))
+            .map_err(profile::ProfileError::into_error)?;
+        let description = loaded.spec.description.clone().unwrap_or_default();
+        rows.push(json!({"name": name, "description": description}));
+        ctx.ui.out(format!("{name:<6} {description}"));
+    }
+    if ctx.ui.json() {
+        ctx.ui.emit_json(&json!(rows));
+    }
+    Ok(0)
+}

@@ -1,0 +1,92 @@
+//! Every environment variable devstack reads, in one place. The README's
+//! "Environment variables" table lists the same names; a unit test keeps
+//! the two in step.
+
+/// Profile to use when `--profile` is not given (a path or a shipped profile name).
+pub const DEVSTACK_PROFILE: &str = "DEVSTACK_PROFILE";
+/// Stack name, overriding the profile's `name`.
+pub const DEVSTACK_NAME: &str = "DEVSTACK_NAME";
+/// Cluster provider (`k3s` or `kind`), overriding the profile.
+pub const DEVSTACK_PROVIDER: &str = "DEVSTACK_PROVIDER";
+/// LocalStack host port, overriding the profile.
+pub const DEVSTACK_LOCALSTACK_PORT: &str = "DEVSTACK_LOCALSTACK_PORT";
+/// LocalStack image, overriding the profile.
+pub const DEVSTACK_LOCALSTACK_IMAGE: &str = "DEVSTACK_LOCALSTACK_IMAGE";
+/// Offline bundle directory (the kit's format), overriding the profile.
+pub const DEVSTACK_BUNDLE: &str = "DEVSTACK_BUNDLE";
+/// Where devstack keeps per-stack state (kubeconfig files, caches).
+pub const DEVSTACK_HOME: &str = "DEVSTACK_HOME";
+/// LocalStack auth token, passed through to the container when set.
+pub const LOCALSTACK_AUTH_TOKEN: &str = "LOCALSTACK_AUTH_TOKEN";
+/// Docker engine address, as the Docker CLI reads it.
+pub const DOCKER_HOST: &str = "DOCKER_HOST";
+/// Kubeconfig search path, as kubectl reads it.
+pub const KUBECONFIG: &str = "KUBECONFIG";
+/// Set in CI systems: progress is printed as plain lines.
+pub const CI: &str = "CI";
+/// Disables colour when set to any value (<https://no-color.org>).
+pub const NO_COLOR: &str = "NO_COLOR";
+/// Log filter for `tracing` (`RUST_LOG=devstack=debug`).
+pub const RUST_LOG: &str = "RUST_LOG";
+/// Base for the default state directory when `DEVSTACK_HOME` is unset.
+pub const XDG_STATE_HOME: &str = "XDG_STATE_HOME";
+/// The user's home directory.
+pub const HOME: &str = "HOME";
+
+/// All of the above with a one-line description, for `--help` and the README test.
+pub const ALL: &[(&str, &str)] = &[
+    (
+        DEVSTACK_PROFILE,
+        "profile path or shipped profile name used when --profile is absent",
+    ),
+    (DEVSTACK_NAME, "stack name (overrides the profile's `name`)"),
+    (
+        DEVSTACK_PROVIDER,
+        "cluster provider `k3s` or `kind` (overrides the profile)",
+    ),
+    (
+        DEVSTACK_LOCALSTACK_PORT,
+        "LocalStack host port (overrides the profile)",
+    ),
+    (
+        DEVSTACK_LOCALSTACK_IMAGE,
+        "LocalStack image (overrides the profile)",
+    ),
+    (
+        DEVSTACK_BUNDLE,
+        "offline bundle directory (overrides the profile's `bundle`)",
+    ),
+    (
+        DEVSTACK_HOME,
+        "state directory (default: $XDG_STATE_HOME/devstack or ~/.local/state/devstack)",
+    ),
+    (
+        LOCALSTACK_AUTH_TOKEN,
+        "LocalStack auth token, passed to the container when set",
+    ),
+    (
+        DOCKER_HOST,
+        "Docker engine address (default: the local socket)",
+    ),
+    (
+        KUBECONFIG,
+        "kubeconfig files the devstack context is merged into",
+    ),
+    (CI, "when set, progress is printed as plain lines"),
+    (NO_COLOR, "when set, no colour"),
+    (
+        RUST_LOG,
+        "log filter for detailed logs, e.g. `devstack=debug`",
+    ),
+    (XDG_STATE_HOME, "base of the default state directory"),
+    (HOME, "home directory (state directory, default kubeconfig)"),
+];
+
+/// Reads a variable, treating an empty value as unset.
+pub fn get(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+pub fn is_set(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty())
+}

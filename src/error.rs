@@ -1,0 +1,152 @@
+//! One error type for the whole crate. Each error carries a [`Kind`] that
+//! decides the process exit code, an optional `hint:` with the fix, and the
+//! underlying cause. Messages name the object they are about and never carry
+//! secret values (callers pass names, not values).
+
+use std::fmt;
+
+/// What class of failure this is; maps one-to-one to an exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// The user asked for something invalid: bad profile, bad flag, bad input file.
+    User,
+    /// The machine lacks something the profile needs: Docker, a binary, a free port.
+    Prerequisite,
+    /// The stack exists but is not healthy (status, verify).
+    Unhealthy,
+    /// Interrupted by Ctrl-C / SIGTERM.
+    Interrupted,
+    /// Anything unexpected: an API failed, a bug.
+    Internal,
+}
+
+impl Kind {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Kind::Internal => 1,
+            Kind::User => 2,
+            Kind::Prerequisite => 3,
+            Kind::Unhealthy => 4,
+            Kind::Interrupted => 130,
+        }
+    }
+}
+
+pub struct Error {
+    kind: Kind,
+    message: String,
+    hint: Option<String>,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            hint: None,
+            source: None,
+        }
+    }
+    pub fn user(message: impl Into<String>) -> Self {
+        Self::new(Kind::User, message)
+    }
+    pub fn prerequisite(message: impl Into<String>) -> Self {
+        Self::new(Kind::Prerequisite, message)
+    }
+    pub fn unhealthy(message: impl Into<String>) -> Self {
+        Self::new(Kind::Unhealthy, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(Kind::Internal, message)
+    }
+    pub fn interrupted() -> Self {
+        Self::new(Kind::Interrupted, "interrupted").with_hint(
+            "run the same command again to converge, or `devstack down` to remove what was created",
+        )
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+    /// Prefixes the message with what was being done, keeping kind and hint.
+    pub fn context(mut self, what: impl fmt::Display) -> Self {
+        self.message = format!("{what}: {}", self.message);
+        self
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+    pub fn hint(&self) -> Option<&str> {
+        self.hint.as_deref()
+    }
+    /// The chain of causes below this error, outermost first.
+    pub fn causes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut next: Option<&(dyn std::error::Error + 'static)> =
+            self.source.as_deref().map(|e| e as _);
+        while let Some(err) = next {
+            let text = err.to_string();
+            if !text.is_empty() && !self.message.contains(&text) && out.last() != Some(&text) {
+                out.push(text);
+            }
+            next = err.source();
+        }
+        out
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.kind, self.message)?;
+        for cause in self.causes() {
+            write!(f, "\n  caused by: {cause}")?;
+        }
+        if let Some(hint) = &self.hint {
+            write!(f, "\n  hint: {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as _)
+    }
+}
+
+/// Attaches context to foreign errors as an [`Error`] of a given kind.
+pub trait ResultExt<T> {
+    fn or_kind(self, kind: Kind, what: impl FnOnce() -> String) -> Result<T>;
+    fn internal(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T, E> ResultExt<T> for std::result::Result<T, E>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    fn or_kind(self, kind: Kind, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|e| Error::new(kind, what()).with_source(e))
+    }
+    fn internal(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.or_kind(Kind::Internal, what)
+    }
+}

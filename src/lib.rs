@@ -1,0 +1,19 @@
+//! devstack: a complete local GitOps secrets stack — Kubernetes in Docker
+//! (K3s or Kind), LocalStack, Flux and the External Secrets Operator — for
+//! laptops, CI jobs and Rust integration test suites.
+//!
+//! The binary is a thin layer over this library: [`profile`] loads and
+//! resolves settings, the modules below act on Docker, LocalStack and the
+//! cluster, and [`commands`] implements each CLI verb.
+
+pub mod cli;
+pub mod commands;
+pub mod docker;
+pub mod envvars;
+pub mod error;
+pub mod hostinfo;
+pub mod profile;
+pub mod ui;
+pub mod versions;
+
+pub use error::{Error, Kind, Result};

@@ -1,0 +1,51 @@
+use clap::Parser;
+
+use devstack::cli::Cli;
+use devstack::error::Error;
+use devstack::ui::Ui;
+
+fn main() {
+    let cli = Cli::parse();
+    let ui = Ui::new(cli.global.quiet, cli.global.verbose, cli.global.json);
+    init_logging(cli.global.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            ui.error(&Error::internal(format!(
+                "cannot start the async runtime: {e}"
+            )));
+            std::process::exit(1);
+        }
+    };
+    let code = match runtime.block_on(devstack::commands::run(cli, ui.clone())) {
+        Ok(code) => code,
+        Err(err) => {
+            ui.error(&err);
+            err.kind().exit_code()
+        }
+    };
+    drop(runtime);
+    std::process::exit(code);
+}
+
+/// Logs go to stderr. `-v` shows devstack's info, `-vv` debug; RUST_LOG
+/// overrides both.
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "warn,devstack=info",
+        _ => "info,devstack=debug",
+    };
+    let filter = EnvFilter::try_from_env(devstack::envvars::RUST_LOG)
+        .unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}

@@ -1,0 +1,284 @@
+//! The profile file format, `apiVersion: devstack.dev/v1alpha1`, as written
+//! by users. Every struct rejects unknown fields; optional fields fall back to
+//! built-in defaults during resolution (see `settings.rs`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_saphyr::Spanned;
+
+use super::duration::HumanDuration;
+use super::secret::SecretString;
+
+pub const API_VERSION_V1ALPHA1: &str = "devstack.dev/v1alpha1";
+pub const SUPPORTED_API_VERSIONS: &[&str] = &[API_VERSION_V1ALPHA1];
+pub const KIND_PROFILE: &str = "Profile";
+
+/// Only the fields needed to pick a schema; everything else is ignored here.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Envelope {
+    pub api_version: Option<Spanned<String>>,
+    pub kind: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProfileV1Alpha1 {
+    #[allow(dead_code)]
+    pub api_version: String,
+    #[allow(dead_code)]
+    pub kind: String,
+    /// The stack name: prefixes every container, network and kube context.
+    pub name: Spanned<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub cluster: Option<ClusterSpec>,
+    #[serde(default)]
+    pub localstack: Option<LocalStackSpec>,
+    #[serde(default)]
+    pub flux: Option<FluxSpec>,
+    #[serde(default)]
+    pub eso: Option<EsoSpec>,
+    #[serde(default)]
+    pub gitops: Option<GitopsSpec>,
+    #[serde(default)]
+    pub images: Option<ImagesSpec>,
+    #[serde(default)]
+    pub secrets: Vec<Spanned<SecretSpec>>,
+    #[serde(default)]
+    pub verify: Option<VerifySpec>,
+    #[serde(default)]
+    pub timeouts: Option<TimeoutsSpec>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    K3s,
+    Kind,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::K3s => "k3s",
+            Provider::Kind => "kind",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterSpec {
+    pub provider: Provider,
+    /// Kubernetes version, e.g. `v1.33.5`; picks the provider's node image.
+    pub version: Option<String>,
+    /// Node image; overrides `version`.
+    pub image: Option<String>,
+    /// Control-plane nodes (kind) / server nodes (k3s).
+    pub servers: Option<u8>,
+    /// Worker nodes (kind) / agent nodes (k3s).
+    pub agents: Option<u8>,
+    /// Host port of the API server; 0 or absent picks a free port.
+    pub api_server_port: Option<u16>,
+    #[serde(default)]
+    pub ports: Vec<PortMappingSpec>,
+    /// Registry mirrors for the nodes' containerd: registry host -> endpoints.
+    #[serde(default)]
+    pub registry_mirrors: BTreeMap<String, Vec<String>>,
+    pub kubeconfig: Option<KubeconfigSpec>,
+    /// Extra arguments for the k3s server (ignored by kind).
+    #[serde(default)]
+    pub k3s_args: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PortMappingSpec {
+    pub host_port: u16,
+    pub container_port: u16,
+    #[serde(default = "default_protocol")]
+    pub protocol: String,
+    #[serde(default = "default_bind_address")]
+    pub bind_address: String,
+}
+
+fn default_protocol() -> String {
+    "tcp".into()
+}
+pub fn default_bind_address() -> String {
+    "127.0.0.1".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubeconfigSpec {
+    /// Merge the stack's context into the user's kubeconfig (default true).
+    pub merge: Option<bool>,
+    /// Also make it the current context (default false).
+    pub switch_context: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LocalStackSpec {
+    pub image: Option<String>,
+    pub services: Option<Vec<String>>,
+    pub port: Option<u16>,
+    pub bind_address: Option<String>,
+    pub region: Option<String>,
+    /// Environment variable holding the auth token (default LOCALSTACK_AUTH_TOKEN).
+    pub auth_token_env: Option<String>,
+    /// Extra environment for the LocalStack container (no secrets: use auth_token_env).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FluxSpec {
+    pub version: Option<String>,
+    pub components: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EsoSpec {
+    pub chart_version: Option<String>,
+    /// Helm values merged over devstack's own (mapping).
+    pub values: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GitopsSourceKind {
+    /// devstack publishes local manifests to a source inside the stack.
+    Local,
+    /// Flux reads a git repository.
+    Git,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GitopsLayout {
+    /// crds -> operator (wait) -> crs (dependsOn operator): race-free.
+    Chain,
+    /// operator and CRs in one level: demonstrates the webhook race.
+    Naive,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GitopsSpec {
+    pub source: Option<GitopsSourceKind>,
+    /// Local manifests directory (source: local), relative to the profile file.
+    pub path: Option<String>,
+    pub git: Option<GitSpec>,
+    pub layout: Option<GitopsLayout>,
+    pub interval: Option<HumanDuration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GitSpec {
+    pub url: String,
+    pub branch: Option<String>,
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ImagesSpec {
+    /// Offline bundle directory (the kit's format), relative to the profile file.
+    pub bundle: Option<String>,
+    /// Extra images to load into the nodes before workloads start.
+    #[serde(default)]
+    pub preload: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SecretSpec {
+    pub name: String,
+    pub description: Option<String>,
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+    /// Literal value.
+    pub value: Option<SecretString>,
+    /// JSON object of key/values, stored as a JSON string.
+    pub json: Option<BTreeMap<String, SecretString>>,
+    /// Name of an environment variable holding the value.
+    pub from_env: Option<String>,
+    /// File holding the value, relative to the profile file.
+    pub from_file: Option<String>,
+    /// Random value, stable across re-seeding unless `--rotate`.
+    pub generate: Option<GenerateSpec>,
+    /// Sync into the cluster as an ExternalSecret.
+    pub sync: Option<SyncSpec>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Charset {
+    Alphanumeric,
+    Hex,
+    Base64url,
+    /// Printable ASCII without space and quotes.
+    Ascii,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GenerateSpec {
+    #[serde(default = "default_generate_length")]
+    pub length: u16,
+    #[serde(default = "default_charset")]
+    pub charset: Charset,
+}
+
+fn default_generate_length() -> u16 {
+    32
+}
+fn default_charset() -> Charset {
+    Charset::Alphanumeric
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SyncSpec {
+    #[serde(default = "default_sync_namespace")]
+    pub namespace: String,
+    /// Kubernetes Secret name; defaults to the secret's name with `/` -> `-`.
+    pub secret_name: Option<String>,
+    pub refresh_interval: Option<HumanDuration>,
+}
+
+fn default_sync_namespace() -> String {
+    "default".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VerifySpec {
+    /// Run the round trip at the end of `up` (default true).
+    pub on_up: Option<bool>,
+    /// Namespace for probe objects.
+    pub namespace: Option<String>,
+    /// Also push a value back to LocalStack with a PushSecret.
+    pub push_secret: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TimeoutsSpec {
+    pub preflight: Option<HumanDuration>,
+    pub localstack: Option<HumanDuration>,
+    pub cluster: Option<HumanDuration>,
+    pub preload: Option<HumanDuration>,
+    pub flux: Option<HumanDuration>,
+    pub eso: Option<HumanDuration>,
+    pub seed: Option<HumanDuration>,
+    pub verify: Option<HumanDuration>,
+}

@@ -1,0 +1,721 @@
+//! Resolved settings: the profile with defaults filled in and overrides
+//! applied, in the order flag > environment variable > profile > built-in
+//! default. Everything downstream reads these, never the raw profile.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::duration::HumanDuration;
+use super::load::{LoadedProfile, ProfileError, position_of};
+use super::schema::*;
+use super::secret::SecretString;
+use crate::envvars;
+use crate::error::Error;
+use crate::versions;
+
+pub const REQUIRED_LOCALSTACK_SERVICES: &[&str] = &["secretsmanager", "sts"];
+pub const DEFAULT_LOCALSTACK_SERVICES: &[&str] = &["secretsmanager", "sts", "s3"];
+pub const FLUX_COMPONENTS: &[&str] = &[
+    "source-controller",
+    "kustomize-controller",
+    "helm-controller",
+    "notification-controller",
+];
+pub const REQUIRED_FLUX_COMPONENTS: &[&str] = &[
+    "source-controller",
+    "kustomize-controller",
+    "helm-controller",
+];
+pub const BUILTIN_PROFILE_NAME: &str = "devstack";
+
+/// Values given on the command line; `None` means "not given".
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub name: Option<String>,
+    pub provider: Option<Provider>,
+    pub localstack_port: Option<u16>,
+    pub localstack_image: Option<String>,
+    pub bundle: Option<PathBuf>,
+}
+
+/// Where a setting's value came from, for `profile show --origin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    Flag,
+    Env,
+    Profile,
+    Default,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Settings {
+    pub name: String,
+    /// Profile file or shipped profile this came from.
+    pub profile: String,
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+    pub cluster: ClusterSettings,
+    pub localstack: LocalStackSettings,
+    pub flux: FluxSettings,
+    pub eso: EsoSettings,
+    pub gitops: GitopsSettings,
+    pub images: ImageSettings,
+    pub secrets: Vec<SecretSettings>,
+    pub verify: VerifySettings,
+    pub timeouts: Timeouts,
+    /// Which layer decided the values that can be overridden.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub origins: BTreeMap<String, Origin>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSettings {
+    pub provider: Provider,
+    pub image: String,
+    pub servers: u8,
+    pub agents: u8,
+    /// 0 = pick a free port at creation.
+    pub api_server_port: u16,
+    pub ports: Vec<PortMappingSpec>,
+    pub registry_mirrors: BTreeMap<String, Vec<String>>,
+    pub merge_kubeconfig: bool,
+    pub switch_context: bool,
+    pub k3s_args: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalStackSettings {
+    pub image: String,
+    pub services: Vec<String>,
+    pub port: u16,
+    pub bind_address: IpAddr,
+    pub region: String,
+    pub auth_token_env: String,
+    /// Whether the token variable is set (never the token itself).
+    pub auth_token_present: bool,
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FluxSettings {
+    pub version: String,
+    pub components: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EsoSettings {
+    pub chart_version: String,
+    pub values: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GitopsSettings {
+    pub source: GitopsSourceKind,
+    /// Local manifests; `None` = the copy built into devstack.
+    pub path: Option<PathBuf>,
+    pub git_url: Option<String>,
+    pub git_branch: String,
+    pub git_path: String,
+    pub layout: GitopsLayout,
+    pub interval: HumanDuration,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageSettings {
+    pub bundle: Option<PathBuf>,
+    pub preload: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub enum SecretSource {
+    Literal(SecretString),
+    Json(BTreeMap<String, SecretString>),
+    Env(String),
+    File(PathBuf),
+    Generate(GenerateSpec),
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretSettings {
+    pub name: String,
+    pub description: Option<String>,
+    pub tags: BTreeMap<String, String>,
+    pub source: SecretSource,
+    pub sync: Option<SyncSpec>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifySettings {
+    pub on_up: bool,
+    pub namespace: String,
+    pub push_secret: bool,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Timeouts {
+    pub preflight: HumanDuration,
+    pub localstack: HumanDuration,
+    pub cluster: HumanDuration,
+    pub preload: HumanDuration,
+    pub flux: HumanDuration,
+    pub eso: HumanDuration,
+    pub seed: HumanDuration,
+    pub verify: HumanDuration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            preflight: HumanDuration::secs(30),
+            localstack: HumanDuration::secs(120),
+            cluster: HumanDuration::secs(300),
+            preload: HumanDuration::secs(300),
+            flux: HumanDuration::secs(300),
+            eso: HumanDuration::secs(600),
+            seed: HumanDuration::secs(120),
+            verify: HumanDuration::secs(180),
+        }
+    }
+}
+
+impl Settings {
+    /// Settings when no profile is given at all: a K3s stack, because K3s
+    /// needs nothing but Docker.
+    pub fn builtin(overrides: &Overrides) -> Result<Settings, Error> {
+        let text = format!(
+            "apiVersion: {API_VERSION_V1ALPHA1}\nkind: {KIND_PROFILE}\nname: {BUILTIN_PROFILE_NAME}\n"
+        );
+        let loaded = super::load::parse("<built-in default>", &text, PathBuf::from("."))
+            .map_err(ProfileError::into_error)?;
+        Settings::resolve(loaded, overrides)
+    }
+
+    pub fn resolve(loaded: LoadedProfile, overrides: &Overrides) -> Result<Settings, Error> {
+        resolve_with_env(loaded, overrides, &|name| envvars::get(name))
+    }
+
+    /// Name of the Docker network, and prefix of every container.
+    pub fn resource_prefix(&self) -> String {
+        format!("devstack-{}", self.name)
+    }
+
+    pub fn kube_context(&self) -> String {
+        format!("devstack-{}", self.name)
+    }
+}
+
+type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// One overridable value with its origin.
+fn pick<T>(
+    origins: &mut BTreeMap<String, Origin>,
+    key: &str,
+    flag: Option<T>,
+    env: Option<T>,
+    profile: Option<T>,
+    default: T,
+) -> T {
+    let (value, origin) = if let Some(v) = flag {
+        (v, Origin::Flag)
+    } else if let Some(v) = env {
+        (v, Origin::Env)
+    } else if let Some(v) = profile {
+        (v, Origin::Profile)
+    } else {
+        (default, Origin::Default)
+    };
+    origins.insert(key.to_string(), origin);
+    value
+}
+
+fn env_parsed<T: std::str::FromStr>(env: EnvLookup, name: &str) -> Result<Option<T>, Error> {
+    match env(name) {
+        None => Ok(None),
+        Some(raw) => raw.parse().map(Some).map_err(|_| {
+            Error::user(format!(
+                "environment variable {name} has an invalid value `{raw}`"
+            ))
+            .with_hint(format!("fix or unset {name}"))
+        }),
+    }
+}
+
+pub(crate) fn resolve_with_env(
+    loaded: LoadedProfile,
+    overrides: &Overrides,
+    env: EnvLookup,
+) -> Result<Settings, Error> {
+    let origin_name = loaded.origin.clone();
+    let base_dir = loaded.base_dir.clone();
+    let spec = loaded.spec;
+    let fail_at = |location: &serde_saphyr::Location, message: String, hint: Option<String>| {
+        ProfileError {
+            origin: origin_name.clone(),
+            position: Some(position_of(location)),
+            message,
+            hint,
+        }
+        .into_error()
+    };
+    let relative = |p: &str| -> PathBuf {
+        let path = Path::new(p);
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            base_dir.join(path)
+        }
+    };
+    let mut origins = BTreeMap::new();
+
+    let name = pick(
+        &mut origins,
+        "name",
+        overrides.name.clone(),
+        env(envvars::DEVSTACK_NAME),
+        Some(spec.name.value.clone()),
+        String::new(),
+    );
+    if let Err(why) = validate_stack_name(&name) {
+        return Err(match origins["name"] {
+            Origin::Profile => fail_at(&spec.name.referenced, why, Some(NAME_HINT.into())),
+            _ => Error::user(format!("invalid stack name `{name}`: {why}")).with_hint(NAME_HINT),
+        });
+    }
+
+    // Cluster
+    let cluster_spec = spec.cluster;
+    let env_provider = match env(envvars::DEVSTACK_PROVIDER).as_deref() {
+        None => None,
+        Some("k3s") => Some(Provider::K3s),
+        Some("kind") => Some(Provider::Kind),
+        Some(other) => {
+            return Err(Error::user(format!(
+                "environment variable {} has an invalid value `{other}`",
+                envvars::DEVSTACK_PROVIDER
+            ))
+            .with_hint("use `k3s` or `kind`"));
+        }
+    };
+    let provider = pick(
+        &mut origins,
+        "cluster.provider",
+        overrides.provider,
+        env_provider,
+        cluster_spec.as_ref().map(|c| c.provider),
+        Provider::K3s,
+    );
+    let (version, image, servers, agents, api_port, ports, mirrors, kubeconfig, k3s_args) =
+        match cluster_spec {
+            Some(c) => (
+                c.version,
+                c.image,
+                c.servers,
+                c.agents,
+                c.api_server_port,
+                c.ports,
+                c.registry_mirrors,
+                c.kubeconfig,
+                c.k3s_args,
+            ),
+            None => Default::default(),
+        };
+    let image = match (image, version) {
+        (Some(image), _) => image,
+        (None, Some(version)) => node_image_for_version(provider, &version),
+        (None, None) => match provider {
+            Provider::K3s => versions::K3S_IMAGE.to_string(),
+            Provider::Kind => versions::KIND_NODE_IMAGE.to_string(),
+        },
+    };
+    let servers = servers.unwrap_or(1);
+    if servers == 0 {
+        return Err(Error::user(format!(
+            "invalid profile {origin_name}: `cluster.servers` must be at least 1"
+        )));
+    }
+    if provider == Provider::K3s && servers > 1 {
+        return Err(Error::user(format!(
+            "invalid profile {origin_name}: `cluster.servers: {servers}` is not supported with provider k3s"
+        ))
+        .with_hint("use one server and add `cluster.agents` for more nodes"));
+    }
+    for mapping in &ports {
+        mapping.bind_address.parse::<IpAddr>().map_err(|_| {
+            Error::user(format!(
+                "invalid profile {origin_name}: `cluster.ports` bindAddress `{}` is not an IP address",
+                mapping.bind_address
+            ))
+            .with_hint("use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)")
+        })?;
+        if !matches!(mapping.protocol.as_str(), "tcp" | "udp" | "sctp") {
+            return Err(Error::user(format!(
+                "invalid profile {origin_name}: `cluster.ports` protocol `{}` is not tcp, udp or sctp",
+                mapping.protocol
+            )));
+        }
+    }
+    let cluster = ClusterSettings {
+        provider,
+        image,
+        servers,
+        agents: agents.unwrap_or(0),
+        api_server_port: api_port.unwrap_or(0),
+        ports,
+        registry_mirrors: mirrors,
+        merge_kubeconfig: kubeconfig.as_ref().and_then(|k| k.merge).unwrap_or(true),
+        switch_context: kubeconfig
+            .as_ref()
+            .and_then(|k| k.switch_context)
+            .unwrap_or(false),
+        k3s_args,
+    };
+
+    // LocalStack
+    let ls = spec.localstack;
+    let ls_image = pick(
+        &mut origins,
+        "localstack.image",
+        overrides.localstack_image.clone(),
+        env(envvars::DEVSTACK_LOCALSTACK_IMAGE),
+        ls.as_ref().and_then(|l| l.image.clone()),
+        versions::LOCALSTACK_IMAGE.to_string(),
+    );
+    let ls_port = pick(
+        &mut origins,
+        "localstack.port",
+        overrides.localstack_port,
+        env_parsed::<u16>(env, envvars::DEVSTACK_LOCALSTACK_PORT)?,
+        ls.as_ref().and_then(|l| l.port),
+        4566,
+    );
+    if ls_port == 0 {
+        return Err(Error::user("LocalStack port 0 is not a valid host port")
+            .with_hint("set `localstack.port` to a free port such as 4566"));
+    }
+    let services: Vec<String> = ls
+        .as_ref()
+        .and_then(|l| l.services.clone())
+        .unwrap_or_else(|| {
+            DEFAULT_LOCALSTACK_SERVICES
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        });
+    for required in REQUIRED_LOCALSTACK_SERVICES {
+        if !services.iter().any(|s| s == required) {
+            return Err(Error::user(format!(
+                "invalid profile {origin_name}: `localstack.services` lacks `{required}`, which the External Secrets Operator uses"
+            ))
+            .with_hint(format!("add `{required}` to localstack.services")));
+        }
+    }
+    let bind = ls
+        .as_ref()
+        .and_then(|l| l.bind_address.clone())
+        .unwrap_or_else(default_bind_address);
+    let bind_address: IpAddr = bind.parse().map_err(|_| {
+        Error::user(format!(
+            "invalid profile {origin_name}: `localstack.bindAddress` `{bind}` is not an IP address"
+        ))
+        .with_hint("use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)")
+    })?;
+    let auth_token_env = ls
+        .as_ref()
+        .and_then(|l| l.auth_token_env.clone())
+        .unwrap_or_else(|| envvars::LOCALSTACK_AUTH_TOKEN.to_string());
+    let localstack = LocalStackSettings {
+        image: ls_image,
+        services,
+        port: ls_port,
+        bind_address,
+        region: ls
+            .as_ref()
+            .and_then(|l| l.region.clone())
+            .unwrap_or_else(|| "us-east-1".into()),
+        auth_token_present: env(&auth_token_env).is_some(),
+        auth_token_env,
+        env: ls.map(|l| l.env).unwrap_or_default(),
+    };
+
+    // Flux and ESO
+    let flux_spec = spec.flux;
+    let components: Vec<String> = flux_spec
+        .as_ref()
+        .and_then(|f| f.components.clone())
+        .unwrap_or_else(|| {
+            REQUIRED_FLUX_COMPONENTS
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        });
+    for component in &components {
+        if !FLUX_COMPONENTS.contains(&component.as_str()) {
+            let known: Vec<String> = FLUX_COMPONENTS.iter().map(|s| s.to_string()).collect();
+            let hint = match super::load::closest_match(component, &known) {
+                Some(c) => format!("did you mean `{c}`? known: {}", FLUX_COMPONENTS.join(", ")),
+                None => format!("known components: {}", FLUX_COMPONENTS.join(", ")),
+            };
+            return Err(Error::user(format!(
+                "invalid profile {origin_name}: unknown Flux component `{component}`"
+            ))
+            .with_hint(hint));
+        }
+    }
+    for required in REQUIRED_FLUX_COMPONENTS {
+        if !components.iter().any(|c| c == required) {
+            return Err(Error::user(format!(
+                "invalid profile {origin_name}: `flux.components` lacks `{required}`, which delivers the External Secrets stack"
+            ))
+            .with_hint(format!("add `{required}` to flux.components")));
+        }
+    }
+    let flux = FluxSettings {
+        version: flux_spec
+            .and_then(|f| f.version)
+            .unwrap_or_else(|| versions::FLUX_VERSION.to_string()),
+        components,
+    };
+    let eso_spec = spec.eso;
+    let eso = EsoSettings {
+        chart_version: eso_spec
+            .as_ref()
+            .and_then(|e| e.chart_version.clone())
+            .unwrap_or_else(|| versions::ESO_CHART_VERSION.to_string()),
+        values: eso_spec.and_then(|e| e.values).unwrap_or_default(),
+    };
+
+    // GitOps source
+    let g = spec.gitops;
+    let source = g
+        .as_ref()
+        .and_then(|g| g.source)
+        .unwrap_or(GitopsSourceKind::Local);
+    let git = g.as_ref().and_then(|g| g.git.as_ref());
+    if source == GitopsSourceKind::Git && git.is_none() {
+        return Err(Error::user(format!(
+            "invalid profile {origin_name}: `gitops.source: git` needs `gitops.git.url`"
+        ))
+        .with_hint("add gitops.git with url, branch and path, or use `gitops.source: local`"));
+    }
+    let gitops = GitopsSettings {
+        source,
+        path: g.as_ref().and_then(|g| g.path.as_deref()).map(relative),
+        git_url: git.map(|g| g.url.clone()),
+        git_branch: git
+            .and_then(|g| g.branch.clone())
+            .unwrap_or_else(|| "main".into()),
+        git_path: git
+            .and_then(|g| g.path.clone())
+            .unwrap_or_else(|| "./manifests/external-secrets".into()),
+        layout: g
+            .as_ref()
+            .and_then(|g| g.layout)
+            .unwrap_or(GitopsLayout::Chain),
+        interval: g
+            .as_ref()
+            .and_then(|g| g.interval)
+            .unwrap_or(HumanDuration::secs(600)),
+    };
+
+    // Images
+    let images_spec = spec.images;
+    let bundle = pick(
+        &mut origins,
+        "images.bundle",
+        overrides.bundle.clone().map(Some),
+        env(envvars::DEVSTACK_BUNDLE).map(|b| Some(PathBuf::from(b))),
+        images_spec
+            .as_ref()
+            .and_then(|i| i.bundle.as_deref())
+            .map(|b| Some(relative(b))),
+        None,
+    );
+    let images = ImageSettings {
+        bundle,
+        preload: images_spec.map(|i| i.preload).unwrap_or_default(),
+    };
+
+    // Secrets
+    let mut secrets = Vec::new();
+    let mut seen = BTreeMap::new();
+    for entry in spec.secrets {
+        let location = entry.referenced;
+        let s = entry.value;
+        if let Err(why) = validate_secret_name(&s.name) {
+            return Err(fail_at(
+                &location,
+                format!("invalid secret name `{}`: {why}", s.name),
+                Some(
+                    "AWS Secrets Manager names use letters, digits and /_+=.@- (at most 512)"
+                        .into(),
+                ),
+            ));
+        }
+        if seen.insert(s.name.clone(), ()).is_some() {
+            return Err(fail_at(
+                &location,
+                format!("secret `{}` is declared twice", s.name),
+                Some("give each secret a unique name".into()),
+            ));
+        }
+        let mut sources = Vec::new();
+        if let Some(v) = s.value {
+            sources.push(("value", SecretSource::Literal(v)));
+        }
+        if let Some(j) = s.json {
+            if j.is_empty() {
+                return Err(fail_at(
+                    &location,
+                    format!("secret `{}` has an empty `json` object", s.name),
+                    Some("add at least one key".into()),
+                ));
+            }
+            sources.push(("json", SecretSource::Json(j)));
+        }
+        if let Some(e) = s.from_env {
+            sources.push(("fromEnv", SecretSource::Env(e)));
+        }
+        if let Some(f) = s.from_file {
+            sources.push(("fromFile", SecretSource::File(relative(&f))));
+        }
+        if let Some(g) = s.generate {
+            if g.length == 0 || g.length > 4096 {
+                return Err(fail_at(
+                    &location,
+                    format!(
+                        "secret `{}`: generate.length must be between 1 and 4096",
+                        s.name
+                    ),
+                    None,
+                ));
+            }
+            sources.push(("generate", SecretSource::Generate(g)));
+        }
+        if sources.len() != 1 {
+            let found: Vec<&str> = sources.iter().map(|(k, _)| *k).collect();
+            return Err(fail_at(
+                &location,
+                if found.is_empty() {
+                    format!("secret `{}` has no value source", s.name)
+                } else {
+                    format!(
+                        "secret `{}` has several value sources: {}",
+                        s.name,
+                        found.join(", ")
+                    )
+                },
+                Some("give exactly one of: value, json, fromEnv, fromFile, generate".into()),
+            ));
+        }
+        let source = sources.pop().expect("exactly one source").1;
+        secrets.push(SecretSettings {
+            name: s.name,
+            description: s.description,
+            tags: s.tags,
+            source,
+            sync: s.sync,
+        });
+    }
+
+    let v = spec.verify;
+    let verify = VerifySettings {
+        on_up: v.as_ref().and_then(|v| v.on_up).unwrap_or(true),
+        namespace: v
+            .as_ref()
+            .and_then(|v| v.namespace.clone())
+            .unwrap_or_else(|| "devstack-verify".into()),
+        push_secret: v.as_ref().and_then(|v| v.push_secret).unwrap_or(false),
+    };
+
+    let t = spec.timeouts.unwrap_or_default();
+    let d = Timeouts::default();
+    let timeouts = Timeouts {
+        preflight: t.preflight.unwrap_or(d.preflight),
+        localstack: t.localstack.unwrap_or(d.localstack),
+        cluster: t.cluster.unwrap_or(d.cluster),
+        preload: t.preload.unwrap_or(d.preload),
+        flux: t.flux.unwrap_or(d.flux),
+        eso: t.eso.unwrap_or(d.eso),
+        seed: t.seed.unwrap_or(d.seed),
+        verify: t.verify.unwrap_or(d.verify),
+    };
+
+    Ok(Settings {
+        name,
+        profile: origin_name.clone(),
+        base_dir: base_dir.clone(),
+        cluster,
+        localstack,
+        flux,
+        eso,
+        gitops,
+        images,
+        secrets,
+        verify,
+        timeouts,
+        origins,
+    })
+}
+
+const NAME_HINT: &str =
+    "use 1-32 lowercase letters, digits and '-', starting with a letter (e.g. `dev`)";
+
+pub fn validate_stack_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 32 {
+        return Err("must be 1 to 32 characters".into());
+    }
+    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return Err("must start with a lowercase letter".into());
+    }
+    if name.ends_with('-') {
+        return Err("must not end with '-'".into());
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
+    {
+        return Err(format!("character `{bad}` is not allowed"));
+    }
+    Ok(())
+}
+
+pub fn validate_secret_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 512 {
+        return Err("must be 1 to 512 characters".into());
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "/_+=.@-".contains(*c)))
+    {
+        return Err(format!("character `{bad}` is not allowed"));
+    }
+    Ok(())
+}
+
+fn node_image_for_version(provider: Provider, version: &str) -> String {
+    let v = if version.starts_with('v') {
+        version.to_string()
+    } else {
+        format!("v{version}")
+    };
+    match provider {
+        Provider::K3s if v.contains("k3s") => format!("rancher/k3s:{v}"),
+        Provider::K3s => format!("rancher/k3s:{v}-k3s1"),
+        Provider::Kind => format!("kindest/node:{v}"),
+    }
+}

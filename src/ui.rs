@@ -1,0 +1,286 @@
+//! Output conventions shared by every command.
+//!
+//! - Progress goes to stderr: a spinner with ✓/✗ on a terminal, plain lines
+//!   when stderr is not a terminal or `CI` is set.
+//! - Machine output (`--json`) goes to stdout, and nothing else does then.
+//! - `NO_COLOR` disables colour; `-q` silences progress, `-v` adds detail.
+
+use std::fmt::Display;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use console::{Style, Term};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::envvars;
+use crate::error::Error;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Spinners redrawn in place.
+    Tty,
+    /// One line per event, for logs and CI.
+    Plain,
+}
+
+#[derive(Clone)]
+pub struct Ui {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    mode: Mode,
+    color: bool,
+    quiet: bool,
+    verbose: u8,
+    json: bool,
+    multi: MultiProgress,
+}
+
+impl Ui {
+    /// Decides the mode from the terminal and the environment.
+    pub fn new(quiet: bool, verbose: u8, json: bool) -> Self {
+        let stderr_tty = Term::stderr().is_term();
+        let mode = if stderr_tty && !envvars::is_set(envvars::CI) {
+            Mode::Tty
+        } else {
+            Mode::Plain
+        };
+        let color = stderr_tty && !envvars::is_set(envvars::NO_COLOR);
+        console::set_colors_enabled_stderr(color);
+        console::set_colors_enabled(color && Term::stdout().is_term());
+        Self::with_mode(mode, color, quiet, verbose, json)
+    }
+
+    pub fn with_mode(mode: Mode, color: bool, quiet: bool, verbose: u8, json: bool) -> Self {
+        let multi = MultiProgress::with_draw_target(if mode == Mode::Tty && !quiet {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        });
+        Ui {
+            inner: Arc::new(Inner {
+                mode,
+                color,
+                quiet,
+                verbose,
+                json,
+                multi,
+            }),
+        }
+    }
+
+    /// A silent printer for library use: no progress, no colour.
+    pub fn silent() -> Self {
+        Self::with_mode(Mode::Plain, false, true, 0, false)
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.inner.mode
+    }
+    pub fn json(&self) -> bool {
+        self.inner.json
+    }
+    pub fn verbose(&self) -> u8 {
+        self.inner.verbose
+    }
+    pub fn quiet(&self) -> bool {
+        self.inner.quiet
+    }
+
+    fn style(&self, style: Style) -> Style {
+        if self.inner.color {
+            style
+        } else {
+            Style::new()
+        }
+    }
+
+    /// Writes one line to stderr without tearing a running spinner.
+    fn line(&self, text: &str) {
+        if self.inner.mode == Mode::Tty {
+            let _ = self.inner.multi.println(text);
+        } else {
+            eprintln!("{text}");
+        }
+    }
+
+    /// Starts a progress step; finish it with [`Step::done`] or [`Step::fail`].
+    pub fn step(&self, title: impl Into<String>) -> Step {
+        let title = title.into();
+        let bar = if self.inner.mode == Mode::Tty && !self.inner.quiet {
+            let bar = self.inner.multi.add(ProgressBar::new_spinner());
+            bar.set_style(
+                ProgressStyle::with_template("{spinner:.cyan} {msg} {elapsed:.dim}")
+                    .expect("static template"),
+            );
+            bar.set_message(title.clone());
+            bar.enable_steady_tick(Duration::from_millis(100));
+            Some(bar)
+        } else {
+            if !self.inner.quiet {
+                eprintln!("• {title} ...");
+            }
+            None
+        };
+        Step {
+            ui: self.clone(),
+            title,
+            bar,
+            started: Instant::now(),
+            finished: false,
+        }
+    }
+
+    /// A progress line (hidden with `-q`).
+    pub fn info(&self, message: impl Display) {
+        if !self.inner.quiet {
+            self.line(&message.to_string());
+        }
+    }
+
+    /// Extra detail shown with `-v`.
+    pub fn detail(&self, message: impl Display) {
+        if !self.inner.quiet && self.inner.verbose > 0 {
+            self.line(&format!(
+                "  {}",
+                self.style(Style::new().dim()).apply_to(message)
+            ));
+        }
+    }
+
+    pub fn warn(&self, message: impl Display) {
+        let tag = self
+            .style(Style::new().yellow().bold())
+            .apply_to("warning:");
+        self.line(&format!("{tag} {message}"));
+    }
+
+    /// Human output on stdout (tables, exports). Suppressed under `--json`.
+    pub fn out(&self, text: impl Display) {
+        if !self.inner.json {
+            println!("{text}");
+        }
+    }
+
+    /// Machine output on stdout.
+    pub fn emit_json(&self, value: &serde_json::Value) {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(value).expect("JSON values always serialize")
+        );
+    }
+
+    /// Renders an error with its causes and hint to stderr.
+    pub fn error(&self, err: &Error) {
+        let _ = self.inner.multi.clear();
+        eprintln!("{}", self.render_error(err));
+    }
+
+    pub fn render_error(&self, err: &Error) -> String {
+        let red = self.style(Style::new().red().bold());
+        let cyan = self.style(Style::new().cyan().bold());
+        let mut out = format!("{} {}", red.apply_to("error:"), err.message());
+        for cause in err.causes() {
+            out.push_str(&format!("\n  caused by: {cause}"));
+        }
+        if let Some(hint) = err.hint() {
+            out.push_str(&format!("\n{} {hint}", cyan.apply_to("hint:")));
+        }
+        out
+    }
+
+    pub fn check_mark(&self, ok: bool) -> String {
+        if ok {
+            self.style(Style::new().green()).apply_to("✓").to_string()
+        } else {
+            self.style(Style::new().red()).apply_to("✗").to_string()
+        }
+    }
+}
+
+pub struct Step {
+    ui: Ui,
+    title: String,
+    bar: Option<ProgressBar>,
+    started: Instant,
+    finished: bool,
+}
+
+impl Step {
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Updates the spinner text (a sub-state such as "waiting for node Ready").
+    pub fn progress(&self, message: impl Display) {
+        match &self.bar {
+            Some(bar) => bar.set_message(format!("{} — {message}", self.title)),
+            None => self.ui.detail(format!("{}: {message}", self.title)),
+        }
+    }
+
+    fn finish(&mut self, mark: String, suffix: String) {
+        self.finished = true;
+        let line = format!(
+            "{mark} {}{suffix} {}",
+            self.title,
+            self.ui
+                .style(Style::new().dim())
+                .apply_to(format_duration(self.started.elapsed()))
+        );
+        match self.bar.take() {
+            Some(bar) => {
+                bar.finish_and_clear();
+                self.ui.inner.multi.remove(&bar);
+                if !self.ui.inner.quiet {
+                    let _ = self.ui.inner.multi.println(line);
+                }
+            }
+            None if !self.ui.inner.quiet => eprintln!("{line}"),
+            None => {}
+        }
+    }
+
+    pub fn done(mut self, detail: impl Display) -> Duration {
+        let detail = detail.to_string();
+        let suffix = if detail.is_empty() {
+            String::new()
+        } else {
+            format!(": {detail}")
+        };
+        let mark = self.ui.check_mark(true);
+        self.finish(mark, suffix);
+        self.started.elapsed()
+    }
+
+    pub fn fail(mut self, reason: impl Display) {
+        let mark = self.ui.check_mark(false);
+        self.finish(mark, format!(": {reason}"));
+    }
+
+    pub fn skip(mut self, why: impl Display) {
+        let mark = self.ui.style(Style::new().dim()).apply_to("-").to_string();
+        self.finish(mark, format!(" (skipped: {why})"));
+    }
+}
+
+impl Drop for Step {
+    fn drop(&mut self) {
+        if !self.finished {
+            let mark = self.ui.check_mark(false);
+            self.finish(mark, ": aborted".into());
+        }
+    }
+}
+
+pub fn format_duration(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs < 1.0 {
+        format!("{}ms", d.as_millis())
+    } else if secs < 60.0 {
+        format!("{secs:.1}s")
+    } else {
+        format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60)
+    }
+}

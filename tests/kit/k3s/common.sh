@@ -1,0 +1,42 @@
+# Helpers shared by components/{k3s,pause,coredns}.sh. Source after lib.sh.
+# shellcheck shell=bash
+source "$KIT_ROOT/k3s/versions.sh"
+
+export PATH=$PATH:/usr/local/go/bin
+export GOTOOLCHAIN=local
+# Tags of k3s-io modules are not in the checksum database the proxy serves;
+# k3s's own go.sum still pins everything it builds.
+export GONOSUMDB=${GONOSUMDB:-github.com/k3s-io}
+command -v go >/dev/null || die "go not found (expected /usr/local/go/bin)"
+
+# image_stamp_ok IMAGE STAMP: the image exists and was built from STAMP.
+image_stamp_ok() {
+  image_exists "$1" && [ "$(image_label "$1" dev.devstack.kit.stamp)" = "$2" ]
+}
+
+# go_module_src MODULE VERSION DEST: the module's source (from the Go module
+# proxy, via GOMODCACHE) as a writable main-module tree in DEST, so its own
+# go.mod with its replace directives drives the build. Reused while present.
+go_module_src() {
+  local mod=$1 ver=$2 dest=$3 dir
+  if [ -f "$dest/.kit-src" ] && [ "$(cat "$dest/.kit-src")" = "$mod@$ver" ]; then
+    return 0
+  fi
+  log "go mod download $mod@$ver"
+  dir=$(cd /tmp && go mod download -json "$mod@$ver" | jq -r '.Dir // empty') || true
+  [ -n "$dir" ] && [ -d "$dir" ] || die "cannot download $mod@$ver from the Go module proxy"
+  rm -rf "$dest"; mkdir -p "$(dirname "$dest")"
+  cp -r "$dir" "$dest"; chmod -R u+w "$dest"
+  echo "$mod@$ver" >"$dest/.kit-src"
+}
+
+# docker_build IMAGE STAMP CONTEXT [docker build args...]
+docker_build() {
+  local image=$1 stamp=$2 ctx=$3; shift 3
+  log "docker build $image"
+  DOCKER_BUILDKIT=0 docker build --label "dev.devstack.kit.stamp=$stamp" "$@" \
+    -t "$image" "$ctx" >"$ctx.log" 2>&1 \
+    || { tail -30 "$ctx.log" >&2; die "docker build $image failed (log: $ctx.log)"; }
+}
+
+image_size() { docker image inspect -f '{{.Size}}' "$1" | numfmt --to=iec; }

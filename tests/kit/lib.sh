@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Shared helpers for the offline kit scripts. Source this file; do not run it.
+#
+# Layout of the kit cache (reused across runs and fresh clones on one machine):
+#   $KIT_CACHE/rootfs/          debootstrap output and stamps
+#   $KIT_CACHE/go/{mod,build}   GOMODCACHE / GOCACHE for every Go build
+#   $KIT_CACHE/src/             downloaded sources (wheels, modules, charts)
+#   $KIT_BUNDLE/                the offline bundle devstack consumes:
+#       index.json              {"apiVersion":"devstack.dev/v1alpha1","kind":"Bundle","artifacts":[...]}
+#       images/<file>.tar       `docker save` tarballs
+#       artifacts/...           manifests, CRDs, charts
+set -euo pipefail
+
+KIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+KIT_CACHE=${DEVSTACK_KIT_CACHE:-$HOME/.cache/devstack/kit}
+KIT_BUNDLE=${DEVSTACK_KIT_BUNDLE:-$KIT_CACHE/bundle}
+KIT_DEBIAN_SUITE=${KIT_DEBIAN_SUITE:-bookworm}
+KIT_DEBIAN_MIRROR=${KIT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+KIT_BASE_IMAGE=devstack-kit/debian:$KIT_DEBIAN_SUITE
+export GOMODCACHE=${GOMODCACHE_KIT:-$KIT_CACHE/go/mod}
+export GOCACHE=${GOCACHE_KIT:-$KIT_CACHE/go/build}
+export GOFLAGS=${GOFLAGS:--mod=mod}
+export CGO_ENABLED=${CGO_ENABLED:-0}
+mkdir -p "$KIT_CACHE" "$KIT_BUNDLE/images" "$KIT_BUNDLE/artifacts" "$GOMODCACHE" "$GOCACHE"
+
+log() { printf '[kit %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[kit] error: %s\n' "$*" >&2; exit 1; }
+
+# A stamp records the inputs an output was built from; a changed input
+# (version, script content) changes the stamp and triggers a rebuild.
+stamp_of() { printf '%s\n' "$@" | sha256sum | cut -c1-16; }
+image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+image_label() { docker image inspect -f "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
+
+# kit_base_image: a minimal Debian rootfs imported as $KIT_BASE_IMAGE.
+# Extra packages for a particular image are installed by that image's own
+# build (apt inside containers cannot reach the mirror, so they are
+# debootstrapped in: pass them with KIT_BASE_PACKAGES when creating a
+# derived rootfs via kit_rootfs_image).
+kit_base_image() {
+  kit_rootfs_image "$KIT_BASE_IMAGE" "ca-certificates"
+}
+
+# kit_rootfs_image IMAGE "pkg1,pkg2,...": debootstrap a rootfs with these
+# packages and import it as IMAGE (cached by package list).
+kit_rootfs_image() {
+  local image=$1 packages=$2
+  local stamp
+  stamp=$(stamp_of "$KIT_DEBIAN_SUITE" "$packages" "rootfs-v1")
+  if image_exists "$image" && [ "$(image_label "$image" dev.devstack.kit.stamp)" = "$stamp" ]; then
+    log "reuse $image"
+    return 0
+  fi
+  local dir="$KIT_CACHE/rootfs/$stamp"
+  if [ ! -f "$dir.done" ]; then
+    log "debootstrap $KIT_DEBIAN_SUITE (+$packages) -> $dir"
+    rm -rf "$dir"
+    mkdir -p "$KIT_CACHE/rootfs/debs"
+    debootstrap --variant=minbase --include="$packages" \
+      --cache-dir="$KIT_CACHE/rootfs/debs" \
+      "$KIT_DEBIAN_SUITE" "$dir" "$KIT_DEBIAN_MIRROR" >"$dir.log" 2>&1 \
+      || { tail -20 "$dir.log" >&2; die "debootstrap failed (log: $dir.log)"; }
+    # Slim the rootfs: docs, man pages and apt lists are dead weight in images.
+    rm -rf "$dir"/usr/share/doc/* "$dir"/usr/share/man/* "$dir"/var/lib/apt/lists/* \
+      "$dir"/var/cache/apt/archives/*.deb
+    touch "$dir.done"
+  fi
+  log "docker import $image"
+  tar -C "$dir" -c . | docker import \
+    --change "LABEL dev.devstack.kit.stamp=$stamp" \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    - "$image" >/dev/null
+}
+
+# bundle_add_image IMAGE_REF FILE_BASENAME VERSION ROLE
+# Saves the image into the bundle (skipped when the saved tarball already
+# holds the same image ID) and records it in index.json.
+bundle_add_image() {
+  local ref=$1 base=$2 version=$3 role=$4
+  local file="images/$base.tar" id
+  id=$(docker image inspect -f '{{.Id}}' "$ref")
+  if [ ! -f "$KIT_BUNDLE/$file" ] || [ "$(cat "$KIT_BUNDLE/$file.id" 2>/dev/null)" != "$id" ]; then
+    log "docker save $ref -> $file"
+    docker save "$ref" -o "$KIT_BUNDLE/$file.tmp"
+    mv "$KIT_BUNDLE/$file.tmp" "$KIT_BUNDLE/$file"
+    echo "$id" >"$KIT_BUNDLE/$file.id"
+  fi
+  local size name tag
+  size=$(stat -c %s "$KIT_BUNDLE/$file")
+  name=${ref%:*}; tag=${ref##*:}
+  bundle_record "$(jq -n --arg kind image --arg role "$role" --arg name "$name" --arg tag "$tag" \
+    --arg digest "$id" --argjson size "$size" --arg file "$file" --arg version "$version" \
+    '{kind:$kind, role:$role, name:$name, tag:$tag, version:$version, digest:$digest, size:$size, file:$file}')"
+}
+
+# bundle_add_file KIND VERSION RELATIVE_FILE [NAME]
+# Records a non-image artifact (flux-install, eso-crds, eso-chart, ...) that
+# already sits under $KIT_BUNDLE/RELATIVE_FILE.
+bundle_add_file() {
+  local kind=$1 version=$2 file=$3 name=${4:-$1}
+  [ -f "$KIT_BUNDLE/$file" ] || die "bundle file missing: $file"
+  local size digest
+  size=$(stat -c %s "$KIT_BUNDLE/$file")
+  digest="sha256:$(sha256sum "$KIT_BUNDLE/$file" | cut -d' ' -f1)"
+  bundle_record "$(jq -n --arg kind "$kind" --arg name "$name" --arg version "$version" \
+    --arg digest "$digest" --argjson size "$size" --arg file "$file" \
+    '{kind:$kind, name:$name, version:$version, digest:$digest, size:$size, file:$file}')"
+}
+
+# Upsert one artifact, keyed by kind+name, under a lock so concurrent kit
+# scripts can write the same index.
+bundle_record() {
+  local entry=$1 index="$KIT_BUNDLE/index.json"
+  (
+    flock 9
+    [ -f "$index" ] || echo '{"apiVersion":"devstack.dev/v1alpha1","kind":"Bundle","artifacts":[]}' >"$index"
+    jq --argjson e "$entry" \
+      '.artifacts = ([.artifacts[] | select((.kind == $e.kind and .name == $e.name) | not)] + [$e] | sort_by(.kind, .name))' \
+      "$index" >"$index.tmp" && mv "$index.tmp" "$index"
+  ) 9>"$KIT_BUNDLE/.index.lock"
+}
