@@ -71,6 +71,13 @@ pub enum Command {
     /// Validate, show and list profiles
     #[command(subcommand)]
     Profile(ProfileCommand),
+    /// Manage the stack's LocalStack container
+    #[command(subcommand)]
+    Localstack(LocalstackCommand),
+    /// Create or update the profile's secrets in LocalStack's Secrets Manager
+    Seed(SeedArgs),
+    /// Print shell exports for using the stack from other tools
+    Env(EnvArgs),
 }
 
 #[derive(Debug, Subcommand)]

@@ -6,13 +6,18 @@
 //! resolves settings, the modules below act on Docker, LocalStack and the
 //! cluster, and [`commands`] implements each CLI verb.
 
+pub mod aws;
+pub mod bundle;
 pub mod cli;
 pub mod commands;
 pub mod docker;
 pub mod envvars;
 pub mod error;
 pub mod hostinfo;
+pub mod localstack;
 pub mod profile;
+pub mod seed;
+pub mod state;
 pub mod ui;
 pub mod versions;
 

@@ -3,7 +3,10 @@
 //! (doctor with failing checks), or an [`Error`] that decides it.
 
 pub mod doctor;
+pub mod env;
+pub mod localstack;
 pub mod profile;
+pub mod seed;
 
 use crate::cli::{Cli, Command, GlobalArgs};
 use crate::error::Error;
@@ -37,5 +40,8 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
     match cli.command {
         Command::Doctor => doctor::run(&ctx).await,
         Command::Profile(cmd) => profile::run(&ctx, cmd),
+        Command::Localstack(cmd) => localstack::run(&ctx, cmd).await,
+        Command::Seed(args) => seed::run(&ctx, args).await,
+        Command::Env(args) => env::run(&ctx, args).await,
     }
 }

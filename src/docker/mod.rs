@@ -105,3 +105,197 @@ pub fn is_conflict(err: &bollard::errors::Error) -> bool {
         }
     )
 }
+
+use std::collections::HashMap;
+
+use bollard::models::{ContainerInspectResponse, ContainerSummary, NetworkCreateRequest};
+use bollard::query_parameters::{
+    InspectContainerOptions, ListContainersOptions, ListNetworksOptions, LogsOptions,
+    RemoveContainerOptions,
+};
+use futures::StreamExt;
+
+/// Labels for a resource of `stack` with `role`.
+pub fn labels(stack: &str, role: &str) -> HashMap<String, String> {
+    HashMap::from([
+        (LABEL_MANAGED_BY.to_string(), MANAGED_BY_VALUE.to_string()),
+        (LABEL_STACK.to_string(), stack.to_string()),
+        (LABEL_ROLE.to_string(), role.to_string()),
+    ])
+}
+
+fn is_ours(labels: Option<&HashMap<String, String>>, stack: &str) -> bool {
+    labels.is_some_and(|l| {
+        l.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY_VALUE)
+            && l.get(LABEL_STACK).map(String::as_str) == Some(stack)
+    })
+}
+
+/// Creates the stack's labelled bridge network unless it exists. A network
+/// of that name that devstack does not own is an error, never reused.
+pub async fn ensure_network(docker: &Docker, stack: &str, name: &str) -> Result<bool, Error> {
+    match docker
+        .inspect_network(
+            name,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+    {
+        Ok(network) if is_ours(network.labels.as_ref(), stack) => return Ok(false),
+        Ok(_) => {
+            return Err(Error::prerequisite(format!(
+                "Docker network `{name}` exists but was not created by devstack for stack `{stack}`"
+            ))
+            .with_hint(format!(
+                "remove it (`docker network rm {name}`) or choose another stack name with --name"
+            )));
+        }
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => return Err(engine_error(format!("inspect network {name}"), e)),
+    }
+    let request = NetworkCreateRequest {
+        name: name.to_string(),
+        driver: Some("bridge".into()),
+        labels: Some(labels(stack, "network")),
+        ..Default::default()
+    };
+    match docker.create_network(request).await {
+        Ok(_) => Ok(true),
+        // Lost a race with a concurrent `up`: the network exists now.
+        Err(e) if is_conflict(&e) => Ok(false),
+        Err(e) => Err(engine_error(format!("create network {name}"), e)),
+    }
+}
+
+/// Removes the stack's network when no container is attached to it.
+pub async fn remove_network_if_unused(docker: &Docker, name: &str) -> Result<bool, Error> {
+    match docker
+        .inspect_network(
+            name,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+    {
+        Ok(network) if network.containers.as_ref().is_some_and(|c| !c.is_empty()) => Ok(false),
+        Ok(_) => match docker.remove_network(name).await {
+            Ok(()) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(engine_error(format!("remove network {name}"), e)),
+        },
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => Err(engine_error(format!("inspect network {name}"), e)),
+    }
+}
+
+/// Containers (running or not) carrying all `label_filters`.
+pub async fn find_containers(
+    docker: &Docker,
+    label_filters: Vec<String>,
+) -> Result<Vec<ContainerSummary>, Error> {
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(HashMap::from([("label".to_string(), label_filters)])),
+        ..Default::default()
+    };
+    docker
+        .list_containers(Some(options))
+        .await
+        .map_err(|e| engine_error("list containers", e))
+}
+
+pub async fn find_networks(
+    docker: &Docker,
+    label_filters: Vec<String>,
+) -> Result<Vec<String>, Error> {
+    let options = ListNetworksOptions {
+        filters: Some(HashMap::from([("label".to_string(), label_filters)])),
+    };
+    let networks = docker
+        .list_networks(Some(options))
+        .await
+        .map_err(|e| engine_error("list networks", e))?;
+    Ok(networks.into_iter().filter_map(|n| n.name).collect())
+}
+
+pub async fn inspect(
+    docker: &Docker,
+    name: &str,
+) -> Result<Option<ContainerInspectResponse>, Error> {
+    match docker
+        .inspect_container(name, None::<InspectContainerOptions>)
+        .await
+    {
+        Ok(c) => Ok(Some(c)),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(engine_error(format!("inspect container {name}"), e)),
+    }
+}
+
+/// Force-removes a container and its anonymous volumes; absent is fine.
+pub async fn remove_container(docker: &Docker, name: &str) -> Result<bool, Error> {
+    let options = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    match docker.remove_container(name, Some(options)).await {
+        Ok(()) => Ok(true),
+        Err(e) if is_not_found(&e) => Ok(false),
+        // Removal already in progress (concurrent down): treat as gone.
+        Err(e) if is_conflict(&e) => Ok(true),
+        Err(e) => Err(engine_error(format!("remove container {name}"), e)),
+    }
+}
+
+/// The last `lines` lines of a container's output, for error messages.
+pub async fn tail_logs(docker: &Docker, name: &str, lines: usize) -> String {
+    let options = LogsOptions {
+        stdout: true,
+        stderr: true,
+        tail: lines.to_string(),
+        ..Default::default()
+    };
+    let mut stream = docker.logs(name, Some(options));
+    let mut out = String::new();
+    while let Some(Ok(chunk)) = stream.next().await {
+        out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+    }
+    out
+}
+
+pub fn container_name_of(summary: &ContainerSummary) -> String {
+    summary
+        .names
+        .as_ref()
+        .and_then(|n| n.first())
+        .map(|n| n.trim_start_matches('/').to_string())
+        .unwrap_or_else(|| summary.id.clone().unwrap_or_default())
+}
+
+/// Pulls an image, or explains how to get it when no registry answers.
+pub async fn pull_image(docker: &Docker, image: &str) -> Result<(), Error> {
+    let (repo, tag) = match image.rsplit_once(':') {
+        Some((r, t)) if !t.contains('/') => (r.to_string(), t.to_string()),
+        _ => (image.to_string(), "latest".to_string()),
+    };
+    let options = bollard::query_parameters::CreateImageOptions {
+        from_image: Some(repo),
+        tag: Some(tag),
+        ..Default::default()
+    };
+    let mut stream = docker.create_image(Some(options), None, None);
+    while let Some(item) = stream.next().await {
+        if let Err(e) = item {
+            return Err(Error::prerequisite(format!(
+                "image `{image}` is not on this machine and cannot be pulled: {}",
+                docker_message(&e)
+            ))
+            .with_hint(format!(
+                "check network access to the registry, or load the image from an offline bundle \
+                 (`docker load -i <bundle>/images/...tar`, or set {} to the bundle directory)",
+                crate::envvars::DEVSTACK_BUNDLE
+            )));
+        }
+    }
+    Ok(())
+}

@@ -215,8 +215,17 @@ pub struct SecretSpec {
     pub from_file: Option<String>,
     /// Random value, stable across re-seeding unless `--rotate`.
     pub generate: Option<GenerateSpec>,
+    /// `json` requires the value to be a JSON object (checked before writing).
+    pub format: Option<SecretFormat>,
     /// Sync into the cluster as an ExternalSecret.
     pub sync: Option<SyncSpec>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]

@@ -154,6 +154,7 @@ pub struct SecretSettings {
     pub description: Option<String>,
     pub tags: BTreeMap<String, String>,
     pub source: SecretSource,
+    pub format: SecretFormat,
     pub sync: Option<SyncSpec>,
 }
 
@@ -623,11 +624,26 @@ pub(crate) fn resolve_with_env(
             ));
         }
         let source = sources.pop().expect("exactly one source").1;
+        let format = match (&source, s.format) {
+            (SecretSource::Json(_), _) => SecretFormat::Json,
+            (SecretSource::Generate(_), Some(SecretFormat::Json)) => {
+                return Err(fail_at(
+                    &location,
+                    format!(
+                        "secret `{}`: a generated value cannot have `format: json`",
+                        s.name
+                    ),
+                    Some("remove `format`, or use `json:` with generated keys written out".into()),
+                ));
+            }
+            (_, format) => format.unwrap_or(SecretFormat::Text),
+        };
         secrets.push(SecretSettings {
             name: s.name,
             description: s.description,
             tags: s.tags,
             source,
+            format,
             sync: s.sync,
         });
     }

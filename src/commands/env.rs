@@ -1,0 +1,94 @@
+use crate::cli::{EnvArgs, ShellKind};
+use crate::commands::Context;
+use crate::error::Error;
+use crate::{aws, docker, localstack, state};
+
+pub async fn run(ctx: &Context, args: EnvArgs) -> Result<i32, Error> {
+    let settings = ctx.settings(|_| {})?;
+    let vars = exports(&settings);
+    // Telling the user is useful; failing is not: the exports are right
+    // either way once the stack runs.
+    if let Ok(docker) = docker::connect().await
+        && docker::inspect(&docker, &localstack::container_name(&settings))
+            .await?
+            .is_none()
+    {
+        ctx.ui.warn(format!(
+            "stack `{}` has no LocalStack running; start it with `devstack up` or `devstack localstack up`",
+            settings.name
+        ));
+    }
+    let format = if ctx.ui.json() {
+        ShellKind::Json
+    } else {
+        args.shell
+    };
+    println!("{}", render(&vars, format));
+    Ok(0)
+}
+
+/// Variables for using the stack from other tools; no secret values.
+pub fn exports(settings: &crate::profile::Settings) -> Vec<(&'static str, String)> {
+    let endpoint = localstack::endpoint_url(settings);
+    let region = settings.localstack.region.clone();
+    let mut vars = vec![
+        ("DEVSTACK_STACK", settings.name.clone()),
+        ("AWS_ENDPOINT_URL", endpoint),
+        ("AWS_REGION", region.clone()),
+        ("AWS_DEFAULT_REGION", region),
+        ("AWS_ACCESS_KEY_ID", aws::TEST_ACCESS_KEY_ID.to_string()),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            aws::TEST_SECRET_ACCESS_KEY.to_string(),
+        ),
+    ];
+    let kubeconfig = state::kubeconfig_path(&settings.name);
+    if kubeconfig.is_file() {
+        vars.push(("KUBECONFIG", kubeconfig.display().to_string()));
+    }
+    vars
+}
+
+pub fn render(vars: &[(&str, String)], format: ShellKind) -> String {
+    let quote = |v: &str| format!("'{}'", v.replace('\'', r"'\''"));
+    match format {
+        ShellKind::Sh => vars
+            .iter()
+            .map(|(k, v)| format!("export {k}={}", quote(v)))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        ShellKind::Fish => vars
+            .iter()
+            .map(|(k, v)| format!("set -gx {k} {};", quote(v).replace(r"'\''", r"\'")))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        ShellKind::Json => {
+            let map: serde_json::Map<String, serde_json::Value> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone().into()))
+                .collect();
+            serde_json::to_string_pretty(&map).expect("JSON map serializes")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_each_shell() {
+        let vars = vec![("A", "x y".to_string()), ("B", "it's".to_string())];
+        assert_eq!(
+            render(&vars, ShellKind::Sh),
+            "export A='x y'\nexport B='it'\\''s'"
+        );
+        assert_eq!(
+            render(&vars, ShellKind::Fish),
+            "set -gx A 'x y';\nset -gx B 'it\\'s';"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&vars, ShellKind::Json)).unwrap();
+        assert_eq!(json["B"], "it's");
+    }
+}

@@ -1,0 +1,136 @@
+use futures::StreamExt;
+use serde_json::json;
+
+use crate::cli::LocalstackCommand;
+use crate::commands::Context;
+use crate::docker;
+use crate::error::Error;
+use crate::localstack;
+
+pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
+    match cmd {
+        LocalstackCommand::Up { port, image } => {
+            let settings = ctx.settings(|o| {
+                o.localstack_port = port;
+                o.localstack_image = image;
+            })?;
+            let docker = docker::connect().await?;
+            let step = ctx
+                .ui
+                .step(format!("LocalStack {}", settings.localstack.image));
+            let report = match localstack::up(&docker, &settings, &|m| step.progress(m)).await {
+                Ok(r) => r,
+                Err(e) => {
+                    step.fail("failed");
+                    return Err(e);
+                }
+            };
+            step.done(format!("{} at {}", report.action, report.endpoint.url));
+            if ctx.ui.json() {
+                ctx.ui
+                    .emit_json(&serde_json::to_value(&report).expect("report serializes"));
+            }
+            Ok(0)
+        }
+        LocalstackCommand::Down => {
+            let settings = ctx.settings(|_| {})?;
+            let docker = docker::connect().await?;
+            let removed = localstack::down(&docker, &settings).await?;
+            let name = localstack::container_name(&settings);
+            ctx.ui.info(if removed {
+                format!("removed {name}")
+            } else {
+                format!("{name} was not there")
+            });
+            if ctx.ui.json() {
+                ctx.ui
+                    .emit_json(&json!({"container": name, "removed": removed}));
+            }
+            Ok(0)
+        }
+        LocalstackCommand::Logs { tail, follow } => {
+            let settings = ctx.settings(|_| {})?;
+            let docker = docker::connect().await?;
+            let name = localstack::container_name(&settings);
+            if docker::inspect(&docker, &name).await?.is_none() {
+                return Err(
+                    Error::user(format!("LocalStack container {name} does not exist"))
+                        .with_hint("start it with `devstack localstack up`"),
+                );
+            }
+            let options = bollard::query_parameters::LogsOptions {
+                stdout: true,
+                stderr: true,
+                follow,
+                tail: tail.to_string(),
+                ..Default::default()
+            };
+            let mut stream = docker.logs(&name, Some(options));
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            while let Some(chunk) = stream.next().await {
+                let chunk =
+                    chunk.map_err(|e| docker::engine_error(format!("logs of {name}"), e))?;
+                let _ = out.write_all(&chunk.into_bytes());
+            }
+            Ok(0)
+        }
+        LocalstackCommand::Status => {
+            let settings = ctx.settings(|_| {})?;
+            let docker = docker::connect().await?;
+            let name = localstack::container_name(&settings);
+            let state = docker::inspect(&docker, &name)
+                .await?
+                .and_then(|c| c.state)
+                .and_then(|s| s.status)
+                .map(|s| s.to_string());
+            let client = reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(3))
+                .no_proxy()
+                .build()
+                .map_err(|e| Error::internal(format!("HTTP client: {e}")))?;
+            let url = format!("{}/_localstack/health", localstack::endpoint_url(&settings));
+            let health = localstack::health(&client, &url).await;
+            let healthy = health.as_ref().is_ok_and(|services| {
+                settings.localstack.services.iter().all(|s| {
+                    matches!(
+                        services.get(s).map(String::as_str),
+                        Some("available" | "running")
+                    )
+                })
+            });
+            if ctx.ui.json() {
+                ctx.ui.emit_json(&json!({
+                    "container": name,
+                    "state": state,
+                    "url": localstack::endpoint_url(&settings),
+                    "healthy": healthy,
+                    "services": health.as_ref().ok(),
+                }));
+            } else {
+                ctx.ui.out(format!(
+                    "{} {name}: {} at {}",
+                    ctx.ui.check_mark(healthy),
+                    state.as_deref().unwrap_or("absent"),
+                    localstack::endpoint_url(&settings)
+                ));
+                if let Ok(services) = &health {
+                    for s in &settings.localstack.services {
+                        ctx.ui.out(format!(
+                            "  {s}: {}",
+                            services.get(s).map(String::as_str).unwrap_or("absent")
+                        ));
+                    }
+                }
+            }
+            if healthy {
+                Ok(0)
+            } else {
+                Err(
+                    Error::unhealthy(format!("LocalStack {name} is not healthy"))
+                        .with_hint("`devstack localstack up` starts or repairs it"),
+                )
+            }
+        }
+    }
+}

@@ -1,0 +1,56 @@
+use crate::cli::SeedArgs;
+use crate::commands::Context;
+use crate::error::Error;
+use crate::seed::{self, Outcome, SeedOptions};
+
+pub async fn run(ctx: &Context, args: SeedArgs) -> Result<i32, Error> {
+    let settings = ctx.settings(|_| {})?;
+    if settings.secrets.is_empty() {
+        ctx.ui.info(format!(
+            "profile `{}` declares no secrets",
+            settings.profile
+        ));
+    }
+    let client = crate::aws::secrets_manager(&settings);
+    let options = SeedOptions {
+        rotate: args.rotate,
+        dry_run: args.dry_run,
+        concurrency: args.concurrency as usize,
+    };
+    let step = ctx.ui.step(format!(
+        "{} secrets in {}",
+        if args.dry_run { "Checking" } else { "Seeding" },
+        crate::localstack::endpoint_url(&settings)
+    ));
+    let timeout = seed::default_timeout(&settings);
+    let report = match tokio::time::timeout(timeout, seed::seed(&settings, &client, options)).await
+    {
+        Ok(Ok(report)) => report,
+        Ok(Err(e)) => {
+            step.fail("failed");
+            return Err(e);
+        }
+        Err(_) => {
+            step.fail("timed out");
+            return Err(Error::internal(format!(
+                "seeding did not finish within {}",
+                settings.timeouts.seed
+            ))
+            .with_hint("raise `timeouts.seed`, or check `devstack localstack status`; seeding converges on re-run"));
+        }
+    };
+    step.done(seed::summary(&report));
+    for secret in &report.secrets {
+        let what = match secret.outcome {
+            Outcome::Created => "created".to_string(),
+            Outcome::Updated => format!("updated ({})", secret.changed.join(", ")),
+            Outcome::Unchanged => "unchanged".to_string(),
+        };
+        ctx.ui.detail(format!("{}: {what}", secret.name));
+    }
+    if ctx.ui.json() {
+        ctx.ui
+            .emit_json(&serde_json::to_value(&report).expect("report serializes"));
+    }
+    Ok(0)
+}

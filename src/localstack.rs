@@ -1,0 +1,509 @@
+//! The stack's LocalStack container: created, reused, restarted or
+//! recreated to match the settings, and waited on until the services the
+//! stack uses report available.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::models::{
+    ContainerCreateBody, HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+};
+use bollard::query_parameters::CreateContainerOptions;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::docker::{self, LABEL_SPEC_HASH};
+use crate::envvars;
+use crate::error::{Error, Kind};
+use crate::hostinfo;
+use crate::profile::Settings;
+
+pub const CONTAINER_PORT: u16 = 4566;
+pub const ROLE: &str = "localstack";
+/// Label holding the spec (as JSON) so a recreate can say what changed.
+const LABEL_SPEC: &str = "dev.devstack.spec";
+const LOG_LINES_ON_ERROR: usize = 25;
+
+/// What `up` did to reach the desired state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "action", content = "reason")]
+pub enum Action {
+    Created,
+    Reused,
+    Restarted,
+    Recreated(String),
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Created => f.write_str("created"),
+            Action::Reused => f.write_str("reused"),
+            Action::Restarted => f.write_str("restarted"),
+            Action::Recreated(why) => write!(f, "recreated ({why})"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoint {
+    pub container: String,
+    /// URL for clients on this host.
+    pub url: String,
+    pub host_port: u16,
+    /// Address of the container on the stack network (for in-cluster routing).
+    pub network_ip: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpReport {
+    pub action: Action,
+    pub endpoint: Endpoint,
+    pub services: BTreeMap<String, String>,
+    #[serde(with = "millis")]
+    pub healthy_after: Duration,
+}
+
+mod millis {
+    pub fn serialize<S: serde::Serializer>(
+        d: &std::time::Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+}
+
+/// The desired container, reduced to what decides "same or different".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+struct Spec {
+    image: String,
+    bind_address: String,
+    port: u16,
+    services: Vec<String>,
+    env: BTreeMap<String, String>,
+    auth_token: bool,
+}
+
+impl Spec {
+    fn from_settings(settings: &Settings) -> Self {
+        let ls = &settings.localstack;
+        Spec {
+            image: ls.image.clone(),
+            bind_address: ls.bind_address.to_string(),
+            port: ls.port,
+            services: ls.services.clone(),
+            env: ls.env.clone(),
+            auth_token: ls.auth_token_present,
+        }
+    }
+
+    fn hash(&self) -> String {
+        let json = serde_json::to_vec(self).expect("spec serializes");
+        hex::encode(&Sha256::digest(&json)[..8])
+    }
+
+    /// Human summary of what differs from `old`.
+    fn differences(&self, old: Option<&Spec>) -> String {
+        let Some(old) = old else {
+            return "created by an older devstack".into();
+        };
+        let mut out = Vec::new();
+        if self.image != old.image {
+            out.push(format!("image {} -> {}", old.image, self.image));
+        }
+        if self.port != old.port || self.bind_address != old.bind_address {
+            out.push(format!(
+                "address {}:{} -> {}:{}",
+                old.bind_address, old.port, self.bind_address, self.port
+            ));
+        }
+        if self.services != old.services {
+            out.push(format!(
+                "services {} -> {}",
+                old.services.join(","),
+                self.services.join(",")
+            ));
+        }
+        if self.env != old.env {
+            out.push("environment changed".into());
+        }
+        if self.auth_token != old.auth_token {
+            out.push(
+                if self.auth_token {
+                    "auth token added"
+                } else {
+                    "auth token removed"
+                }
+                .into(),
+            );
+        }
+        if out.is_empty() {
+            "spec changed".into()
+        } else {
+            out.join(", ")
+        }
+    }
+}
+
+pub fn container_name(settings: &Settings) -> String {
+    format!("{}-localstack", settings.resource_prefix())
+}
+
+pub fn network_name(settings: &Settings) -> String {
+    settings.resource_prefix()
+}
+
+/// Address clients on this host use to reach a port bound on `bind`.
+fn client_host(bind: IpAddr) -> String {
+    if bind.is_unspecified() {
+        "127.0.0.1".into()
+    } else if bind.is_ipv6() {
+        format!("[{bind}]")
+    } else {
+        bind.to_string()
+    }
+}
+
+pub fn endpoint_url(settings: &Settings) -> String {
+    format!(
+        "http://{}:{}",
+        client_host(settings.localstack.bind_address),
+        settings.localstack.port
+    )
+}
+
+/// Brings LocalStack to the desired state and waits until it is healthy.
+pub async fn up(
+    docker: &Docker,
+    settings: &Settings,
+    progress: &dyn Fn(&str),
+) -> Result<UpReport, Error> {
+    let name = container_name(settings);
+    let network = network_name(settings);
+    let spec = Spec::from_settings(settings);
+    let started = Instant::now();
+
+    docker::ensure_network(docker, &settings.name, &network).await?;
+
+    let existing = docker::inspect(docker, &name).await?;
+    let action = match existing {
+        Some(container) => {
+            let labels = container
+                .config
+                .as_ref()
+                .and_then(|c| c.labels.clone())
+                .unwrap_or_default();
+            let ours = labels.get(docker::LABEL_MANAGED_BY).map(String::as_str)
+                == Some(docker::MANAGED_BY_VALUE)
+                && labels.get(docker::LABEL_STACK) == Some(&settings.name);
+            if !ours {
+                return Err(Error::prerequisite(format!(
+                    "a container named `{name}` exists but devstack did not create it"
+                ))
+                .with_hint(format!(
+                    "rename or remove it (`docker rm -f {name}`), or choose another stack name with --name"
+                )));
+            }
+            let running = container
+                .state
+                .as_ref()
+                .and_then(|s| s.running)
+                .unwrap_or(false);
+            if labels.get(LABEL_SPEC_HASH) != Some(&spec.hash()) {
+                let old: Option<Spec> = labels
+                    .get(LABEL_SPEC)
+                    .and_then(|s| serde_json::from_str(s).ok());
+                let why = spec.differences(old.as_ref());
+                progress(&format!("recreating: {why}"));
+                docker::remove_container(docker, &name).await?;
+                create_and_start(docker, settings, &spec).await?;
+                Action::Recreated(why)
+            } else if running {
+                Action::Reused
+            } else {
+                progress("restarting stopped container");
+                start(docker, settings, &name).await?;
+                Action::Restarted
+            }
+        }
+        None => {
+            create_and_start(docker, settings, &spec).await?;
+            Action::Created
+        }
+    };
+
+    progress("waiting for services to report available");
+    let services = wait_healthy(docker, settings, started).await?;
+    let endpoint = describe(docker, settings).await?;
+    Ok(UpReport {
+        action,
+        endpoint,
+        services,
+        healthy_after: started.elapsed(),
+    })
+}
+
+fn port_taken_error(settings: &Settings) -> Error {
+    let ls = &settings.localstack;
+    let holder = hostinfo::port_holder(ls.port)
+        .map(|h| format!(" (held by {h})"))
+        .unwrap_or_default();
+    Error::prerequisite(format!(
+        "LocalStack cannot publish {}:{}: the port is already in use{holder}",
+        ls.bind_address, ls.port
+    ))
+    .with_hint(format!(
+        "stop what holds the port, or pick another: `localstack.port` in the profile, --port, or {}",
+        envvars::DEVSTACK_LOCALSTACK_PORT
+    ))
+}
+
+async fn create_and_start(docker: &Docker, settings: &Settings, spec: &Spec) -> Result<(), Error> {
+    let ls = &settings.localstack;
+    if !hostinfo::port_is_free(ls.bind_address, ls.port) {
+        return Err(port_taken_error(settings));
+    }
+    let bundle = match &settings.images.bundle {
+        Some(dir) => Some(crate::bundle::Bundle::open(dir)?),
+        None => None,
+    };
+    crate::bundle::ensure_image(docker, &ls.image, bundle.as_ref()).await?;
+    let name = container_name(settings);
+    let mut env = vec![
+        format!("SERVICES={}", ls.services.join(",")),
+        format!("GATEWAY_LISTEN=0.0.0.0:{CONTAINER_PORT}"),
+        "EAGER_SERVICE_LOADING=1".to_string(),
+        format!("AWS_DEFAULT_REGION={}", ls.region),
+    ];
+    if let Some(token) = envvars::get(&ls.auth_token_env) {
+        env.push(format!("LOCALSTACK_AUTH_TOKEN={token}"));
+    }
+    env.extend(ls.env.iter().map(|(k, v)| format!("{k}={v}")));
+
+    let mut labels = docker::labels(&settings.name, ROLE);
+    labels.insert(LABEL_SPEC_HASH.into(), spec.hash());
+    labels.insert(
+        LABEL_SPEC.into(),
+        serde_json::to_string(spec).expect("spec serializes"),
+    );
+    let port_key = format!("{CONTAINER_PORT}/tcp");
+    let body = ContainerCreateBody {
+        image: Some(ls.image.clone()),
+        env: Some(env),
+        labels: Some(labels),
+        exposed_ports: Some(vec![port_key.clone()]),
+        host_config: Some(HostConfig {
+            port_bindings: Some(HashMap::from([(
+                port_key,
+                Some(vec![PortBinding {
+                    host_ip: Some(ls.bind_address.to_string()),
+                    host_port: Some(ls.port.to_string()),
+                }]),
+            )])),
+            network_mode: Some(network_name(settings)),
+            restart_policy: Some(RestartPolicy {
+                name: Some(RestartPolicyNameEnum::NO),
+                maximum_retry_count: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let options = CreateContainerOptions {
+        name: Some(name.clone()),
+        ..Default::default()
+    };
+    docker
+        .create_container(Some(options), body)
+        .await
+        .map_err(|e| docker::engine_error(format!("create container {name}"), e))?;
+    if let Err(err) = start(docker, settings, &name).await {
+        // Never leave a created-but-unstartable container behind.
+        let _ = docker::remove_container(docker, &name).await;
+        return Err(err);
+    }
+    Ok(())
+}
+
+async fn start(docker: &Docker, settings: &Settings, name: &str) -> Result<(), Error> {
+    match docker
+        .start_container(
+            name,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let message = docker::docker_message(&e);
+            if message.contains("port is already allocated")
+                || message.contains("address already in use")
+            {
+                Err(port_taken_error(settings))
+            } else {
+                Err(docker::engine_error(format!("start container {name}"), e))
+            }
+        }
+    }
+}
+
+/// Polls `/_localstack/health` and the container state until every service
+/// the stack needs reports available, the container dies, or time runs out.
+async fn wait_healthy(
+    docker: &Docker,
+    settings: &Settings,
+    started: Instant,
+) -> Result<BTreeMap<String, String>, Error> {
+    let name = container_name(settings);
+    let timeout = settings.timeouts.localstack.get();
+    let url = format!("{}/_localstack/health", endpoint_url(settings));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .no_proxy()
+        .build()
+        .map_err(|e| Error::internal(format!("HTTP client: {e}")))?;
+    let mut last_state;
+    loop {
+        let state = docker::inspect(docker, &name).await?.and_then(|c| c.state);
+        let running = state.as_ref().and_then(|s| s.running).unwrap_or(false);
+        if !running {
+            let exit = state.as_ref().and_then(|s| s.exit_code).unwrap_or(-1);
+            let logs = docker::tail_logs(docker, &name, LOG_LINES_ON_ERROR).await;
+            return Err(Error::new(
+                Kind::Internal,
+                format!("LocalStack container {name} exited (code {exit}) before it was healthy; last log lines:\n{}", indent(&logs)),
+            )
+            .with_hint(format!("`devstack localstack logs` shows the full log; check the image `{}`", settings.localstack.image)));
+        }
+        match health(&client, &url).await {
+            Ok(services) => {
+                let missing: Vec<&String> = settings
+                    .localstack
+                    .services
+                    .iter()
+                    .filter(|s| {
+                        !matches!(
+                            services.get(*s).map(String::as_str),
+                            Some("available" | "running")
+                        )
+                    })
+                    .collect();
+                if missing.is_empty() {
+                    return Ok(services);
+                }
+                last_state = format!(
+                    "waiting for {}",
+                    missing
+                        .iter()
+                        .map(|s| format!(
+                            "{s}={}",
+                            services.get(*s).map(String::as_str).unwrap_or("absent")
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            Err(e) => last_state = e,
+        }
+        if started.elapsed() >= timeout {
+            let logs = docker::tail_logs(docker, &name, LOG_LINES_ON_ERROR).await;
+            return Err(Error::new(
+                Kind::Internal,
+                format!(
+                    "LocalStack was not healthy within {} ({last_state}); last log lines:\n{}",
+                    settings.timeouts.localstack,
+                    indent(&logs)
+                ),
+            )
+            .with_hint(
+                "raise `timeouts.localstack` in the profile, or check `devstack localstack logs`",
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Service name -> state from LocalStack's health endpoint.
+pub async fn health(
+    client: &reqwest::Client,
+    url: &str,
+) -> Result<BTreeMap<String, String>, String> {
+    let response = client
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| format!("health endpoint: {e}"))?;
+    if !response.status().is_success() {
+        return Err(format!("health endpoint answered {}", response.status()));
+    }
+    let body: serde_json::Value = response
+        .json()
+        .await
+        .map_err(|e| format!("health endpoint: {e}"))?;
+    Ok(body
+        .get("services")
+        .and_then(|s| s.as_object())
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("?").to_string()))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+fn indent(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.is_empty() {
+        return "    (no output)".into();
+    }
+    lines
+        .iter()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Where the running container is.
+pub async fn describe(docker: &Docker, settings: &Settings) -> Result<Endpoint, Error> {
+    let name = container_name(settings);
+    let container = docker::inspect(docker, &name).await?;
+    let network_ip = container
+        .as_ref()
+        .and_then(|c| c.network_settings.as_ref())
+        .and_then(|n| n.networks.as_ref())
+        .and_then(|n| n.get(&network_name(settings)))
+        .and_then(|e| e.ip_address.clone())
+        .filter(|ip| !ip.is_empty());
+    Ok(Endpoint {
+        container: name,
+        url: endpoint_url(settings),
+        host_port: settings.localstack.port,
+        network_ip,
+    })
+}
+
+/// Removes the container, and the network when nothing else uses it.
+pub async fn down(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
+    let name = container_name(settings);
+    let removed = match docker::inspect(docker, &name).await? {
+        Some(c) => {
+            let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
+            if labels.get(docker::LABEL_STACK) != Some(&settings.name)
+                || labels.get(docker::LABEL_MANAGED_BY).map(String::as_str)
+                    != Some(docker::MANAGED_BY_VALUE)
+            {
+                return Err(Error::user(format!(
+                    "container `{name}` was not created by devstack; leaving it alone"
+                )));
+            }
+            docker::remove_container(docker, &name).await?
+        }
+        None => false,
+    };
+    docker::remove_network_if_unused(docker, &network_name(settings)).await?;
+    Ok(removed)
+}

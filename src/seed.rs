@@ -1,0 +1,430 @@
+//! Seeding AWS Secrets Manager in LocalStack from the profile.
+//!
+//! All values are resolved before anything is written, so bad input (a
+//! missing variable, an unreadable file, invalid JSON) writes nothing. Each
+//! secret is then converged on its own — created, updated or left alone — so
+//! an interrupted run is completed by the next one. Values only ever travel
+//! inside [`SecretString`]; errors name secrets, never values.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use aws_sdk_secretsmanager::Client;
+use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
+use futures::StreamExt;
+use rand::Rng;
+use serde::Serialize;
+
+use crate::error::{Error, Kind};
+use crate::profile::schema::{Charset, GenerateSpec, SecretFormat};
+use crate::profile::settings::SecretSettings;
+use crate::profile::{SecretSource, SecretString, Settings};
+
+#[derive(Debug, Clone, Copy)]
+pub struct SeedOptions {
+    pub rotate: bool,
+    pub dry_run: bool,
+    pub concurrency: usize,
+}
+
+impl Default for SeedOptions {
+    fn default() -> Self {
+        SeedOptions {
+            rotate: false,
+            dry_run: false,
+            concurrency: 8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Created,
+    Updated,
+    Unchanged,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretResult {
+    pub name: String,
+    pub outcome: Outcome,
+    /// What changed for `updated`: value, description, tags.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<&'static str>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SeedReport {
+    pub dry_run: bool,
+    pub created: usize,
+    pub updated: usize,
+    pub unchanged: usize,
+    pub secrets: Vec<SecretResult>,
+    pub elapsed_ms: u64,
+}
+
+/// The value a secret should have, once its source is read.
+enum Desired {
+    Value(SecretString),
+    /// Keep the stored value if there is one (unless rotating).
+    Generate(GenerateSpec),
+}
+
+/// Reads every secret's source. Fails on the first bad one, before any write.
+fn resolve_all(secrets: &[SecretSettings]) -> Result<Vec<Desired>, Error> {
+    secrets.iter().map(resolve_one).collect()
+}
+
+fn resolve_one(secret: &SecretSettings) -> Result<Desired, Error> {
+    let name = &secret.name;
+    let value = match &secret.source {
+        SecretSource::Literal(v) => v.clone(),
+        SecretSource::Json(map) => {
+            let object: BTreeMap<&str, &str> =
+                map.iter().map(|(k, v)| (k.as_str(), v.expose())).collect();
+            SecretString::new(serde_json::to_string(&object).expect("string map serializes"))
+        }
+        SecretSource::Env(var) => match std::env::var(var) {
+            Ok(v) => SecretString::new(v),
+            Err(_) => {
+                return Err(Error::user(format!(
+                    "secret `{name}` reads environment variable {var}, which is not set"
+                ))
+                .with_hint(format!(
+                    "export {var}=... before seeding, or change the secret's source"
+                )));
+            }
+        },
+        SecretSource::File(path) => match std::fs::read_to_string(path) {
+            // One trailing newline is an artefact of editors and `echo`, not part of the value.
+            Ok(v) => SecretString::new(v.strip_suffix('\n').unwrap_or(&v).to_string()),
+            Err(e) => {
+                return Err(Error::user(format!(
+                    "secret `{name}` reads file {}, which cannot be read: {}",
+                    path.display(),
+                    e.kind()
+                ))
+                .with_hint("check the path (relative paths start at the profile's directory) and its permissions"));
+            }
+        },
+        SecretSource::Generate(spec) => return Ok(Desired::Generate(*spec)),
+    };
+    if secret.format == SecretFormat::Json {
+        match serde_json::from_str::<serde_json::Value>(value.expose()) {
+            Ok(serde_json::Value::Object(_)) => {}
+            Ok(_) => {
+                return Err(Error::user(format!(
+                    "secret `{name}` must be a JSON object (format: json)"
+                ))
+                .with_hint("write the value as {\"key\": \"value\", ...}"));
+            }
+            // serde_json's messages give line and column only, never the input.
+            Err(e) => {
+                return Err(Error::user(format!(
+                    "secret `{name}` is not valid JSON (format: json): {e}"
+                ))
+                .with_hint("fix the JSON, or remove `format: json` to store it as text"));
+            }
+        }
+    }
+    Ok(Desired::Value(value))
+}
+
+pub fn generate(spec: &GenerateSpec) -> SecretString {
+    const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    const HEX: &[u8] = b"0123456789abcdef";
+    const B64URL: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const ASCII: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!#$%&()*+,-./:;<=>?@[]^_{|}~";
+    let alphabet = match spec.charset {
+        Charset::Alphanumeric => ALNUM,
+        Charset::Hex => HEX,
+        Charset::Base64url => B64URL,
+        Charset::Ascii => ASCII,
+    };
+    let mut rng = rand::rng();
+    let value: String = (0..spec.length)
+        .map(|_| alphabet[rng.random_range(0..alphabet.len())] as char)
+        .collect();
+    SecretString::new(value)
+}
+
+/// Creates or updates the profile's secrets.
+pub async fn seed(
+    settings: &Settings,
+    client: &Client,
+    options: SeedOptions,
+) -> Result<SeedReport, Error> {
+    let started = Instant::now();
+    let desired = resolve_all(&settings.secrets)?;
+    let endpoint = crate::localstack::endpoint_url(settings);
+    let work = settings
+        .secrets
+        .iter()
+        .zip(desired)
+        .map(|(secret, desired)| {
+            let endpoint = endpoint.clone();
+            async move { converge(client, secret, desired, options, &endpoint).await }
+        });
+    let results: Vec<Result<SecretResult, Error>> = futures::stream::iter(work)
+        .buffered(options.concurrency.max(1))
+        .collect()
+        .await;
+    let mut secrets = Vec::new();
+    let mut first_error = None;
+    let mut failed = 0;
+    for result in results {
+        match result {
+            Ok(r) => secrets.push(r),
+            Err(e) => {
+                failed += 1;
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(err) = first_error {
+        let done = secrets.len();
+        return Err(if failed > 1 || done > 0 {
+            err.context(format!(
+                "{failed} of {} secrets failed ({done} converged; a re-run finishes the rest)",
+                done + failed
+            ))
+        } else {
+            err
+        });
+    }
+    let count = |o: Outcome| secrets.iter().filter(|s| s.outcome == o).count();
+    Ok(SeedReport {
+        dry_run: options.dry_run,
+        created: count(Outcome::Created),
+        updated: count(Outcome::Updated),
+        unchanged: count(Outcome::Unchanged),
+        secrets,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+async fn converge(
+    client: &Client,
+    secret: &SecretSettings,
+    desired: Desired,
+    options: SeedOptions,
+    endpoint: &str,
+) -> Result<SecretResult, Error> {
+    let name = secret.name.as_str();
+    let fail = |op: &str, e: &dyn AwsErrorInfo| sdk_error(name, op, e, endpoint);
+    let existing = match client.describe_secret().secret_id(name).send().await {
+        Ok(d) => Some(d),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception()) =>
+        {
+            None
+        }
+        Err(e) => return Err(fail("describe", &e)),
+    };
+
+    let Some(existing) = existing else {
+        if !options.dry_run {
+            let value = match desired {
+                Desired::Value(v) => v,
+                Desired::Generate(spec) => generate(&spec),
+            };
+            let tags: Vec<_> = secret
+                .tags
+                .iter()
+                .map(|(k, v)| {
+                    aws_sdk_secretsmanager::types::Tag::builder()
+                        .key(k)
+                        .value(v)
+                        .build()
+                })
+                .collect();
+            client
+                .create_secret()
+                .name(name)
+                .set_description(secret.description.clone())
+                .set_tags((!tags.is_empty()).then_some(tags))
+                .secret_string(value.expose())
+                .send()
+                .await
+                .map_err(|e| fail("create", &e))?;
+        }
+        return Ok(SecretResult {
+            name: name.into(),
+            outcome: Outcome::Created,
+            changed: vec![],
+        });
+    };
+
+    let mut changed = Vec::new();
+    if existing.deleted_date.is_some() {
+        changed.push("restored");
+        if !options.dry_run {
+            client
+                .restore_secret()
+                .secret_id(name)
+                .send()
+                .await
+                .map_err(|e| fail("restore", &e))?;
+        }
+    }
+    let current = match client.get_secret_value().secret_id(name).send().await {
+        Ok(v) => v.secret_string.map(SecretString::new),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception()) =>
+        {
+            None
+        }
+        Err(e) if existing.deleted_date.is_some() => {
+            // A deleted secret's value is unreadable until restored (dry run).
+            tracing::debug!(
+                "value of deleted secret {name} not readable: {}",
+                ProvideErrorMetadata::code(&e).unwrap_or("?")
+            );
+            None
+        }
+        Err(e) => return Err(fail("read", &e)),
+    };
+    let target = match desired {
+        Desired::Value(v) => Some(v),
+        Desired::Generate(_) if current.is_some() && !options.rotate => None,
+        Desired::Generate(spec) => Some(generate(&spec)),
+    };
+    if let Some(value) = target.filter(|v| Some(v) != current.as_ref()) {
+        changed.push("value");
+        if !options.dry_run {
+            client
+                .put_secret_value()
+                .secret_id(name)
+                .secret_string(value.expose())
+                .send()
+                .await
+                .map_err(|e| fail("update", &e))?;
+        }
+    }
+    if let Some(description) = &secret.description
+        && existing.description.as_deref() != Some(description.as_str())
+    {
+        changed.push("description");
+        if !options.dry_run {
+            client
+                .update_secret()
+                .secret_id(name)
+                .description(description)
+                .send()
+                .await
+                .map_err(|e| fail("update description of", &e))?;
+        }
+    }
+    let stored: BTreeMap<&str, &str> = existing
+        .tags
+        .iter()
+        .flatten()
+        .filter_map(|t| Some((t.key.as_deref()?, t.value.as_deref().unwrap_or(""))))
+        .collect();
+    let missing: Vec<_> = secret
+        .tags
+        .iter()
+        .filter(|(k, v)| stored.get(k.as_str()) != Some(&v.as_str()))
+        .map(|(k, v)| {
+            aws_sdk_secretsmanager::types::Tag::builder()
+                .key(k)
+                .value(v)
+                .build()
+        })
+        .collect();
+    if !missing.is_empty() {
+        changed.push("tags");
+        if !options.dry_run {
+            client
+                .tag_resource()
+                .secret_id(name)
+                .set_tags(Some(missing))
+                .send()
+                .await
+                .map_err(|e| fail("tag", &e))?;
+        }
+    }
+    let outcome = if changed.is_empty() {
+        Outcome::Unchanged
+    } else {
+        Outcome::Updated
+    };
+    Ok(SecretResult {
+        name: name.into(),
+        outcome,
+        changed,
+    })
+}
+
+/// What we need from an SDK error, object-safe.
+trait AwsErrorInfo {
+    fn code(&self) -> Option<&str>;
+    fn message(&self) -> Option<&str>;
+    fn is_dispatch_or_timeout(&self) -> bool;
+}
+
+impl<E: ProvideErrorMetadata, R> AwsErrorInfo for SdkError<E, R> {
+    fn code(&self) -> Option<&str> {
+        ProvideErrorMetadata::code(self)
+    }
+    fn message(&self) -> Option<&str> {
+        ProvideErrorMetadata::message(self)
+    }
+    fn is_dispatch_or_timeout(&self) -> bool {
+        matches!(
+            self,
+            SdkError::DispatchFailure(_) | SdkError::TimeoutError(_)
+        )
+    }
+}
+
+fn sdk_error(name: &str, op: &str, err: &dyn AwsErrorInfo, endpoint: &str) -> Error {
+    if err.is_dispatch_or_timeout() {
+        return Error::new(
+            Kind::Prerequisite,
+            format!("cannot {op} secret `{name}`: LocalStack at {endpoint} did not answer"),
+        )
+        .with_hint("start it with `devstack localstack up` (or `devstack up`), then seed again: seeding converges");
+    }
+    let code = err.code().unwrap_or("Unknown");
+    let message = err.message().unwrap_or("no message");
+    let (kind, hint) = match code {
+        "InvalidParameterException" | "ValidationException" | "InvalidRequestException" => (
+            Kind::User,
+            "check the secret's name and fields in the profile (AWS Secrets Manager rules apply)",
+        ),
+        _ => (
+            Kind::Internal,
+            "run with -v for detail; `devstack localstack logs` shows LocalStack's side",
+        ),
+    };
+    Error::new(
+        kind,
+        format!("cannot {op} secret `{name}`: LocalStack rejected it: {code}: {message}"),
+    )
+    .with_hint(hint)
+}
+
+pub fn summary(report: &SeedReport) -> String {
+    let verb = if report.dry_run {
+        "would seed"
+    } else {
+        "seeded"
+    };
+    format!(
+        "{verb} {} secret(s): {} created, {} updated, {} unchanged",
+        report.secrets.len(),
+        report.created,
+        report.updated,
+        report.unchanged
+    )
+}
+
+pub fn default_timeout(settings: &Settings) -> Duration {
+    settings.timeouts.seed.get()
+}
