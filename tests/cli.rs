@@ -1,0 +1,85 @@
+//! CLI surface: help text and error output, checked as snapshots.
+
+use std::process::Command;
+
+fn devstack(args: &[&str], cwd: &std::path::Path) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_devstack"))
+        .args(args)
+        .current_dir(cwd)
+        .env("CI", "true")
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "100")
+        .env_remove("DEVSTACK_PROFILE")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn manifest_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn help_texts() {
+    for args in [
+        vec!["--help"],
+        vec!["profile", "--help"],
+        vec!["localstack", "--help"],
+        vec!["seed", "--help"],
+        vec!["env", "--help"],
+        vec!["doctor", "--help"],
+    ] {
+        let (code, stdout, _) = devstack(&args, &manifest_dir());
+        assert_eq!(code, 0);
+        insta::assert_snapshot!(format!("help_{}", args.join("_").replace("--", "")), stdout);
+    }
+}
+
+#[test]
+fn profile_errors_render_with_position_and_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("typo.yaml"),
+        "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: demo\nlocalstack:\n  prot: 4566\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("version.yaml"), "apiVersion: devstack.dev/v2\nkind: Profile\nname: demo\n").unwrap();
+    std::fs::write(
+        dir.path().join("type.yaml"),
+        "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: demo\ntimeouts:\n  cluster: soon\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = devstack(&["profile", "validate", "typo.yaml", "version.yaml", "type.yaml"], dir.path());
+    assert_eq!(code, 2, "user errors exit 2");
+    assert_eq!(stdout, "");
+    insta::assert_snapshot!("profile_validate_errors", stderr);
+}
+
+#[test]
+fn unknown_profile_name_suggests_the_closest_shipped_one() {
+    let (code, _, stderr) = devstack(&["profile", "show", "--profile", "dve"], &manifest_dir());
+    assert_eq!(code, 2);
+    insta::assert_snapshot!("unknown_profile", stderr);
+}
+
+#[test]
+fn shipped_profiles_validate_from_disk() {
+    let (code, _, stderr) = devstack(
+        &["profile", "validate", "profiles/dev.yaml", "profiles/ci.yaml", "profiles/demo.yaml"],
+        &manifest_dir(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stderr.matches("valid (stack").count(), 3, "{stderr}");
+}
+
+#[test]
+fn readme_lists_every_environment_variable_devstack_reads() {
+    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
+    for (name, _) in devstack::envvars::ALL {
+        assert!(readme.contains(&format!("`{name}`")), "README.md does not document {name}");
+    }
+}

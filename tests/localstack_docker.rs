@@ -1,0 +1,150 @@
+//! Docker tier: a real engine and the real LocalStack image.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn localstack_starts_is_reused_restarted_and_recreated_on_a_changed_spec() {
+    if !require_docker() {
+        return;
+    }
+    require_image(LOCALSTACK_IMAGE);
+    let stack = TestStack::new("ls");
+    let profile = stack.profile("");
+
+    let first = stack.run(&profile, &["localstack", "up", "--json"]);
+    first.ok();
+    let report = first.json();
+    assert_eq!(report["action"]["action"], "created", "{report}");
+    for service in ["secretsmanager", "sts", "s3"] {
+        let state = report["services"][service].as_str().unwrap_or("absent");
+        assert!(matches!(state, "available" | "running"), "{service}: {state}");
+    }
+    assert_eq!(stack.containers().len(), 1);
+    assert_eq!(stack.networks().len(), 1);
+
+    let again = stack.run(&profile, &["localstack", "up", "--json"]);
+    assert_eq!(again.ok().json()["action"]["action"], "reused");
+
+    let container = format!("devstack-{}-localstack", stack.name);
+    assert!(docker(&["stop", "-t", "1", &container]).status.success());
+    let restarted = stack.run(&profile, &["localstack", "up", "--json"]);
+    assert_eq!(restarted.ok().json()["action"]["action"], "restarted");
+
+    let changed = stack.profile("  # changed spec\n");
+    std::fs::write(
+        &changed,
+        std::fs::read_to_string(&changed).unwrap().replace(
+            &format!("  port: {}\n", stack.port),
+            &format!("  port: {}\n  services: [secretsmanager, sts]\n", stack.port),
+        ),
+    )
+    .unwrap();
+    let recreated = stack.run(&changed, &["localstack", "up", "--json"]);
+    let report = recreated.ok().json();
+    assert_eq!(report["action"]["action"], "recreated");
+    assert!(report["action"]["reason"].as_str().unwrap().contains("services"), "{report}");
+    assert!(recreated.stderr.contains("recreated (services"), "{}", recreated.stderr);
+
+    let status = stack.run(&changed, &["localstack", "status", "--json"]);
+    assert_eq!(status.ok().json()["healthy"], true);
+
+    let logs = stack.run(&changed, &["localstack", "logs", "--tail", "5"]);
+    logs.ok();
+    assert!(!logs.stdout.trim().is_empty(), "logs should not be empty");
+
+    stack.run(&changed, &["localstack", "down"]).ok();
+    assert!(stack.containers().is_empty());
+    assert!(stack.networks().is_empty());
+    // Idempotent: nothing left to remove is success.
+    stack.run(&changed, &["localstack", "down"]).ok();
+    let status = stack.run(&changed, &["localstack", "status"]);
+    assert_eq!(status.code, 4, "status of an absent LocalStack is unhealthy");
+}
+
+#[test]
+fn a_taken_port_is_a_clear_error_and_leaves_nothing_behind() {
+    if !require_docker() {
+        return;
+    }
+    require_image(LOCALSTACK_IMAGE);
+    let stack = TestStack::new("port");
+    let listener = std::net::TcpListener::bind(("127.0.0.1", stack.port)).unwrap();
+    let profile = stack.profile("");
+    let run = stack.run(&profile, &["localstack", "up"]);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(run.stderr.contains(&format!("127.0.0.1:{}", stack.port)), "{}", run.stderr);
+    assert!(run.stderr.contains("already in use"), "{}", run.stderr);
+    assert!(run.stderr.contains(&format!("pid {}", std::process::id())) || run.stderr.contains("held by"), "names the holder: {}", run.stderr);
+    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+    assert!(stack.containers().is_empty(), "no container may be left behind");
+    drop(listener);
+}
+
+#[test]
+fn an_unlabelled_container_with_the_same_name_is_left_alone() {
+    if !require_docker() {
+        return;
+    }
+    require_image(LOCALSTACK_IMAGE);
+    let stack = TestStack::new("foreign");
+    let name = format!("devstack-{}-localstack", stack.name);
+    let created = docker(&["create", "--name", &name, LOCALSTACK_IMAGE]);
+    assert!(created.status.success());
+    let profile = stack.profile("");
+    let up = stack.run(&profile, &["localstack", "up"]);
+    let down = stack.run(&profile, &["localstack", "down"]);
+    let still_there = docker(&["inspect", &name]).status.success();
+    let _ = docker(&["rm", "-f", &name]);
+    assert_eq!(up.code, 3, "{}", up.stderr);
+    assert!(up.stderr.contains("devstack did not create it"), "{}", up.stderr);
+    assert_ne!(down.code, 0);
+    assert!(still_there, "devstack must never remove a container it did not label");
+}
+
+#[test]
+fn doctor_reports_the_real_engine_and_a_dead_socket() {
+    if !require_docker() {
+        return;
+    }
+    let stack = TestStack::new("doc");
+    let profile = stack.profile("");
+    let run = stack.run(&profile, &["doctor", "--json"]);
+    let report = run.json();
+    let docker_check = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "docker").unwrap();
+    assert_eq!(docker_check["status"], "pass", "{report}");
+    assert!(docker_check["detail"].as_str().unwrap().contains("cgroup v"), "{report}");
+    assert_eq!(run.code, if report["ok"] == true { 0 } else { 3 });
+
+    let dead = stack.dir.path().join("dead.sock");
+    let host = format!("unix://{}", dead.display());
+    let run = stack.run_env(&profile, &["doctor"], &[("DOCKER_HOST", &host)]);
+    assert_eq!(run.code, 3, "{}", run.all());
+    assert!(run.stdout.contains(&format!("cannot reach the Docker engine at {host}")), "{}", run.stdout);
+    assert!(run.stdout.contains("hint: start the Docker engine at"), "{}", run.stdout);
+    let run = stack.run_env(&profile, &["localstack", "up"], &[("DOCKER_HOST", &host)]);
+    assert_eq!(run.code, 3);
+    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+}
+
+#[test]
+fn doctor_names_the_holder_of_a_taken_port() {
+    let stack = TestStack::new("docport");
+    let listener = std::net::TcpListener::bind(("127.0.0.1", stack.port)).unwrap();
+    let profile = stack.profile("");
+    let run = stack.run_env(&profile, &["doctor", "--json"], &[]);
+    let report = run.json();
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == format!("port {}", stack.port))
+        .unwrap()
+        .clone();
+    drop(listener);
+    assert_eq!(check["status"], "fail", "{report}");
+    assert!(check["detail"].as_str().unwrap().contains(&format!("pid {}", std::process::id())), "{check}");
+    assert!(check["hint"].as_str().is_some());
+    assert_eq!(run.code, 3);
+}
