@@ -47,13 +47,26 @@ fn profile_errors_render_with_position_and_hint() {
         "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: demo\nlocalstack:\n  prot: 4566\n",
     )
     .unwrap();
-    std::fs::write(dir.path().join("version.yaml"), "apiVersion: devstack.dev/v2\nkind: Profile\nname: demo\n").unwrap();
+    std::fs::write(
+        dir.path().join("version.yaml"),
+        "apiVersion: devstack.dev/v2\nkind: Profile\nname: demo\n",
+    )
+    .unwrap();
     std::fs::write(
         dir.path().join("type.yaml"),
         "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: demo\ntimeouts:\n  cluster: soon\n",
     )
     .unwrap();
-    let (code, stdout, stderr) = devstack(&["profile", "validate", "typo.yaml", "version.yaml", "type.yaml"], dir.path());
+    let (code, stdout, stderr) = devstack(
+        &[
+            "profile",
+            "validate",
+            "typo.yaml",
+            "version.yaml",
+            "type.yaml",
+        ],
+        dir.path(),
+    );
     assert_eq!(code, 2, "user errors exit 2");
     assert_eq!(stdout, "");
     insta::assert_snapshot!("profile_validate_errors", stderr);
@@ -69,7 +82,13 @@ fn unknown_profile_name_suggests_the_closest_shipped_one() {
 #[test]
 fn shipped_profiles_validate_from_disk() {
     let (code, _, stderr) = devstack(
-        &["profile", "validate", "profiles/dev.yaml", "profiles/ci.yaml", "profiles/demo.yaml"],
+        &[
+            "profile",
+            "validate",
+            "profiles/dev.yaml",
+            "profiles/ci.yaml",
+            "profiles/demo.yaml",
+        ],
         &manifest_dir(),
     );
     assert_eq!(code, 0, "{stderr}");
@@ -80,6 +99,9 @@ fn shipped_profiles_validate_from_disk() {
 fn readme_lists_every_environment_variable_devstack_reads() {
     let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
     for (name, _) in devstack::envvars::ALL {
-        assert!(readme.contains(&format!("`{name}`")), "README.md does not document {name}");
+        assert!(
+            readme.contains(&format!("`{name}`")),
+            "README.md does not document {name}"
+        );
     }
 }

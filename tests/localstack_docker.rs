@@ -19,7 +19,10 @@ fn localstack_starts_is_reused_restarted_and_recreated_on_a_changed_spec() {
     assert_eq!(report["action"]["action"], "created", "{report}");
     for service in ["secretsmanager", "sts", "s3"] {
         let state = report["services"][service].as_str().unwrap_or("absent");
-        assert!(matches!(state, "available" | "running"), "{service}: {state}");
+        assert!(
+            matches!(state, "available" | "running"),
+            "{service}: {state}"
+        );
     }
     assert_eq!(stack.containers().len(), 1);
     assert_eq!(stack.networks().len(), 1);
@@ -37,15 +40,28 @@ fn localstack_starts_is_reused_restarted_and_recreated_on_a_changed_spec() {
         &changed,
         std::fs::read_to_string(&changed).unwrap().replace(
             &format!("  port: {}\n", stack.port),
-            &format!("  port: {}\n  services: [secretsmanager, sts]\n", stack.port),
+            &format!(
+                "  port: {}\n  services: [secretsmanager, sts]\n",
+                stack.port
+            ),
         ),
     )
     .unwrap();
     let recreated = stack.run(&changed, &["localstack", "up", "--json"]);
     let report = recreated.ok().json();
     assert_eq!(report["action"]["action"], "recreated");
-    assert!(report["action"]["reason"].as_str().unwrap().contains("services"), "{report}");
-    assert!(recreated.stderr.contains("recreated (services"), "{}", recreated.stderr);
+    assert!(
+        report["action"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("services"),
+        "{report}"
+    );
+    assert!(
+        recreated.stderr.contains("recreated (services"),
+        "{}",
+        recreated.stderr
+    );
 
     let status = stack.run(&changed, &["localstack", "status", "--json"]);
     assert_eq!(status.ok().json()["healthy"], true);
@@ -60,7 +76,10 @@ fn localstack_starts_is_reused_restarted_and_recreated_on_a_changed_spec() {
     // Idempotent: nothing left to remove is success.
     stack.run(&changed, &["localstack", "down"]).ok();
     let status = stack.run(&changed, &["localstack", "status"]);
-    assert_eq!(status.code, 4, "status of an absent LocalStack is unhealthy");
+    assert_eq!(
+        status.code, 4,
+        "status of an absent LocalStack is unhealthy"
+    );
 }
 
 #[test]
@@ -74,11 +93,23 @@ fn a_taken_port_is_a_clear_error_and_leaves_nothing_behind() {
     let profile = stack.profile("");
     let run = stack.run(&profile, &["localstack", "up"]);
     assert_eq!(run.code, 3, "{}", run.stderr);
-    assert!(run.stderr.contains(&format!("127.0.0.1:{}", stack.port)), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("127.0.0.1:{}", stack.port)),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("already in use"), "{}", run.stderr);
-    assert!(run.stderr.contains(&format!("pid {}", std::process::id())) || run.stderr.contains("held by"), "names the holder: {}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("pid {}", std::process::id()))
+            || run.stderr.contains("held by"),
+        "names the holder: {}",
+        run.stderr
+    );
     assert!(run.stderr.contains("hint:"), "{}", run.stderr);
-    assert!(stack.containers().is_empty(), "no container may be left behind");
+    assert!(
+        stack.containers().is_empty(),
+        "no container may be left behind"
+    );
     drop(listener);
 }
 
@@ -98,9 +129,16 @@ fn an_unlabelled_container_with_the_same_name_is_left_alone() {
     let still_there = docker(&["inspect", &name]).status.success();
     let _ = docker(&["rm", "-f", &name]);
     assert_eq!(up.code, 3, "{}", up.stderr);
-    assert!(up.stderr.contains("devstack did not create it"), "{}", up.stderr);
+    assert!(
+        up.stderr.contains("devstack did not create it"),
+        "{}",
+        up.stderr
+    );
     assert_ne!(down.code, 0);
-    assert!(still_there, "devstack must never remove a container it did not label");
+    assert!(
+        still_there,
+        "devstack must never remove a container it did not label"
+    );
 }
 
 #[test]
@@ -112,17 +150,37 @@ fn doctor_reports_the_real_engine_and_a_dead_socket() {
     let profile = stack.profile("");
     let run = stack.run(&profile, &["doctor", "--json"]);
     let report = run.json();
-    let docker_check = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "docker").unwrap();
+    let docker_check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "docker")
+        .unwrap();
     assert_eq!(docker_check["status"], "pass", "{report}");
-    assert!(docker_check["detail"].as_str().unwrap().contains("cgroup v"), "{report}");
+    assert!(
+        docker_check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("cgroup v"),
+        "{report}"
+    );
     assert_eq!(run.code, if report["ok"] == true { 0 } else { 3 });
 
     let dead = stack.dir.path().join("dead.sock");
     let host = format!("unix://{}", dead.display());
     let run = stack.run_env(&profile, &["doctor"], &[("DOCKER_HOST", &host)]);
     assert_eq!(run.code, 3, "{}", run.all());
-    assert!(run.stdout.contains(&format!("cannot reach the Docker engine at {host}")), "{}", run.stdout);
-    assert!(run.stdout.contains("hint: start the Docker engine at"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains(&format!("cannot reach the Docker engine at {host}")),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("hint: start the Docker engine at"),
+        "{}",
+        run.stdout
+    );
     let run = stack.run_env(&profile, &["localstack", "up"], &[("DOCKER_HOST", &host)]);
     assert_eq!(run.code, 3);
     assert!(run.stderr.contains("hint:"), "{}", run.stderr);
@@ -144,7 +202,13 @@ fn doctor_names_the_holder_of_a_taken_port() {
         .clone();
     drop(listener);
     assert_eq!(check["status"], "fail", "{report}");
-    assert!(check["detail"].as_str().unwrap().contains(&format!("pid {}", std::process::id())), "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("pid {}", std::process::id())),
+        "{check}"
+    );
     assert!(check["hint"].as_str().is_some());
     assert_eq!(run.code, 3);
 }

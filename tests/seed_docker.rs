@@ -12,7 +12,11 @@ const FILE_VALUE: &str = "file-VALUE-c0ffee";
 const ROTATED_LITERAL: &str = "lit-R0TATED-5e5e";
 
 fn all_sources_profile(stack: &TestStack, literal: &str) -> std::path::PathBuf {
-    std::fs::write(stack.dir.path().join("value.txt"), format!("{FILE_VALUE}\n")).unwrap();
+    std::fs::write(
+        stack.dir.path().join("value.txt"),
+        format!("{FILE_VALUE}\n"),
+    )
+    .unwrap();
     stack.profile(&format!(
         "secrets:
   - name: app/literal
@@ -32,7 +36,10 @@ fn all_sources_profile(stack: &TestStack, literal: &str) -> std::path::PathBuf {
 }
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -56,48 +63,109 @@ fn seeding_creates_updates_leaves_unchanged_and_rotates_without_leaking_values()
     assert_eq!(dry.ok().json()["created"], 5);
     let settings = settings(&profile);
     let rt = rt();
-    assert!(rt.block_on(secret_names(&settings)).is_empty(), "dry run must write nothing");
+    assert!(
+        rt.block_on(secret_names(&settings)).is_empty(),
+        "dry run must write nothing"
+    );
 
     let first = run(&profile, &["seed", "--json", "-v"]);
     let report = first.ok().json();
-    assert_eq!((report["created"].as_u64(), report["updated"].as_u64(), report["unchanged"].as_u64()), (Some(5), Some(0), Some(0)));
+    assert_eq!(
+        (
+            report["created"].as_u64(),
+            report["updated"].as_u64(),
+            report["unchanged"].as_u64()
+        ),
+        (Some(5), Some(0), Some(0))
+    );
 
     rt.block_on(async {
-        assert_eq!(secret_value(&settings, "app/literal").await.as_deref(), Some(LITERAL));
-        let json: serde_json::Value = serde_json::from_str(&secret_value(&settings, "app/json").await.unwrap()).unwrap();
-        assert_eq!(json, serde_json::json!({"username": "admin", "password": JSON_PASSWORD}));
-        assert_eq!(secret_value(&settings, "app/env").await.as_deref(), Some(ENV_VALUE));
-        assert_eq!(secret_value(&settings, "app/file").await.as_deref(), Some(FILE_VALUE), "one trailing newline is dropped");
+        assert_eq!(
+            secret_value(&settings, "app/literal").await.as_deref(),
+            Some(LITERAL)
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&secret_value(&settings, "app/json").await.unwrap()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"username": "admin", "password": JSON_PASSWORD})
+        );
+        assert_eq!(
+            secret_value(&settings, "app/env").await.as_deref(),
+            Some(ENV_VALUE)
+        );
+        assert_eq!(
+            secret_value(&settings, "app/file").await.as_deref(),
+            Some(FILE_VALUE),
+            "one trailing newline is dropped"
+        );
         let generated = secret_value(&settings, "app/generated").await.unwrap();
         assert_eq!(generated.len(), 24);
         assert!(generated.chars().all(|c| c.is_ascii_hexdigit()));
     });
-    let generated_before = rt.block_on(secret_value(&settings, "app/generated")).unwrap();
+    let generated_before = rt
+        .block_on(secret_value(&settings, "app/generated"))
+        .unwrap();
 
     let second = run(&profile, &["seed", "--json", "-v"]);
-    assert_eq!(second.ok().json()["unchanged"], 5, "re-seeding an unchanged profile changes nothing");
-    assert_eq!(rt.block_on(secret_value(&settings, "app/generated")).unwrap(), generated_before, "generated values are stable");
+    assert_eq!(
+        second.ok().json()["unchanged"],
+        5,
+        "re-seeding an unchanged profile changes nothing"
+    );
+    assert_eq!(
+        rt.block_on(secret_value(&settings, "app/generated"))
+            .unwrap(),
+        generated_before,
+        "generated values are stable"
+    );
 
     let changed = all_sources_profile(&stack, ROTATED_LITERAL);
     let third = run(&changed, &["seed", "--json"]);
     let report = third.ok().json();
-    assert_eq!((report["updated"].as_u64(), report["unchanged"].as_u64()), (Some(1), Some(4)));
-    assert_eq!(rt.block_on(secret_value(&settings, "app/literal")).as_deref(), Some(ROTATED_LITERAL));
+    assert_eq!(
+        (report["updated"].as_u64(), report["unchanged"].as_u64()),
+        (Some(1), Some(4))
+    );
+    assert_eq!(
+        rt.block_on(secret_value(&settings, "app/literal"))
+            .as_deref(),
+        Some(ROTATED_LITERAL)
+    );
 
     let rotated = run(&changed, &["seed", "--rotate", "--json"]);
     assert_eq!(rotated.ok().json()["updated"], 1);
-    let generated_after = rt.block_on(secret_value(&settings, "app/generated")).unwrap();
-    assert_ne!(generated_after, generated_before, "--rotate generates a new value");
+    let generated_after = rt
+        .block_on(secret_value(&settings, "app/generated"))
+        .unwrap();
+    assert_ne!(
+        generated_after, generated_before,
+        "--rotate generates a new value"
+    );
 
     run(&changed, &["profile", "show", "-v"]).ok();
     run(&changed, &["profile", "show", "--json"]).ok();
     run(&changed, &["env", "--json"]).ok();
 
-    let values = [LITERAL, ROTATED_LITERAL, JSON_PASSWORD, ENV_VALUE, FILE_VALUE, &generated_before, &generated_after];
+    let values = [
+        LITERAL,
+        ROTATED_LITERAL,
+        JSON_PASSWORD,
+        ENV_VALUE,
+        FILE_VALUE,
+        &generated_before,
+        &generated_after,
+    ];
     for value in values {
-        assert!(!transcript.contains(value), "a secret value appeared in devstack's output");
+        assert!(
+            !transcript.contains(value),
+            "a secret value appeared in devstack's output"
+        );
     }
-    assert!(transcript.contains("created"), "the transcript holds the commands' output");
+    assert!(
+        transcript.contains("created"),
+        "the transcript holds the commands' output"
+    );
 }
 
 #[test]
@@ -113,19 +181,49 @@ fn bad_input_is_a_clear_error_and_writes_nothing() {
     let rt = rt();
 
     let cases: [(&str, &str, &str); 4] = [
-        ("  - name: ok/first\n    value: v1\n  - name: bad/env\n    fromEnv: DEVSTACK_TEST_UNSET_VAR\n", "DEVSTACK_TEST_UNSET_VAR, which is not set", "export DEVSTACK_TEST_UNSET_VAR"),
-        ("  - name: ok/first\n    value: v1\n  - name: bad/file\n    fromFile: /nonexistent/devstack/secret\n", "/nonexistent/devstack/secret, which cannot be read", "hint:"),
-        ("  - name: ok/first\n    value: v1\n  - name: bad/json\n    value: '{\"user\": oops'\n    format: json\n", "is not valid JSON", "hint:"),
-        ("  - name: ok/first\n    value: v1\n  - name: 'bad name!'\n    value: v2\n", "invalid secret name `bad name!`", "hint:"),
+        (
+            "  - name: ok/first\n    value: v1\n  - name: bad/env\n    fromEnv: DEVSTACK_TEST_UNSET_VAR\n",
+            "DEVSTACK_TEST_UNSET_VAR, which is not set",
+            "export DEVSTACK_TEST_UNSET_VAR",
+        ),
+        (
+            "  - name: ok/first\n    value: v1\n  - name: bad/file\n    fromFile: /nonexistent/devstack/secret\n",
+            "/nonexistent/devstack/secret, which cannot be read",
+            "hint:",
+        ),
+        (
+            "  - name: ok/first\n    value: v1\n  - name: bad/json\n    value: '{\"user\": oops'\n    format: json\n",
+            "is not valid JSON",
+            "hint:",
+        ),
+        (
+            "  - name: ok/first\n    value: v1\n  - name: 'bad name!'\n    value: v2\n",
+            "invalid secret name `bad name!`",
+            "hint:",
+        ),
     ];
     for (secrets, message, hint) in cases {
         let profile = stack.profile(&format!("secrets:\n{secrets}"));
         let run = stack.run(&profile, &["seed"]);
         assert_eq!(run.code, 2, "{}", run.stderr);
-        assert!(run.stderr.contains(message), "expected `{message}` in:\n{}", run.stderr);
-        assert!(run.stderr.contains(hint), "expected `{hint}` in:\n{}", run.stderr);
-        assert!(!run.stderr.contains("oops"), "invalid JSON must not be echoed");
-        assert!(rt.block_on(secret_names(&settings)).is_empty(), "nothing may be written on bad input");
+        assert!(
+            run.stderr.contains(message),
+            "expected `{message}` in:\n{}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains(hint),
+            "expected `{hint}` in:\n{}",
+            run.stderr
+        );
+        assert!(
+            !run.stderr.contains("oops"),
+            "invalid JSON must not be echoed"
+        );
+        assert!(
+            rt.block_on(secret_names(&settings)).is_empty(),
+            "nothing may be written on bad input"
+        );
     }
 }
 
@@ -161,7 +259,9 @@ fn localstack_stopping_mid_seed_fails_clearly_and_a_rerun_converges() {
     let report = rerun.ok().json();
     // The container restarts with an empty store (no persistence): the rerun
     // recreates everything, and nothing is reported as failed.
-    let total = report["created"].as_u64().unwrap() + report["unchanged"].as_u64().unwrap() + report["updated"].as_u64().unwrap();
+    let total = report["created"].as_u64().unwrap()
+        + report["unchanged"].as_u64().unwrap()
+        + report["updated"].as_u64().unwrap();
     assert_eq!(total, 200, "{report}");
     let again = stack.run(&profile, &["seed", "--json"]);
     assert_eq!(again.ok().json()["unchanged"], 200);

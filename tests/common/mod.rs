@@ -13,8 +13,14 @@ pub fn require_docker() -> bool {
         eprintln!("SKIPPED: DEVSTACK_TEST_SKIP_DOCKER is set");
         return false;
     }
-    let ok = Command::new("docker").arg("info").output().is_ok_and(|o| o.status.success());
-    assert!(ok, "this test needs a Docker engine: run `make host` (or set DEVSTACK_TEST_SKIP_DOCKER=1 to skip the Docker tier)");
+    let ok = Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "this test needs a Docker engine: run `make host` (or set DEVSTACK_TEST_SKIP_DOCKER=1 to skip the Docker tier)"
+    );
     true
 }
 
@@ -23,11 +29,18 @@ pub fn require_image(image: &str) {
         .args(["image", "inspect", image])
         .output()
         .is_ok_and(|o| o.status.success());
-    assert!(ok, "image {image} is missing: build it with `make kit` (tests/kit/components/localstack.sh)");
+    assert!(
+        ok,
+        "image {image} is missing: build it with `make kit` (tests/kit/components/localstack.sh)"
+    );
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A uniquely named stack whose labelled resources are removed on drop,
@@ -42,7 +55,11 @@ impl TestStack {
     pub fn new(prefix: &str) -> Self {
         let suffix: String = format!("{:x}", rand_u32());
         let name = format!("t-{prefix}-{suffix}");
-        TestStack { name, port: free_port(), dir: tempfile::tempdir().unwrap() }
+        TestStack {
+            name,
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
 
     /// Writes a profile for this stack with extra YAML appended.
@@ -65,11 +82,22 @@ impl TestStack {
     }
 
     pub fn containers(&self) -> Vec<String> {
-        docker_lines(&["ps", "-aq", "--filter", &format!("label=dev.devstack.stack={}", self.name)])
+        docker_lines(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=dev.devstack.stack={}", self.name),
+        ])
     }
 
     pub fn networks(&self) -> Vec<String> {
-        docker_lines(&["network", "ls", "-q", "--filter", &format!("label=dev.devstack.stack={}", self.name)])
+        docker_lines(&[
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=dev.devstack.stack={}", self.name),
+        ])
     }
 }
 
@@ -92,15 +120,22 @@ pub fn remove_stack_resources(stack: &str) {
         let _ = Command::new("docker").args(&args).output();
     }
     for network in docker_lines(&["network", "ls", "-q", "--filter", &filter]) {
-        let _ = Command::new("docker").args(["network", "rm", &network]).output();
+        let _ = Command::new("docker")
+            .args(["network", "rm", &network])
+            .output();
     }
     for volume in docker_lines(&["volume", "ls", "-q", "--filter", &filter]) {
-        let _ = Command::new("docker").args(["volume", "rm", "-f", &volume]).output();
+        let _ = Command::new("docker")
+            .args(["volume", "rm", "-f", &volume])
+            .output();
     }
 }
 
 pub fn docker_lines(args: &[&str]) -> Vec<String> {
-    let out = Command::new("docker").args(args).output().expect("docker CLI");
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::trim)
@@ -110,13 +145,21 @@ pub fn docker_lines(args: &[&str]) -> Vec<String> {
 }
 
 pub fn docker(args: &[&str]) -> Output {
-    Command::new("docker").args(args).output().expect("docker CLI")
+    Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI")
 }
 
 fn rand_u32() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    );
     h.finish() as u32
 }
 
@@ -132,11 +175,16 @@ impl Run {
     }
     #[track_caller]
     pub fn ok(&self) -> &Self {
-        assert_eq!(self.code, 0, "expected success\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        assert_eq!(
+            self.code, 0,
+            "expected success\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
         self
     }
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
     }
 }
 
@@ -171,11 +219,26 @@ pub fn settings(profile: &Path) -> devstack::profile::Settings {
 /// Reads a secret's current value straight from LocalStack.
 pub async fn secret_value(settings: &devstack::profile::Settings, name: &str) -> Option<String> {
     let client = devstack::aws::secrets_manager(settings);
-    client.get_secret_value().secret_id(name).send().await.ok()?.secret_string
+    client
+        .get_secret_value()
+        .secret_id(name)
+        .send()
+        .await
+        .ok()?
+        .secret_string
 }
 
 pub async fn secret_names(settings: &devstack::profile::Settings) -> Vec<String> {
     let client = devstack::aws::secrets_manager(settings);
-    let list = client.list_secrets().max_results(100).send().await.expect("list secrets");
-    list.secret_list.unwrap_or_default().into_iter().filter_map(|s| s.name).collect()
+    let list = client
+        .list_secrets()
+        .max_results(100)
+        .send()
+        .await
+        .expect("list secrets");
+    list.secret_list
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|s| s.name)
+        .collect()
 }

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The test command (`make test`). Runs every test group this machine can
+# run and says loudly which ran and which were skipped, and why.
+#
+#   DEVSTACK_TEST_TIERS   groups to run (default: lint,unit,docker,cluster)
+#   DEVSTACK_KIT_BUDGET   seconds the cluster group may spend building the
+#                         kit's K3s/Flux/ESO images when they are not cached
+#                         (default 2400; 0 = skip the cluster group)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tiers=",${DEVSTACK_TEST_TIERS:-lint,unit,docker,cluster},"
+want() { [[ "$tiers" == *",$1,"* ]]; }
+ran=(); skipped=(); failed=()
+banner() { printf '\n==== %s ====\n' "$*"; }
+group() {
+  local name=$1; shift
+  banner "test group: $name"
+  local t0=$SECONDS
+  if "$@"; then ran+=("$name ($((SECONDS - t0))s)"); else failed+=("$name"); fi
+}
+skip() { skipped+=("$1: $2"); banner "SKIPPED test group $1: $2"; }
+
+if want docker || want cluster; then
+  banner "host: Docker engine"
+  bash tests/host/setup-docker.sh || { echo "error: no Docker engine; the docker and cluster groups cannot run" >&2; exit 1; }
+fi
+
+if want lint; then
+  group lint bash -c 'cargo fmt --check && cargo clippy --all-targets --quiet -- -D warnings'
+fi
+
+if want unit; then
+  group unit cargo test --lib --bins --test cli
+fi
+
+if want docker; then
+  banner "kit: LocalStack image (cached after the first build)"
+  if bash tests/kit/build.sh localstack; then
+    group docker cargo test --test localstack_docker --test seed_docker
+  else
+    failed+=("docker (LocalStack image build failed)")
+  fi
+fi
+
+if want cluster; then
+  budget=${DEVSTACK_KIT_BUDGET:-2400}
+  if [ "$budget" -eq 0 ]; then
+    skip cluster "DEVSTACK_KIT_BUDGET=0 (no kit build allowed)"
+  else
+    banner "kit: K3s, Flux, ESO and LocalStack images (seconds when cached; cold builds get ${budget}s)"
+    timeout "$budget" bash tests/kit/build.sh
+    rc=$?
+    if [ $rc -eq 0 ]; then
+      group cluster bash tests/kit/test.sh
+    elif [ $rc -eq 124 ]; then
+      skip cluster "the offline kit did not finish building within ${budget}s (a cold build on a new machine); run \`make kit\` once and later runs use the cache"
+    else
+      failed+=("cluster (kit build failed, exit $rc)")
+    fi
+  fi
+fi
+
+banner "summary"
+for r in "${ran[@]}"; do echo "ran:     $r"; done
+for s in "${skipped[@]}"; do echo "SKIPPED: $s"; done
+for f in "${failed[@]}"; do echo "FAILED:  $f"; done
+echo "${#ran[@]} passed, ${#failed[@]} failed, ${#skipped[@]} skipped"
+[ ${#failed[@]} -eq 0 ]
