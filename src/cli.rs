@@ -74,6 +74,9 @@ pub enum Command {
     /// Manage the stack's LocalStack container
     #[command(subcommand)]
     Localstack(LocalstackCommand),
+    /// Manage the stack's Kubernetes cluster (K3s in Docker or Kind)
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Create or update the profile's secrets in LocalStack's Secrets Manager
     Seed(SeedArgs),
     /// Print shell exports for using the stack from other tools
@@ -122,6 +125,18 @@ pub enum LocalstackCommand {
     },
     /// Show LocalStack's container state and service health
     Status,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Create the cluster (or converge an existing one) and wait for every node Ready
+    Up {
+        /// Keep a half-created cluster on failure or Ctrl-C, for debugging
+        #[arg(long)]
+        retain: bool,
+    },
+    /// Remove the cluster, its volumes and its kubeconfig context
+    Down,
 }
 
 #[derive(Debug, Args)]

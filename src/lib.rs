@@ -8,12 +8,14 @@
 
 pub mod aws;
 pub mod bundle;
+pub mod cluster;
 pub mod cli;
 pub mod commands;
 pub mod docker;
 pub mod envvars;
 pub mod error;
 pub mod hostinfo;
+pub mod k8s;
 pub mod localstack;
 pub mod profile;
 pub mod seed;

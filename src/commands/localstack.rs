@@ -26,6 +26,9 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
                 }
             };
             step.done(format!("{} at {}", report.action, report.endpoint.url));
+            if crate::commands::cluster::reroute_after_localstack(&docker, &settings).await? {
+                ctx.ui.info(format!("pods reach it at {}", crate::k8s::localstack_in_cluster_url()));
+            }
             if ctx.ui.json() {
                 ctx.ui
                     .emit_json(&serde_json::to_value(&report).expect("report serializes"));

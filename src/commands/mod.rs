@@ -2,6 +2,7 @@
 //! the process exit code on success paths that are not plain success
 //! (doctor with failing checks), or an [`Error`] that decides it.
 
+pub mod cluster;
 pub mod doctor;
 pub mod env;
 pub mod localstack;
@@ -41,6 +42,7 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         Command::Doctor => doctor::run(&ctx).await,
         Command::Profile(cmd) => profile::run(&ctx, cmd),
         Command::Localstack(cmd) => localstack::run(&ctx, cmd).await,
+        Command::Cluster(cmd) => cluster::run(&ctx, cmd).await,
         Command::Seed(args) => seed::run(&ctx, args).await,
         Command::Env(args) => env::run(&ctx, args).await,
     }

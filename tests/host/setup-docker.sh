@@ -13,6 +13,8 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v jq >/dev/null || need+=(jq)
 command -v flock >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)
+[ -x /bin/busybox ] || need+=(busybox-static)
+command -v socat >/dev/null || need+=(socat)
 if [ ${#need[@]} -gt 0 ]; then
   log "apt-get install ${need[*]}"
   apt-get update -qq >/dev/null

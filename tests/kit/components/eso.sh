@@ -23,6 +23,9 @@ ESO_GENERATORS=${ESO_GENERATORS:-ecr sts fake password uuid sshkey mfa webhook}
 # Chart dependencies that cannot be resolved offline (OCI chart on ghcr.io,
 # enabled only with bitwarden-sdk-server.enabled=true).
 ESO_CHART_DROP_DEPS=bitwarden-sdk-server
+# helm CLI (from helm.sh/helm/v3), to lint/render the packaged chart here and
+# in kit-test (test.d/20-eso.sh); not part of the bundle.
+HELM_VERSION=${HELM_VERSION:-v3.19.0}
 SRC="$KIT_CACHE/src/eso"; BIN="$KIT_CACHE/bin"
 SCRIPT_SUM=$(cat "${BASH_SOURCE[0]}" "$KIT_ROOT/flux/static-base.sh" "$KIT_ROOT/eso/package-chart.py" | sha256sum | cut -c1-16)
 mkdir -p "$SRC" "$BIN"
@@ -109,4 +112,23 @@ tgz=$(python3 "$KIT_ROOT/eso/package-chart.py" "$dir/deploy/charts/external-secr
   "${ESO_VERSION#v}" "$ESO_VERSION" --drop-dependency "$ESO_CHART_DROP_DEPS") || die "chart packaging failed"
 bundle_add_file eso-chart "${ESO_VERSION#v}" "$adir/$(basename "$tgz")"
 bundle_add_file eso-chart-index "${ESO_VERSION#v}" "$adir/index.yaml"
+# --- helm: validate the packaged chart --------------------------------------------
+if [ ! -x "$BIN/helm-$HELM_VERSION" ]; then
+  log "go build helm $HELM_VERSION"
+  hdir="$KIT_CACHE/src/helm-$HELM_VERSION"
+  if [ ! -f "$hdir/.done" ]; then
+    mdir=$(GOFLAGS= go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | jq -r '.Dir // error(.Error)') \
+      || die "cannot download helm.sh/helm/v3@$HELM_VERSION"
+    rm -rf "$hdir"; cp -r "$mdir" "$hdir"; chmod -R u+w "$hdir"; touch "$hdir/.done"
+  fi
+  t0=$SECONDS
+  (cd "$hdir" && nice -n 5 go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+     -o "$BIN/helm-$HELM_VERSION" ./cmd/helm) || die "go build helm failed"
+  log "go build helm: $((SECONDS - t0))s"
+fi
+ln -sf "helm-$HELM_VERSION" "$BIN/helm"
+HELM_CACHE_HOME=$(mktemp -d) HELM_CONFIG_HOME=$(mktemp -d) "$BIN/helm" lint "$tgz" >/dev/null \
+  || { "$BIN/helm" lint "$tgz" >&2; die "helm lint $tgz failed"; }
+imgs=$("$BIN/helm" template external-secrets "$tgz" -n external-secrets | grep -o 'image: .*' | tr -d '"' | sort -u)
+[ "$imgs" = "image: $ESO_IMAGE_ALIAS" ] || die "chart renders unexpected images: $imgs"
 log "eso: $ESO_IMAGE ($(docker image inspect -f '{{.Size}}' "$ESO_IMAGE" | numfmt --to=iec)), CRDs, chart $(basename "$tgz")"

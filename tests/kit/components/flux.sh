@@ -26,7 +26,8 @@ mkdir -p "$SRC" "$BIN"
 declare -A GO_FIXUPS=(
   [source-controller@v1.9.5]="github.com/fluxcd/pkg/artifact=github.com/fluxcd/pkg/artifact@v0.18.1"  # wants v0.18.3
 )
-gobuild() { nice -n 5 go build -trimpath -ldflags "-s -w $*"; }
+# gobuild "EXTRA_LDFLAGS" GO_BUILD_ARGS...
+gobuild() { local x=$1; shift; nice -n 5 go build -trimpath -ldflags "-s -w $x" "$@"; }
 
 # mod_dir MODULE VERSION: download a module, print its (read-only) dir.
 mod_dir() { GOFLAGS= go mod download -json "$1@$2" | jq -r '.Dir // error(.Error)'; }
@@ -85,7 +86,7 @@ ENTRYPOINT ["/sbin/tini", "--", "kustomize-controller"]' ;;
     writable_copy "github.com/fluxcd/$c" "$v" "$dir"
     log "go build $c $v"
     t0=$SECONDS
-    (cd "$dir" && gobuild -o "$BIN/$c-$v" .) || die "go build $c failed"
+    (cd "$dir" && gobuild "" -o "$BIN/$c-$v" .) || die "go build $c failed"
     log "go build $c: $((SECONDS - t0))s"
     ctx=$(mktemp -d); cp "$BIN/$c-$v" "$ctx/$c"
     printf 'FROM %s\nCOPY %s /usr/local/bin/%s\nUSER 65534:65534\n%s\nLABEL org.opencontainers.image.version=%s org.opencontainers.image.source=https://github.com/fluxcd/%s\n' \
@@ -107,7 +108,7 @@ if [ "$(cat "$out.stamp" 2>/dev/null)" != "$mstamp" ] || [ ! -s "$out" ]; then
     log "go build kustomize $KUSTOMIZE_VERSION"
     kdir=$(mod_dir sigs.k8s.io/kustomize/kustomize/v5 "$KUSTOMIZE_VERSION")
     tmpk=$(mktemp -d); cp -r "$kdir/." "$tmpk"; chmod -R u+w "$tmpk"
-    (cd "$tmpk" && gobuild -X sigs.k8s.io/kustomize/api/provenance.version=$KUSTOMIZE_VERSION -o "$BIN/kustomize-$KUSTOMIZE_VERSION" .) \
+    (cd "$tmpk" && gobuild "-X sigs.k8s.io/kustomize/api/provenance.version=$KUSTOMIZE_VERSION" -o "$BIN/kustomize-$KUSTOMIZE_VERSION" .) \
       || die "go build kustomize failed"
     rm -rf "$tmpk"
   fi
@@ -131,7 +132,7 @@ if [ "$(cat "$out.stamp" 2>/dev/null)" != "$mstamp" ] || [ ! -s "$out" ]; then
   rm -rf "$work"
   log "go build flux ${FLUX_VERSION#v}"
   t0=$SECONDS
-  (cd "$FLUX2_DIR" && gobuild -X main.VERSION=${FLUX_VERSION#v} -o "$BIN/flux-$FLUX_VERSION" ./cmd/flux) \
+  (cd "$FLUX2_DIR" && gobuild "-X main.VERSION=${FLUX_VERSION#v}" -o "$BIN/flux-$FLUX_VERSION" ./cmd/flux) \
     || die "go build flux failed"
   log "go build flux: $((SECONDS - t0))s"
   mkdir -p "$(dirname "$out")"

@@ -1,0 +1,128 @@
+//! Kubernetes access: clients from kubeconfig text, bounded waits and
+//! server-side apply.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::error::{Error, Kind};
+use crate::ui::Step;
+
+pub async fn client_from_kubeconfig(yaml: &str) -> Result<kube::Client, Error> {
+    let kubeconfig = Kubeconfig::from_yaml(yaml)
+        .map_err(|e| Error::internal(format!("invalid kubeconfig: {e}")))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| Error::internal(format!("invalid kubeconfig: {e}")))?;
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(30));
+    kube::Client::try_from(config).map_err(|e| Error::internal(format!("kube client: {e}")))
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Waits until `expected` nodes exist and all are Ready.
+pub async fn wait_nodes_ready(
+    client: &kube::Client,
+    expected: usize,
+    timeout: Duration,
+    step: &Step,
+) -> Result<(), Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let started = Instant::now();
+    let mut last;
+    loop {
+        match nodes.list(&ListParams::default()).await {
+            Ok(list) => {
+                let ready = list.items.iter().filter(|n| node_ready(n)).count();
+                if list.items.len() >= expected && ready == list.items.len() {
+                    return Ok(());
+                }
+                last = format!("{ready}/{expected} nodes Ready");
+                step.progress(&last);
+            }
+            Err(e) => {
+                last = format!("API server: {e}");
+            }
+        }
+        if started.elapsed() >= timeout {
+            return Err(Error::new(
+                Kind::Internal,
+                format!("the cluster was not Ready within {}s ({last})", timeout.as_secs()),
+            )
+            .with_hint("raise `timeouts.cluster` in the profile; `docker logs <node>` shows the node's log"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Server-side applies one object given as JSON (apiVersion, kind,
+/// metadata.name, optional metadata.namespace).
+pub async fn apply(client: &kube::Client, object: &serde_json::Value) -> Result<(), Error> {
+    use kube::api::{DynamicObject, Patch, PatchParams};
+    use kube::discovery::ApiResource;
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    let resource = ApiResource::from_gvk(&gvk);
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(object))
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::internal(format!("apply {kind}/{name}: {e}")))
+}
+
+pub const FIELD_MANAGER: &str = "devstack";
+
+/// The in-cluster name pods use for LocalStack, on either provider.
+pub const LOCALSTACK_NAMESPACE: &str = "localstack";
+pub const LOCALSTACK_SERVICE: &str = "localstack";
+
+pub fn localstack_in_cluster_url() -> String {
+    format!(
+        "http://{LOCALSTACK_SERVICE}.{LOCALSTACK_NAMESPACE}.svc.cluster.local:{}",
+        crate::localstack::CONTAINER_PORT
+    )
+}
+
+/// Points the selectorless `localstack` Service at the container's address
+/// on the stack network. Re-run whenever that address may have changed.
+pub async fn route_localstack(client: &kube::Client, container_ip: &str) -> Result<(), Error> {
+    use serde_json::json;
+    let port = crate::localstack::CONTAINER_PORT;
+    apply(client, &json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": LOCALSTACK_NAMESPACE, "labels": {"app.kubernetes.io/managed-by": "devstack"}},
+    }))
+    .await?;
+    apply(client, &json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": LOCALSTACK_SERVICE, "namespace": LOCALSTACK_NAMESPACE,
+                     "labels": {"app.kubernetes.io/managed-by": "devstack"}},
+        "spec": {"ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}]},
+    }))
+    .await?;
+    apply(client, &json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("{LOCALSTACK_SERVICE}-devstack"), "namespace": LOCALSTACK_NAMESPACE,
+                     "labels": {"kubernetes.io/service-name": LOCALSTACK_SERVICE,
+                                "endpointslice.kubernetes.io/managed-by": "devstack",
+                                "app.kubernetes.io/managed-by": "devstack"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [container_ip], "conditions": {"ready": true}}],
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+    }))
+    .await
+}
