@@ -232,16 +232,7 @@ async fn converge(
                 Desired::Value(v) => v,
                 Desired::Generate(spec) => generate(&spec),
             };
-            let tags: Vec<_> = secret
-                .tags
-                .iter()
-                .map(|(k, v)| {
-                    aws_sdk_secretsmanager::types::Tag::builder()
-                        .key(k)
-                        .value(v)
-                        .build()
-                })
-                .collect();
+            let tags: Vec<_> = secret.tags.iter().map(tag).collect();
             client
                 .create_secret()
                 .name(name)
@@ -330,12 +321,7 @@ async fn converge(
         .tags
         .iter()
         .filter(|(k, v)| stored.get(k.as_str()) != Some(&v.as_str()))
-        .map(|(k, v)| {
-            aws_sdk_secretsmanager::types::Tag::builder()
-                .key(k)
-                .value(v)
-                .build()
-        })
+        .map(tag)
         .collect();
     if !missing.is_empty() {
         changed.push("tags");
@@ -359,6 +345,10 @@ async fn converge(
         outcome,
         changed,
     })
+}
+
+fn tag((key, value): (&String, &String)) -> aws_sdk_secretsmanager::types::Tag {
+    aws_sdk_secretsmanager::types::Tag::builder().key(key).value(value).build()
 }
 
 /// What we need from an SDK error, object-safe.

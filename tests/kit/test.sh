@@ -22,7 +22,8 @@
 #
 # Environment:
 #   KIT_TEST_TIMEOUT      seconds to wait for node Ready / CoreDNS / pods (300)
-#   KIT_TEST_SKIP_ROLES   bundle image roles not preloaded (k3s-node,localstack)
+#   KIT_TEST_SKIP_ROLES   bundle image roles not preloaded (k3s-node,kind-node,localstack:
+#                         as devstack's preload)
 #   KIT_TEST_KEEP=1       keep the cluster on failure for debugging
 #   KIT_TEST_HOOKS        space-separated hook names to run (default: all)
 set -euo pipefail
@@ -30,7 +31,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$KIT_ROOT/k3s/versions.sh"
 
 TIMEOUT=${KIT_TEST_TIMEOUT:-300}
-SKIP_ROLES=${KIT_TEST_SKIP_ROLES:-k3s-node,localstack}
+SKIP_ROLES=${KIT_TEST_SKIP_ROLES:-k3s-node,kind-node,localstack}
 LABEL=dev.devstack.managed-by=devstack-kit-test
 RUN_ID=$(date +%s)-$$-$RANDOM
 NODE=devstack-kit-test-$RUN_ID

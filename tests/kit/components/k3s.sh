@@ -18,7 +18,7 @@ K3S_TAGS="ctrd apparmor seccomp netcgo osusergo providerless urfave_cli_no_docs 
 NODE_BASE=devstack-kit/k3s-node-base:$KIT_DEBIAN_SUITE
 # Bump when the build commands below change (editing other parts of this
 # script must not throw away a 30-minute k3s build).
-K3S_BUILD_REV=1
+K3S_BUILD_REV=2
 go_version=$(go env GOVERSION)
 
 # --- 1. Debian userland ------------------------------------------------------
@@ -78,19 +78,24 @@ else
     (cd "$tree" && CGO_ENABLED=1 nice -n 5 go build -tags "$K3S_TAGS" -buildvcs=false \
       -ldflags "$ldflags" -o "$out/bin/k3s" ./cmd/server) >"$out.log" 2>&1 \
       || { tail -30 "$out.log" >&2; die "go build k3s failed (log: $out.log)"; }
+    # containerd's shim and runc are built as their own main modules (as
+    # upstream does): the sources of the replacements k3s's go.mod names,
+    # already in GOMODCACHE from the k3s build.
+    own_tree() { # MODPATH VERSION -> prints a writable tree
+      local t="$KIT_CACHE/src/$(basename "$1")-$2"
+      if [ "$(cat "$t/.kit-src" 2>/dev/null)" != "$1@$2" ]; then
+        rm -rf "$t"; cp -r "$GOMODCACHE/$1@$2" "$t"; chmod -R u+w "$t"; echo "$1@$2" >"$t/.kit-src"
+      fi
+      echo "$t"
+    }
     log "go build containerd-shim-runc-v2 ($p_containerd $v_containerd)"
-    (cd "$tree" && CGO_ENABLED=0 nice -n 5 go build -tags "${K3S_TAGS/netcgo/netgo}" -buildvcs=false \
+    shim_tree=$(own_tree "$p_containerd" "$v_containerd")
+    (cd "$shim_tree" && CGO_ENABLED=0 nice -n 5 go build -trimpath -buildvcs=false -tags "apparmor seccomp osusergo netgo" \
       -ldflags "-w -s -X github.com/containerd/containerd/version.Version=$v_containerd -X github.com/containerd/containerd/version.Package=$p_containerd" \
-      -o "$out/bin/containerd-shim-runc-v2" github.com/containerd/containerd/cmd/containerd-shim-runc-v2) >>"$out.log" 2>&1 \
+      -o "$out/bin/containerd-shim-runc-v2" ./cmd/containerd-shim-runc-v2) >>"$out.log" 2>&1 \
       || { tail -30 "$out.log" >&2; die "go build containerd-shim-runc-v2 failed (log: $out.log)"; }
-    # runc is its own main module (as upstream builds it): the source of the
-    # replacement k3s uses, already in GOMODCACHE from the k3s build.
-    runc_tree="$KIT_CACHE/src/runc-$v_runc"
-    if [ ! -f "$runc_tree/.kit-src" ]; then
-      rm -rf "$runc_tree"; cp -r "$GOMODCACHE/$p_runc@$v_runc" "$runc_tree"; chmod -R u+w "$runc_tree"
-      echo "$p_runc@$v_runc" >"$runc_tree/.kit-src"
-    fi
     log "go build runc ($p_runc $v_runc)"
+    runc_tree=$(own_tree "$p_runc" "$v_runc")
     (cd "$runc_tree" && CGO_ENABLED=1 nice -n 5 go build -trimpath -buildvcs=false -tags "seccomp apparmor" \
       -ldflags "-w -s -X main.version=${v_runc#v} -X main.gitCommit=$v_runc" -o "$out/bin/runc" .) >>"$out.log" 2>&1 \
       || { tail -30 "$out.log" >&2; die "go build runc failed (log: $out.log)"; }
