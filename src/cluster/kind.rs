@@ -253,8 +253,9 @@ fn require_docker_cli() -> Result<(), Error> {
 // ---------------------------------------------------------------------------
 // Running kind
 
-/// Runs kind to completion within `timeout`. Only failing to run at all is
-/// an error here; callers judge the exit status.
+/// Runs kind to completion within `timeout`; callers judge the exit status.
+/// Failing to start kind is a prerequisite error (nothing happened), running
+/// past `timeout` an internal one (kind may have done part of its work).
 async fn run_kind(kind: &Path, args: &[&OsStr], timeout: Duration) -> Result<Output, Error> {
     let mut command = tokio::process::Command::new(kind);
     command
@@ -798,10 +799,12 @@ async fn create(
     ];
     let output = run_kind(kind, &args, settings.timeouts.cluster.get())
         .await
-        .map_err(|e| {
-            CreateFailure::MayExist(
+        .map_err(|e| match e.kind() {
+            // kind never started.
+            crate::error::Kind::Prerequisite => CreateFailure::NothingCreated(e),
+            _ => CreateFailure::MayExist(
                 e.with_hint("raise `timeouts.cluster` in the profile if the machine is slow"),
-            )
+            ),
         })?;
     if output.status.success() {
         return Ok(());

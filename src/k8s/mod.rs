@@ -1,6 +1,8 @@
 //! Kubernetes access: clients from kubeconfig text, bounded waits and
 //! server-side apply.
 
+pub mod apply;
+
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;

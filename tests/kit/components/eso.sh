@@ -82,7 +82,7 @@ LABEL maintainer="cncf-externalsecretsop-maintainers@lists.cncf.io" \\
       description="External Secrets Operator (devstack kit build: providers $ESO_PROVIDERS)" \\
       org.opencontainers.image.version="$ESO_VERSION"
 DOCKERFILE
-  DOCKER_BUILDKIT=0 docker build -q --label "dev.devstack.kit.stamp=$stamp" -t "$ESO_IMAGE" "$ctx" >/dev/null \
+  DOCKER_BUILDKIT=0 docker build -q --label "dev.devstack.kit.stamp=$stamp" -t "$ESO_IMAGE" "$ctx" >/dev/null 2>&1 \
     || die "docker build $ESO_IMAGE failed"
   rm -rf "$ctx"
 fi

@@ -74,10 +74,10 @@ for c in "${FLUX_COMPONENTS[@]}"; do
   v=${CVER[$c]}; ref=ghcr.io/fluxcd/$c:$v; dir="$SRC/$c-$v"
   case $c in
     kustomize-controller) base=$KUSTOMIZE_BASE
-      extra='RUN ln -sf /usr/bin/tini /sbin/tini
-ENV GNUPGHOME=/tmp
+      pre='RUN ln -sf /usr/bin/tini /sbin/tini'
+      extra='ENV GNUPGHOME=/tmp
 ENTRYPOINT ["/sbin/tini", "--", "kustomize-controller"]' ;;
-    *) base=$KIT_STATIC_IMAGE; extra="ENTRYPOINT [\"$c\"]" ;;
+    *) base=$KIT_STATIC_IMAGE; pre=; extra="ENTRYPOINT [\"$c\"]" ;;
   esac
   stamp=$(stamp_of "$c" "$v" "$(go env GOVERSION)" "$(docker image inspect -f '{{.Id}}' "$base")" "$SCRIPT_SUM")
   if image_exists "$ref" && [ "$(image_label "$ref" dev.devstack.kit.stamp)" = "$stamp" ]; then
@@ -89,10 +89,11 @@ ENTRYPOINT ["/sbin/tini", "--", "kustomize-controller"]' ;;
     (cd "$dir" && gobuild "" -o "$BIN/$c-$v" .) || die "go build $c failed"
     log "go build $c: $((SECONDS - t0))s"
     ctx=$(mktemp -d); cp "$BIN/$c-$v" "$ctx/$c"
-    printf 'FROM %s\nCOPY %s /usr/local/bin/%s\nUSER 65534:65534\n%s\nLABEL org.opencontainers.image.version=%s org.opencontainers.image.source=https://github.com/fluxcd/%s\n' \
-      "$base" "$c" "$c" "$extra" "$v" "$c" >"$ctx/Dockerfile"
-    DOCKER_BUILDKIT=0 docker build -q --label "dev.devstack.kit.stamp=$stamp" -t "$ref" "$ctx" >/dev/null \
-      || die "docker build $ref failed"
+    printf 'FROM %s\nCOPY %s /usr/local/bin/%s\n%s\nUSER 65534:65534\n%s\nLABEL org.opencontainers.image.version=%s org.opencontainers.image.source=https://github.com/fluxcd/%s\n' \
+      "$base" "$c" "$c" "$pre" "$extra" "$v" "$c" >"$ctx/Dockerfile"
+    DOCKER_BUILDKIT=0 docker build --label "dev.devstack.kit.stamp=$stamp" -t "$ref" "$ctx" >"$ctx.log" 2>&1 \
+      || { tail -20 "$ctx.log" >&2; die "docker build $ref failed"; }
+    rm -f "$ctx.log"
     rm -rf "$ctx"
   fi
   bundle_add_image "$ref" "flux-$c-$v" "$v" "flux-$c"

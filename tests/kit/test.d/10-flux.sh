@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # kit-test: Flux from the bundle. Applies the bundle's flux-install manifest
-# (source/kustomize/helm-controller) in the kit's K3s node, whose containerd
-# has the bundle images preloaded, and waits until the three controllers are
-# Available. Then checks that every Flux pod runs the bundle's image (no pull
-# happened) and that the controllers reconcile: a Kustomization fed by an
-# in-cluster Bucket source is not needed for that; the CRDs being served and
-# the controllers' leader leases being acquired is.
+# (source-, kustomize- and helm-controller) in the kit's K3s node, whose
+# containerd has the bundle images preloaded, and waits until the three
+# controllers are Available; then checks that they run the bundle's images,
+# hold their leader leases and reconcile (a Kustomization with a missing source
+# goes Ready=False).
 # Env: KUBECONFIG (exported by test.sh); DEVSTACK_KIT_BUNDLE optional.
 set -euo pipefail
-BUNDLE=${DEVSTACK_KIT_BUNDLE:-${KIT_BUNDLE:-$HOME/.cache/devstack/kit/bundle}}
-TIMEOUT=${KIT_TEST_TIMEOUT:-300s}
+BUNDLE=${KIT_BUNDLE:-${DEVSTACK_KIT_BUNDLE:-$HOME/.cache/devstack/kit/bundle}}
+TIMEOUT=${KIT_TEST_TIMEOUT:-300}; TIMEOUT=${TIMEOUT%s}s   # test.sh gives seconds
 log() { printf '[flux-test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 file=$(jq -r '.artifacts[] | select(.kind=="flux-install") | .file' "$BUNDLE/index.json")
@@ -44,8 +43,7 @@ for l in source-controller-leader-election kustomize-controller-leader-election 
   done
   [ -n "$ok" ] || { echo "FAIL lease $l not acquired"; fail=1; }
 done
-# a reconcile round trip: an (empty) Kustomization without a source is
-# rejected by the controller with a SourceNotFound/ArtifactFailed condition.
+# reconcile round trip: a Kustomization whose source does not exist goes Ready=False
 kubectl apply -f - >/dev/null <<'YAML'
 apiVersion: kustomize.toolkit.fluxcd.io/v1
 kind: Kustomization

@@ -12,10 +12,10 @@
 #     secret in its Secrets Manager and has ESO sync it into a Kubernetes Secret.
 # Env: KUBECONFIG (exported by test.sh); DEVSTACK_KIT_BUNDLE optional.
 set -euo pipefail
-BUNDLE=${DEVSTACK_KIT_BUNDLE:-${KIT_BUNDLE:-$HOME/.cache/devstack/kit/bundle}}
-CACHE=${DEVSTACK_KIT_CACHE:-$HOME/.cache/devstack/kit}
+BUNDLE=${KIT_BUNDLE:-${DEVSTACK_KIT_BUNDLE:-$HOME/.cache/devstack/kit/bundle}}
+CACHE=${KIT_CACHE:-${DEVSTACK_KIT_CACHE:-$HOME/.cache/devstack/kit}}
 HELM=${KIT_HELM:-$CACHE/bin/helm}
-TIMEOUT=${KIT_TEST_TIMEOUT:-300s}
+TIMEOUT=${KIT_TEST_TIMEOUT:-300}; TIMEOUT=${TIMEOUT%s}s   # test.sh gives seconds
 NS=external-secrets
 TNS=eso-kit-test
 log() { printf '[eso-test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -101,8 +101,15 @@ fi
 
 # --- end to end with LocalStack Secrets Manager -----------------------------------
 ls_image=$(jq -r '.artifacts[] | select(.role=="localstack") | "\(.name):\(.tag)"' "$BUNDLE/index.json")
-if [ ! -x "$HELM" ] || [ -z "$ls_image" ] || \
-   ! kubectl get nodes -o jsonpath='{.items[*].status.images[*].names}' | tr ' ' '\n' | grep -qxF "docker.io/$ls_image"; then
+ls_file=$(jq -r '.artifacts[] | select(.role=="localstack") | .file' "$BUNDLE/index.json")
+on_node() { kubectl get nodes -o jsonpath='{.items[*].status.images[*].names}' | tr ' ' '\n' | grep -qxF "docker.io/$ls_image"; }
+if [ "${KIT_TEST_ESO_LOCALSTACK:-1}" != 0 ] && [ -x "$HELM" ] && [ -n "$ls_image" ] && ! on_node \
+   && [ -n "${KIT_NODE_CONTAINER:-}" ] && [ -f "$BUNDLE/$ls_file" ]; then
+  log "import $ls_file into $KIT_NODE_CONTAINER"
+  docker exec -i "$KIT_NODE_CONTAINER" k3s ctr images import - <"$BUNDLE/$ls_file" >/dev/null
+  for _ in $(seq 1 30); do on_node && break; sleep 2; done
+fi
+if [ "${KIT_TEST_ESO_LOCALSTACK:-1}" = 0 ] || [ ! -x "$HELM" ] || [ -z "$ls_image" ] || ! on_node; then
   log "skip the LocalStack round trip (needs helm and $ls_image on the node)"
   echo "eso: Available, health endpoints ok"; exit 0
 fi
