@@ -8,8 +8,8 @@
 
 pub mod aws;
 pub mod bundle;
-pub mod cluster;
 pub mod cli;
+pub mod cluster;
 pub mod commands;
 pub mod docker;
 pub mod envvars;

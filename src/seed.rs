@@ -348,7 +348,10 @@ async fn converge(
 }
 
 fn tag((key, value): (&String, &String)) -> aws_sdk_secretsmanager::types::Tag {
-    aws_sdk_secretsmanager::types::Tag::builder().key(key).value(value).build()
+    aws_sdk_secretsmanager::types::Tag::builder()
+        .key(key)
+        .value(value)
+        .build()
 }
 
 /// What we need from an SDK error, object-safe.

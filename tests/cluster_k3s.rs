@@ -15,7 +15,10 @@ const BUSYBOX: &str = "devstack-test/busybox:1";
 fn bundle_dir() -> std::path::PathBuf {
     std::env::var_os("DEVSTACK_KIT_BUNDLE")
         .map(Into::into)
-        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/devstack/kit/bundle"))
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap())
+                .join(".cache/devstack/kit/bundle")
+        })
 }
 
 /// The cluster tier needs the kit; without it the test says so loudly and
@@ -29,8 +32,14 @@ fn require_cluster_kit() -> bool {
     if image && bundle {
         return true;
     }
-    let why = format!("needs the kit's {K3S_IMAGE} image and bundle at {} (run `make kit`)", bundle_dir().display());
-    assert!(std::env::var_os("DEVSTACK_TEST_REQUIRE_CLUSTER").is_none(), "{why}");
+    let why = format!(
+        "needs the kit's {K3S_IMAGE} image and bundle at {} (run `make kit`)",
+        bundle_dir().display()
+    );
+    assert!(
+        std::env::var_os("DEVSTACK_TEST_REQUIRE_CLUSTER").is_none(),
+        "{why}"
+    );
     eprintln!("SKIPPED: {why}");
     false
 }
@@ -43,13 +52,17 @@ fn ensure_busybox_image() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root/bin");
     std::fs::create_dir_all(&root).unwrap();
-    std::fs::copy("/bin/busybox", root.join("busybox")).expect("busybox-static is installed by tests/host/setup-docker.sh");
+    std::fs::copy("/bin/busybox", root.join("busybox"))
+        .expect("busybox-static is installed by tests/host/setup-docker.sh");
     for tool in ["sh", "wget", "sleep", "nslookup", "cat"] {
         std::os::unix::fs::symlink("busybox", root.join(tool)).unwrap();
     }
     let status = std::process::Command::new("sh")
         .arg("-c")
-        .arg(format!("tar -C {} -c . | docker import - {BUSYBOX}", dir.path().join("root").display()))
+        .arg(format!(
+            "tar -C {} -c . | docker import - {BUSYBOX}",
+            dir.path().join("root").display()
+        ))
         .status()
         .unwrap();
     assert!(status.success());
@@ -83,7 +96,10 @@ async fn probe_localstack(client: &kube::Client, name: &str) -> String {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let logs = pods.logs(name, &LogParams::default()).await.unwrap_or_default();
+    let logs = pods
+        .logs(name, &LogParams::default())
+        .await
+        .unwrap_or_default();
     let _ = pods.delete(name, &DeleteParams::default()).await;
     assert_eq!(phase, "Succeeded", "probe pod {name}: {logs}");
     logs
@@ -98,7 +114,11 @@ fn k3s_cluster_end_to_end() {
     let stack = TestStack::new("k3s");
     let profile = k3s_profile(&stack, "");
     let similar = format!("devstack-{}-server-0-lookalike", stack.name);
-    assert!(docker(&["create", "--name", &similar, BUSYBOX, "sleep", "1"]).status.success());
+    assert!(
+        docker(&["create", "--name", &similar, BUSYBOX, "sleep", "1"])
+            .status
+            .success()
+    );
 
     stack.run(&profile, &["localstack", "up"]).ok();
     let up = stack.run(&profile, &["cluster", "up", "--json"]);
@@ -107,25 +127,63 @@ fn k3s_cluster_end_to_end() {
     assert_eq!(report["localstackRouted"], true, "{report}");
     let kubeconfig_path = report["kubeconfig"].as_str().unwrap().to_string();
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(&kubeconfig_path).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&kubeconfig_path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
     let env = stack.run(&profile, &["env"]);
-    assert!(env.ok().stdout.contains(&format!("export KUBECONFIG='{kubeconfig_path}'")), "{}", env.stdout);
+    assert!(
+        env.ok()
+            .stdout
+            .contains(&format!("export KUBECONFIG='{kubeconfig_path}'")),
+        "{}",
+        env.stdout
+    );
 
     let again = stack.run(&profile, &["cluster", "up", "--json"]);
-    assert_eq!(again.ok().json()["cluster"]["created"], false, "a second up reuses the cluster");
+    assert_eq!(
+        again.ok().json()["cluster"]["created"],
+        false,
+        "a second up reuses the cluster"
+    );
 
     let server = format!("devstack-{}-server-0", stack.name);
-    let images = docker(&["exec", &server, "k3s", "ctr", "-n", "k8s.io", "images", "ls", "-q"]);
+    let images = docker(&[
+        "exec", &server, "k3s", "ctr", "-n", "k8s.io", "images", "ls", "-q",
+    ]);
     let images = String::from_utf8_lossy(&images.stdout);
-    assert!(images.contains("mirrored-pause"), "pause preloaded from the bundle: {images}");
-    assert!(images.contains("devstack-test/busybox"), "busybox preloaded from the local image store: {images}");
+    assert!(
+        images.contains("mirrored-pause"),
+        "pause preloaded from the bundle: {images}"
+    );
+    assert!(
+        images.contains("devstack-test/busybox"),
+        "busybox preloaded from the local image store: {images}"
+    );
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let config = std::fs::read_to_string(&kubeconfig_path).unwrap();
-        let client = devstack::k8s::client_from_kubeconfig(&config).await.unwrap();
+        let client = devstack::k8s::client_from_kubeconfig(&config)
+            .await
+            .unwrap();
         let nodes: Api<Node> = Api::all(client.clone());
-        assert_eq!(nodes.list(&ListParams::default()).await.unwrap().items.len(), 1);
+        assert_eq!(
+            nodes
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len(),
+            1
+        );
         let health = probe_localstack(&client, "probe-1").await;
         assert!(health.contains("secretsmanager"), "{health}");
     });
@@ -133,30 +191,80 @@ fn k3s_cluster_end_to_end() {
     // LocalStack comes back with a new address: devstack re-points the route.
     let localstack = format!("devstack-{}-localstack", stack.name);
     let network = format!("devstack-{}", stack.name);
-    let old_ip = String::from_utf8_lossy(&docker(&["inspect", "-f", &format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}"), &localstack]).stdout).trim().to_string();
+    let old_ip = String::from_utf8_lossy(
+        &docker(&[
+            "inspect",
+            "-f",
+            &format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}"),
+            &localstack,
+        ])
+        .stdout,
+    )
+    .trim()
+    .to_string();
     assert!(docker(&["stop", "-t", "1", &localstack]).status.success());
     let squatter = format!("devstack-{}-ip-squatter", stack.name);
-    assert!(docker(&["run", "-d", "--name", &squatter, "--network", &network, "--ip", &old_ip, BUSYBOX, "sleep", "600"]).status.success());
+    assert!(
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            &squatter,
+            "--network",
+            &network,
+            "--ip",
+            &old_ip,
+            BUSYBOX,
+            "sleep",
+            "600"
+        ])
+        .status
+        .success()
+    );
     let restarted = stack.run(&profile, &["localstack", "up", "--json"]);
     let _ = docker(&["rm", "-f", &squatter]);
     assert_eq!(restarted.ok().json()["action"]["action"], "restarted");
-    assert!(restarted.stderr.contains("pods reach it at http://localstack.localstack.svc.cluster.local:4566"), "{}", restarted.stderr);
+    assert!(
+        restarted
+            .stderr
+            .contains("pods reach it at http://localstack.localstack.svc.cluster.local:4566"),
+        "{}",
+        restarted.stderr
+    );
     rt.block_on(async {
         let config = std::fs::read_to_string(&kubeconfig_path).unwrap();
-        let client = devstack::k8s::client_from_kubeconfig(&config).await.unwrap();
+        let client = devstack::k8s::client_from_kubeconfig(&config)
+            .await
+            .unwrap();
         let health = probe_localstack(&client, "probe-2").await;
         assert!(health.contains("secretsmanager"), "{health}");
     });
 
     stack.run(&profile, &["cluster", "down"]).ok();
     stack.run(&profile, &["localstack", "down"]).ok();
-    assert!(stack.containers().is_empty(), "labelled containers left: {:?}", stack.containers());
+    assert!(
+        stack.containers().is_empty(),
+        "labelled containers left: {:?}",
+        stack.containers()
+    );
     assert!(stack.networks().is_empty());
-    assert!(docker_lines(&["volume", "ls", "-q", "--filter", &format!("label=dev.devstack.stack={}", stack.name)]).is_empty());
+    assert!(
+        docker_lines(&[
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=dev.devstack.stack={}", stack.name)
+        ])
+        .is_empty()
+    );
     assert!(!std::path::Path::new(&kubeconfig_path).exists());
     let lookalike_survives = docker(&["inspect", &similar]).status.success();
     let _ = docker(&["rm", "-f", &similar]);
-    assert!(lookalike_survives, "an unlabelled container with a similar name must be left alone");
+    assert!(
+        lookalike_survives,
+        "an unlabelled container with a similar name must be left alone"
+    );
     stack.run(&profile, &["cluster", "down"]).ok();
 }
 
@@ -169,20 +277,40 @@ fn k3s_bad_input_is_clear_and_leaves_nothing() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
     let profile = k3s_profile(&stack, "");
-    let text = std::fs::read_to_string(&profile).unwrap().replace("  provider: k3s\n", &format!("  provider: k3s\n  apiServerPort: {port}\n"));
+    let text = std::fs::read_to_string(&profile).unwrap().replace(
+        "  provider: k3s\n",
+        &format!("  provider: k3s\n  apiServerPort: {port}\n"),
+    );
     std::fs::write(&profile, text).unwrap();
     let run = stack.run(&profile, &["cluster", "up"]);
     assert_eq!(run.code, 3, "{}", run.stderr);
-    assert!(run.stderr.contains(&format!("127.0.0.1:{port} is already in use")), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("127.0.0.1:{port} is already in use")),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("hint:"));
     assert!(stack.containers().is_empty());
     drop(taken);
 
     let profile = k3s_profile(&stack, "");
-    let run = stack.run_env(&profile, &["cluster", "up"], &[("DEVSTACK_HOME", "/proc/devstack-unwritable")]);
+    let run = stack.run_env(
+        &profile,
+        &["cluster", "up"],
+        &[("DEVSTACK_HOME", "/proc/devstack-unwritable")],
+    );
     assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(run.stderr.contains("cannot write kubeconfig /proc/devstack-unwritable"), "{}", run.stderr);
-    assert!(stack.containers().is_empty(), "nothing is created when the kubeconfig cannot be written");
+    assert!(
+        run.stderr
+            .contains("cannot write kubeconfig /proc/devstack-unwritable"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        stack.containers().is_empty(),
+        "nothing is created when the kubeconfig cannot be written"
+    );
 }
 
 #[test]
@@ -208,7 +336,11 @@ fn k3s_engine_going_away_mid_create_is_reported_and_the_next_run_converges() {
     let run = stack.run_env(&profile, &["cluster", "up"], &[("DOCKER_HOST", &host)]);
     killer.join().unwrap();
     assert_ne!(run.code, 0, "{}", run.stderr);
-    assert!(run.stderr.contains("cannot reach the Docker engine"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("cannot reach the Docker engine"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("hint:"), "{}", run.stderr);
     // With the engine back, `down` removes whatever the interrupted run left.
     stack.run(&profile, &["cluster", "down"]).ok();

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding, VolumeCreateRequest};
-use bollard::query_parameters::{CreateContainerOptions, DownloadFromContainerOptions, ListVolumesOptions, RemoveVolumeOptions};
+use bollard::query_parameters::{
+    CreateContainerOptions, DownloadFromContainerOptions, ListVolumesOptions, RemoveVolumeOptions,
+};
 use futures::StreamExt;
 
 use crate::cluster::{ClusterInfo, UpOptions, kubeconfig, node_name, preload};
@@ -36,7 +38,10 @@ fn node_labels(settings: &Settings, role: &str) -> HashMap<String, String> {
 }
 
 /// Every K3s node container of the stack.
-async fn nodes(docker: &Docker, settings: &Settings) -> Result<Vec<(String, String, bool, HashMap<String, String>)>, Error> {
+async fn nodes(
+    docker: &Docker,
+    settings: &Settings,
+) -> Result<Vec<(String, String, bool, HashMap<String, String>)>, Error> {
     let mut filters = docker::stack_filter(Some(&settings.name));
     filters.push(docker::LABEL_ROLE.to_string());
     let containers = docker::find_containers(docker, filters).await?;
@@ -56,23 +61,39 @@ async fn nodes(docker: &Docker, settings: &Settings) -> Result<Vec<(String, Stri
     Ok(out)
 }
 
-pub async fn up(docker: &Docker, settings: &Settings, options: UpOptions, step: &Step) -> Result<ClusterInfo, Error> {
+pub async fn up(
+    docker: &Docker,
+    settings: &Settings,
+    options: UpOptions,
+    step: &Step,
+) -> Result<ClusterInfo, Error> {
     let network = settings.resource_prefix();
     docker::ensure_network(docker, &settings.name, &network).await?;
     let existing = nodes(docker, settings).await?;
     let server = node_name(settings, "server", 0);
     let started = Instant::now();
 
-    let (api_port, created, repaired) = if let Some((_, _, _, labels)) = existing.iter().find(|n| n.0 == server) {
-        let api_port: u16 = labels.get(LABEL_API_PORT).and_then(|p| p.parse().ok()).ok_or_else(|| {
-            Error::internal(format!("node {server} lacks its {LABEL_API_PORT} label")).with_hint("remove the stack with `devstack cluster down` and bring it up again")
-        })?;
+    let (api_port, created, repaired) = if let Some((_, _, _, labels)) =
+        existing.iter().find(|n| n.0 == server)
+    {
+        let api_port: u16 = labels
+            .get(LABEL_API_PORT)
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| {
+                Error::internal(format!("node {server} lacks its {LABEL_API_PORT} label"))
+                    .with_hint(
+                        "remove the stack with `devstack cluster down` and bring it up again",
+                    )
+            })?;
         let mut repaired = Vec::new();
         for (name, _, running, _) in &existing {
             if !running {
                 step.progress(format!("starting stopped node {name}"));
                 docker
-                    .start_container(name, None::<bollard::query_parameters::StartContainerOptions>)
+                    .start_container(
+                        name,
+                        None::<bollard::query_parameters::StartContainerOptions>,
+                    )
                     .await
                     .map_err(|e| docker::engine_error(format!("start node {name}"), e))?;
                 repaired.push(format!("started stopped node {name}"));
@@ -85,11 +106,14 @@ pub async fn up(docker: &Docker, settings: &Settings, options: UpOptions, step: 
             remove_nodes(docker, settings).await?;
         }
         let api_port = match settings.cluster.api_server_port {
-            0 => crate::hostinfo::free_port().map_err(|e| Error::internal(format!("pick a free port: {e}")))?,
+            0 => crate::hostinfo::free_port()
+                .map_err(|e| Error::internal(format!("pick a free port: {e}")))?,
             port => port,
         };
         if !crate::hostinfo::port_is_free(std::net::IpAddr::from([127, 0, 0, 1]), api_port) {
-            let holder = crate::hostinfo::port_holder(api_port).map(|h| format!(" (held by {h})")).unwrap_or_default();
+            let holder = crate::hostinfo::port_holder(api_port)
+                .map(|h| format!(" (held by {h})"))
+                .unwrap_or_default();
             return Err(Error::prerequisite(format!("the API server port 127.0.0.1:{api_port} is already in use{holder}"))
                 .with_hint("stop what holds it, or set `cluster.apiServerPort` to another port (0 picks a free one)"));
         }
@@ -101,14 +125,44 @@ pub async fn up(docker: &Docker, settings: &Settings, options: UpOptions, step: 
 
     let finish = async {
         step.progress("waiting for the kubeconfig");
-        let raw = read_kubeconfig(docker, &server, settings.timeouts.cluster.get().saturating_sub(started.elapsed())).await?;
+        let raw = read_kubeconfig(
+            docker,
+            &server,
+            settings
+                .timeouts
+                .cluster
+                .get()
+                .saturating_sub(started.elapsed()),
+        )
+        .await?;
         let api_server = format!("https://127.0.0.1:{api_port}");
         let config = kubeconfig::rename_context(&raw, &settings.kube_context(), Some(&api_server))?;
         let client = crate::k8s::client_from_kubeconfig(&config).await?;
         let expected = 1 + settings.cluster.agents as usize;
-        crate::k8s::wait_nodes_ready(&client, expected, settings.timeouts.cluster.get().saturating_sub(started.elapsed()), step).await?;
-        let names = nodes(docker, settings).await?.into_iter().map(|n| n.0).collect();
-        Ok::<_, Error>(ClusterInfo { provider: Provider::K3s, nodes: names, api_server, kubeconfig: config, created, repaired })
+        crate::k8s::wait_nodes_ready(
+            &client,
+            expected,
+            settings
+                .timeouts
+                .cluster
+                .get()
+                .saturating_sub(started.elapsed()),
+            step,
+        )
+        .await?;
+        let names = nodes(docker, settings)
+            .await?
+            .into_iter()
+            .map(|n| n.0)
+            .collect();
+        Ok::<_, Error>(ClusterInfo {
+            provider: Provider::K3s,
+            nodes: names,
+            api_server,
+            kubeconfig: config,
+            created,
+            repaired,
+        })
     };
     match finish.await {
         Ok(info) => Ok(info),
@@ -118,14 +172,22 @@ pub async fn up(docker: &Docker, settings: &Settings, options: UpOptions, step: 
 }
 
 /// Removes what a failed `up` created, unless `--retain`, and says which.
-pub async fn rollback(docker: &Docker, settings: &Settings, options: UpOptions, err: Error) -> Error {
+pub async fn rollback(
+    docker: &Docker,
+    settings: &Settings,
+    options: UpOptions,
+    err: Error,
+) -> Error {
     if options.retain {
         return err.context("cluster creation failed; the half-created cluster is retained for debugging (--retain)");
     }
     match remove_nodes(docker, settings).await {
         Ok(_) => err.context("cluster creation failed and was rolled back"),
         Err(rollback_err) => {
-            let message = format!("cluster creation failed, and rollback also failed ({})", rollback_err.message());
+            let message = format!(
+                "cluster creation failed, and rollback also failed ({})",
+                rollback_err.message()
+            );
             err.context(message).with_hint(format!(
                 "remove the leftovers with `devstack cluster down --name {}` once Docker answers",
                 settings.name
@@ -134,7 +196,12 @@ pub async fn rollback(docker: &Docker, settings: &Settings, options: UpOptions, 
     }
 }
 
-async fn create_nodes(docker: &Docker, settings: &Settings, api_port: u16, step: &Step) -> Result<(), Error> {
+async fn create_nodes(
+    docker: &Docker,
+    settings: &Settings,
+    api_port: u16,
+    step: &Step,
+) -> Result<(), Error> {
     let image = &settings.cluster.image;
     let bundle = preload::open_bundle(settings)?;
     step.progress(format!("node image {image}"));
@@ -153,11 +220,28 @@ async fn create_nodes(docker: &Docker, settings: &Settings, api_port: u16, step:
         format!("--https-listen-port={API_PORT}"),
     ];
     server_args.extend(settings.cluster.k3s_args.iter().cloned());
-    create_node(docker, settings, &server, ROLE_SERVER, server_args, &token, Some(api_port), &tarballs).await?;
+    create_node(
+        docker,
+        settings,
+        &server,
+        ROLE_SERVER,
+        server_args,
+        &token,
+        Some(api_port),
+        &tarballs,
+    )
+    .await?;
     for index in 0..settings.cluster.agents as usize {
         let agent = node_name(settings, "agent", index);
-        let args = vec!["agent".to_string(), format!("--node-name={agent}"), format!("--server=https://{server}:{API_PORT}")];
-        create_node(docker, settings, &agent, ROLE_AGENT, args, &token, None, &tarballs).await?;
+        let args = vec![
+            "agent".to_string(),
+            format!("--node-name={agent}"),
+            format!("--server=https://{server}:{API_PORT}"),
+        ];
+        create_node(
+            docker, settings, &agent, ROLE_AGENT, args, &token, None, &tarballs,
+        )
+        .await?;
     }
     Ok(())
 }
@@ -181,7 +265,11 @@ async fn create_node(
     for (suffix, path) in STATE_PATHS {
         let volume = format!("{name}-{suffix}");
         docker
-            .create_volume(VolumeCreateRequest { name: Some(volume.clone()), labels: Some(node_labels(settings, "volume")), ..Default::default() })
+            .create_volume(VolumeCreateRequest {
+                name: Some(volume.clone()),
+                labels: Some(node_labels(settings, "volume")),
+                ..Default::default()
+            })
             .await
             .map_err(|e| docker::engine_error(format!("create volume {volume}"), e))?;
         binds.push(format!("{volume}:{path}"));
@@ -189,28 +277,50 @@ async fn create_node(
     // k3s imports every tarball in its images directory at start.
     for (index, (_, tarball)) in tarballs.iter().enumerate() {
         let absolute = std::fs::canonicalize(tarball).unwrap_or_else(|_| tarball.clone());
-        binds.push(format!("{}:{IMAGES_IN_NODE}/{index:02}-{}:ro", absolute.display(), file_name(&absolute)));
+        binds.push(format!(
+            "{}:{IMAGES_IN_NODE}/{index:02}-{}:ro",
+            absolute.display(),
+            file_name(&absolute)
+        ));
     }
     if !settings.cluster.registry_mirrors.is_empty() {
         let path = crate::state::stack_dir(&settings.name).join("registries.yaml");
         kubeconfig::write_private(&path, &registries_yaml(settings))?;
-        binds.push(format!("{}:/etc/rancher/k3s/registries.yaml:ro", path.display()));
+        binds.push(format!(
+            "{}:/etc/rancher/k3s/registries.yaml:ro",
+            path.display()
+        ));
     }
     let mut port_bindings = HashMap::new();
     let mut exposed = Vec::new();
     if let Some(port) = api_port {
         let key = format!("{API_PORT}/tcp");
         exposed.push(key.clone());
-        port_bindings.insert(key, Some(vec![PortBinding { host_ip: Some("127.0.0.1".into()), host_port: Some(port.to_string()) }]));
+        port_bindings.insert(
+            key,
+            Some(vec![PortBinding {
+                host_ip: Some("127.0.0.1".into()),
+                host_port: Some(port.to_string()),
+            }]),
+        );
         for mapping in &settings.cluster.ports {
             let key = format!("{}/{}", mapping.container_port, mapping.protocol);
             exposed.push(key.clone());
-            port_bindings.insert(key, Some(vec![PortBinding { host_ip: Some(mapping.bind_address.clone()), host_port: Some(mapping.host_port.to_string()) }]));
+            port_bindings.insert(
+                key,
+                Some(vec![PortBinding {
+                    host_ip: Some(mapping.bind_address.clone()),
+                    host_port: Some(mapping.host_port.to_string()),
+                }]),
+            );
         }
     }
     let mut env = vec![format!("K3S_TOKEN={token}")];
     if role == ROLE_AGENT {
-        env.push(format!("K3S_URL=https://{}:{API_PORT}", node_name(settings, "server", 0)));
+        env.push(format!(
+            "K3S_URL=https://{}:{API_PORT}",
+            node_name(settings, "server", 0)
+        ));
     }
     let body = ContainerCreateBody {
         image: Some(settings.cluster.image.clone()),
@@ -224,28 +334,46 @@ async fn create_node(
             binds: Some(binds),
             port_bindings: Some(port_bindings),
             network_mode: Some(settings.resource_prefix()),
-            tmpfs: Some(HashMap::from([("/run".to_string(), String::new()), ("/var/run".to_string(), String::new())])),
+            tmpfs: Some(HashMap::from([
+                ("/run".to_string(), String::new()),
+                ("/var/run".to_string(), String::new()),
+            ])),
             ..Default::default()
         }),
         ..Default::default()
     };
     docker
-        .create_container(Some(CreateContainerOptions { name: Some(name.to_string()), ..Default::default() }), body)
+        .create_container(
+            Some(CreateContainerOptions {
+                name: Some(name.to_string()),
+                ..Default::default()
+            }),
+            body,
+        )
         .await
         .map_err(|e| {
             if docker::is_conflict(&e) {
-                Error::prerequisite(format!("a container named `{name}` exists but is not this stack's K3s node"))
-                    .with_hint(format!("remove it (`docker rm -f {name}`) or use another stack name with --name"))
+                Error::prerequisite(format!(
+                    "a container named `{name}` exists but is not this stack's K3s node"
+                ))
+                .with_hint(format!(
+                    "remove it (`docker rm -f {name}`) or use another stack name with --name"
+                ))
             } else {
                 docker::engine_error(format!("create node {name}"), e)
             }
         })?;
     docker
-        .start_container(name, None::<bollard::query_parameters::StartContainerOptions>)
+        .start_container(
+            name,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
         .await
         .map_err(|e| {
             let message = docker::docker_message(&e);
-            if message.contains("port is already allocated") || message.contains("address already in use") {
+            if message.contains("port is already allocated")
+                || message.contains("address already in use")
+            {
                 Error::prerequisite(format!("node {name} cannot publish its ports: {message}"))
                     .with_hint("choose other ports (`cluster.apiServerPort`, `cluster.ports`)")
             } else {
@@ -255,31 +383,51 @@ async fn create_node(
 }
 
 fn file_name(path: &Path) -> String {
-    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "image.tar".into())
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "image.tar".into())
 }
 
 fn registries_yaml(settings: &Settings) -> String {
     let mut out = String::from("mirrors:\n");
     for (registry, endpoints) in &settings.cluster.registry_mirrors {
-        out.push_str(&format!("  {}:\n    endpoint:\n", serde_json::to_string(registry).expect("string")));
+        out.push_str(&format!(
+            "  {}:\n    endpoint:\n",
+            serde_json::to_string(registry).expect("string")
+        ));
         for endpoint in endpoints {
-            out.push_str(&format!("      - {}\n", serde_json::to_string(endpoint).expect("string")));
+            out.push_str(&format!(
+                "      - {}\n",
+                serde_json::to_string(endpoint).expect("string")
+            ));
         }
     }
     out
 }
 
 /// Polls the server container until K3s has written its kubeconfig.
-async fn read_kubeconfig(docker: &Docker, server: &str, timeout: Duration) -> Result<String, Error> {
+async fn read_kubeconfig(
+    docker: &Docker,
+    server: &str,
+    timeout: Duration,
+) -> Result<String, Error> {
     let started = Instant::now();
     loop {
         let state = docker::inspect(docker, server).await?.and_then(|c| c.state);
         if !state.as_ref().and_then(|s| s.running).unwrap_or(false) {
             let logs = docker::tail_logs(docker, server, 20).await;
-            return Err(Error::new(Kind::Internal, format!("K3s node {server} stopped while starting; last log lines:\n{logs}"))
-                .with_hint("`docker logs` of the node shows more; check `devstack doctor`"));
+            return Err(Error::new(
+                Kind::Internal,
+                format!("K3s node {server} stopped while starting; last log lines:\n{logs}"),
+            )
+            .with_hint("`docker logs` of the node shows more; check `devstack doctor`"));
         }
-        let mut stream = docker.download_from_container(server, Some(DownloadFromContainerOptions { path: KUBECONFIG_IN_NODE.into() }));
+        let mut stream = docker.download_from_container(
+            server,
+            Some(DownloadFromContainerOptions {
+                path: KUBECONFIG_IN_NODE.into(),
+            }),
+        );
         let mut bytes = Vec::new();
         let mut ok = true;
         while let Some(chunk) = stream.next().await {
@@ -291,12 +439,21 @@ async fn read_kubeconfig(docker: &Docker, server: &str, timeout: Duration) -> Re
                 }
             }
         }
-        if ok && let Some(text) = first_file_in_tar(&bytes) && text.contains("server:") {
+        if ok
+            && let Some(text) = first_file_in_tar(&bytes)
+            && text.contains("server:")
+        {
             return Ok(text);
         }
         if started.elapsed() >= timeout {
-            return Err(Error::new(Kind::Internal, format!("K3s node {server} did not write its kubeconfig within {}s", timeout.as_secs()))
-                .with_hint("raise `timeouts.cluster`; `docker logs` of the node shows why"));
+            return Err(Error::new(
+                Kind::Internal,
+                format!(
+                    "K3s node {server} did not write its kubeconfig within {}s",
+                    timeout.as_secs()
+                ),
+            )
+            .with_hint("raise `timeouts.cluster`; `docker logs` of the node shows why"));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -317,14 +474,28 @@ async fn remove_nodes(docker: &Docker, settings: &Settings) -> Result<bool, Erro
         removed |= docker::remove_container(docker, &name).await?;
     }
     let options = ListVolumesOptions {
-        filters: Some(HashMap::from([("label".to_string(), docker::stack_filter(Some(&settings.name)))])),
+        filters: Some(HashMap::from([(
+            "label".to_string(),
+            docker::stack_filter(Some(&settings.name)),
+        )])),
     };
-    let volumes = docker.list_volumes(Some(options)).await.map_err(|e| docker::engine_error("list volumes", e))?;
+    let volumes = docker
+        .list_volumes(Some(options))
+        .await
+        .map_err(|e| docker::engine_error("list volumes", e))?;
     for volume in volumes.volumes.unwrap_or_default() {
-        match docker.remove_volume(&volume.name, Some(RemoveVolumeOptions { force: true })).await {
+        match docker
+            .remove_volume(&volume.name, Some(RemoveVolumeOptions { force: true }))
+            .await
+        {
             Ok(()) => removed = true,
             Err(e) if docker::is_not_found(&e) => {}
-            Err(e) => return Err(docker::engine_error(format!("remove volume {}", volume.name), e)),
+            Err(e) => {
+                return Err(docker::engine_error(
+                    format!("remove volume {}", volume.name),
+                    e,
+                ));
+            }
         }
     }
     Ok(removed)

@@ -11,27 +11,43 @@ use crate::error::Error;
 
 fn parse(yaml: &str, what: &str) -> Result<Value, Error> {
     if yaml.trim().is_empty() {
-        return Ok(json!({"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": [], "users": []}));
+        return Ok(
+            json!({"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": [], "users": []}),
+        );
     }
     serde_saphyr::from_str(yaml).map_err(|e| {
-        Error::user(format!("{what} is not a valid kubeconfig: {}", crate::profile::load::raw_message(&e)))
-            .with_hint("fix or move the file; devstack only adds and removes its own entries")
+        Error::user(format!(
+            "{what} is not a valid kubeconfig: {}",
+            crate::profile::load::raw_message(&e)
+        ))
+        .with_hint("fix or move the file; devstack only adds and removes its own entries")
     })
 }
 
 fn render(value: &Value) -> Result<String, Error> {
-    serde_saphyr::to_string(value).map_err(|e| Error::internal(format!("cannot render kubeconfig: {e}")))
+    serde_saphyr::to_string(value)
+        .map_err(|e| Error::internal(format!("cannot render kubeconfig: {e}")))
 }
 
 /// Renames the single cluster, user and context of `yaml` to `name`,
 /// optionally replacing the server URL.
 pub fn rename_context(yaml: &str, name: &str, server: Option<&str>) -> Result<String, Error> {
     let mut config = parse(yaml, "the cluster's kubeconfig")?;
-    let first = |key: &str, config: &Value| config.get(key).and_then(|v| v.as_array()).and_then(|a| a.first()).cloned();
-    let (Some(mut cluster), Some(mut user), Some(mut context)) =
-        (first("clusters", &config), first("users", &config), first("contexts", &config))
-    else {
-        return Err(Error::internal("the cluster's kubeconfig lacks a cluster, user or context"));
+    let first = |key: &str, config: &Value| {
+        config
+            .get(key)
+            .and_then(|v| v.as_array())
+            .and_then(|a| a.first())
+            .cloned()
+    };
+    let (Some(mut cluster), Some(mut user), Some(mut context)) = (
+        first("clusters", &config),
+        first("users", &config),
+        first("contexts", &config),
+    ) else {
+        return Err(Error::internal(
+            "the cluster's kubeconfig lacks a cluster, user or context",
+        ));
     };
     cluster["name"] = json!(name);
     if let Some(server) = server {
@@ -55,8 +71,9 @@ pub fn check_writable(path: &Path) -> Result<(), Error> {
     let result = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&probe, b""));
     let _ = std::fs::remove_file(&probe);
     result.map_err(|e| {
-        Error::user(format!("cannot write kubeconfig {}: {e}", path.display()))
-            .with_hint("make the directory writable, or set DEVSTACK_HOME / KUBECONFIG to a writable location")
+        Error::user(format!("cannot write kubeconfig {}: {e}", path.display())).with_hint(
+            "make the directory writable, or set DEVSTACK_HOME / KUBECONFIG to a writable location",
+        )
     })
 }
 
@@ -64,12 +81,18 @@ pub fn check_writable(path: &Path) -> Result<(), Error> {
 pub fn write_private(path: &Path, contents: &str) -> Result<(), Error> {
     use std::os::unix::fs::OpenOptionsExt;
     let unwritable = |e: std::io::Error| {
-        Error::user(format!("cannot write kubeconfig {}: {e}", path.display()))
-            .with_hint("make the directory writable, or set DEVSTACK_HOME / KUBECONFIG to a writable location")
+        Error::user(format!("cannot write kubeconfig {}: {e}", path.display())).with_hint(
+            "make the directory writable, or set DEVSTACK_HOME / KUBECONFIG to a writable location",
+        )
     };
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(unwritable)?;
-    let tmp = dir.join(format!(".{}.devstack-tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("kubeconfig")));
+    let tmp = dir.join(format!(
+        ".{}.devstack-tmp",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("kubeconfig")
+    ));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -122,10 +145,13 @@ pub fn merge_into(target: &str, stack_config: &str, switch_context: bool) -> Res
         merged["apiVersion"] = json!("v1");
         merged["kind"] = json!("Config");
     }
-    if switch_context || merged.get("current-context").is_none_or(|c| c.as_str().unwrap_or("").is_empty()) {
-        if let Some(name) = ours["current-context"].as_str() {
-            merged["current-context"] = json!(name);
-        }
+    let no_current = merged
+        .get("current-context")
+        .is_none_or(|c| c.as_str().unwrap_or("").is_empty());
+    if (switch_context || no_current)
+        && let Some(name) = ours["current-context"].as_str()
+    {
+        merged["current-context"] = json!(name);
     }
     render(&merged)
 }
@@ -197,7 +223,10 @@ users:
         let renamed = rename_context(K3S, "devstack-x", Some("https://127.0.0.1:40000")).unwrap();
         let v: Value = serde_saphyr::from_str(&renamed).unwrap();
         assert_eq!(v["clusters"][0]["name"], "devstack-x");
-        assert_eq!(v["clusters"][0]["cluster"]["server"], "https://127.0.0.1:40000");
+        assert_eq!(
+            v["clusters"][0]["cluster"]["server"],
+            "https://127.0.0.1:40000"
+        );
         assert_eq!(v["contexts"][0]["context"]["user"], "devstack-x");
         assert_eq!(v["current-context"], "devstack-x");
         assert_eq!(v["users"][0]["user"]["client-certificate-data"], "Q0VSVA==");
@@ -211,13 +240,16 @@ users:
         let v: Value = serde_saphyr::from_str(&merged).unwrap();
         assert_eq!(v["contexts"].as_array().unwrap().len(), 2);
         assert_eq!(v["current-context"], "work");
-        let switched: Value = serde_saphyr::from_str(&merge_into(&theirs, &ours, true).unwrap()).unwrap();
+        let switched: Value =
+            serde_saphyr::from_str(&merge_into(&theirs, &ours, true).unwrap()).unwrap();
         assert_eq!(switched["current-context"], "devstack-x");
         // Merging twice replaces rather than duplicates.
-        let twice: Value = serde_saphyr::from_str(&merge_into(&merged, &ours, false).unwrap()).unwrap();
+        let twice: Value =
+            serde_saphyr::from_str(&merge_into(&merged, &ours, false).unwrap()).unwrap();
         assert_eq!(twice["users"].as_array().unwrap().len(), 2);
 
-        let (rest, removed) = remove_from(&merge_into(&theirs, &ours, true).unwrap(), "devstack-x").unwrap();
+        let (rest, removed) =
+            remove_from(&merge_into(&theirs, &ours, true).unwrap(), "devstack-x").unwrap();
         assert!(removed);
         let v: Value = serde_saphyr::from_str(&rest).unwrap();
         assert_eq!(v["contexts"].as_array().unwrap().len(), 1);
@@ -238,7 +270,10 @@ users:
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a/kubeconfig");
         write_private(&path, "x").unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         let err = write_private(Path::new("/proc/devstack-cannot/kubeconfig"), "x").unwrap_err();
         assert_eq!(err.kind(), crate::Kind::User);
         assert!(err.hint().is_some());

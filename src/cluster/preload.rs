@@ -23,7 +23,12 @@ pub struct PreloadImage {
 }
 
 pub fn open_bundle(settings: &Settings) -> Result<Option<Bundle>, Error> {
-    settings.images.bundle.as_deref().map(Bundle::open).transpose()
+    settings
+        .images
+        .bundle
+        .as_deref()
+        .map(Bundle::open)
+        .transpose()
 }
 
 /// Every image the bundle holds for the cluster, plus the profile's
@@ -33,31 +38,54 @@ pub fn wanted_images(settings: &Settings) -> Result<Vec<PreloadImage>, Error> {
     let mut out: Vec<PreloadImage> = Vec::new();
     if let Some(bundle) = &bundle {
         for artifact in bundle.images() {
-            if artifact.role.as_deref().is_some_and(|r| NOT_IN_CLUSTER.contains(&r)) {
+            if artifact
+                .role
+                .as_deref()
+                .is_some_and(|r| NOT_IN_CLUSTER.contains(&r))
+            {
                 continue;
             }
-            out.push(PreloadImage { reference: artifact.reference(), tarball: Some(bundle.path_of(artifact)) });
+            out.push(PreloadImage {
+                reference: artifact.reference(),
+                tarball: Some(bundle.path_of(artifact)),
+            });
         }
     }
     for reference in &settings.images.preload {
-        if out.iter().any(|i| crate::bundle::normalize_reference(&i.reference) == crate::bundle::normalize_reference(reference)) {
+        if out.iter().any(|i| {
+            crate::bundle::normalize_reference(&i.reference)
+                == crate::bundle::normalize_reference(reference)
+        }) {
             continue;
         }
-        let tarball = bundle.as_ref().and_then(|b| b.image(reference)).map(|a| bundle.as_ref().unwrap().path_of(a));
-        out.push(PreloadImage { reference: reference.clone(), tarball });
+        let tarball = bundle
+            .as_ref()
+            .and_then(|b| b.image(reference))
+            .map(|a| bundle.as_ref().unwrap().path_of(a));
+        out.push(PreloadImage {
+            reference: reference.clone(),
+            tarball,
+        });
     }
     Ok(out)
 }
 
 /// A tarball for each image: the bundle's, or one exported from the local
 /// Docker image store into the state cache (reused while the image is the same).
-pub async fn tarballs(docker: &Docker, images: &[PreloadImage]) -> Result<Vec<(String, PathBuf)>, Error> {
+pub async fn tarballs(
+    docker: &Docker,
+    images: &[PreloadImage],
+) -> Result<Vec<(String, PathBuf)>, Error> {
     let mut out = Vec::new();
     for image in images {
         if let Some(path) = &image.tarball {
             if !path.is_file() {
-                return Err(Error::user(format!("offline bundle file {} for {} is missing", path.display(), image.reference))
-                    .with_hint("rebuild the bundle with `make kit`"));
+                return Err(Error::user(format!(
+                    "offline bundle file {} for {} is missing",
+                    path.display(),
+                    image.reference
+                ))
+                .with_hint("rebuild the bundle with `make kit`"));
             }
             out.push((image.reference.clone(), path.clone()));
             continue;
@@ -70,16 +98,27 @@ pub async fn tarballs(docker: &Docker, images: &[PreloadImage]) -> Result<Vec<(S
         let dir = crate::state::home().join("image-cache");
         let path = dir.join(format!("{}.tar", &id[..id.len().min(24)]));
         if !path.is_file() {
-            tokio::fs::create_dir_all(&dir).await.map_err(|e| Error::internal(format!("create {}: {e}", dir.display())))?;
+            tokio::fs::create_dir_all(&dir)
+                .await
+                .map_err(|e| Error::internal(format!("create {}: {e}", dir.display())))?;
             let tmp = path.with_extension("tmp");
-            let mut file = tokio::fs::File::create(&tmp).await.map_err(|e| Error::internal(format!("create {}: {e}", tmp.display())))?;
+            let mut file = tokio::fs::File::create(&tmp)
+                .await
+                .map_err(|e| Error::internal(format!("create {}: {e}", tmp.display())))?;
             let mut stream = docker.export_image(&image.reference);
             while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| docker::engine_error(format!("export {}", image.reference), e))?;
-                file.write_all(&chunk).await.map_err(|e| Error::internal(format!("write {}: {e}", tmp.display())))?;
+                let chunk = chunk
+                    .map_err(|e| docker::engine_error(format!("export {}", image.reference), e))?;
+                file.write_all(&chunk)
+                    .await
+                    .map_err(|e| Error::internal(format!("write {}: {e}", tmp.display())))?;
             }
-            file.flush().await.map_err(|e| Error::internal(format!("write {}: {e}", tmp.display())))?;
-            tokio::fs::rename(&tmp, &path).await.map_err(|e| Error::internal(format!("rename {}: {e}", tmp.display())))?;
+            file.flush()
+                .await
+                .map_err(|e| Error::internal(format!("write {}: {e}", tmp.display())))?;
+            tokio::fs::rename(&tmp, &path)
+                .await
+                .map_err(|e| Error::internal(format!("rename {}: {e}", tmp.display())))?;
         }
         out.push((image.reference.clone(), path));
     }

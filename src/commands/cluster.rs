@@ -15,12 +15,17 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
         ClusterCommand::Down => {
             let removed = down(&docker, &settings).await?;
             ctx.ui.info(if removed {
-                format!("removed the {} cluster of stack `{}`", settings.cluster.provider.as_str(), settings.name)
+                format!(
+                    "removed the {} cluster of stack `{}`",
+                    settings.cluster.provider.as_str(),
+                    settings.name
+                )
             } else {
                 format!("stack `{}` has no cluster", settings.name)
             });
             if ctx.ui.json() {
-                ctx.ui.emit_json(&json!({"stack": settings.name, "removed": removed}));
+                ctx.ui
+                    .emit_json(&json!({"stack": settings.name, "removed": removed}));
             }
             Ok(0)
         }
@@ -31,10 +36,16 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
 async fn cluster_exists(docker: &bollard::Docker, settings: &Settings) -> Result<bool, Error> {
     let name = cluster::node_name(settings, "server", 0);
     let kind_node = format!("{}-control-plane", settings.resource_prefix());
-    Ok(docker::inspect(docker, &name).await?.is_some() || docker::inspect(docker, &kind_node).await?.is_some())
+    Ok(docker::inspect(docker, &name).await?.is_some()
+        || docker::inspect(docker, &kind_node).await?.is_some())
 }
 
-pub async fn up(ctx: &Context, docker: &bollard::Docker, settings: &Settings, options: UpOptions) -> Result<i32, Error> {
+pub async fn up(
+    ctx: &Context,
+    docker: &bollard::Docker,
+    settings: &Settings,
+    options: UpOptions,
+) -> Result<i32, Error> {
     // Fail before creating anything when the kubeconfig cannot be written.
     let path = state::kubeconfig_path(&settings.name);
     kubeconfig::check_writable(&path)?;
@@ -42,7 +53,11 @@ pub async fn up(ctx: &Context, docker: &bollard::Docker, settings: &Settings, op
         kubeconfig::check_writable(&kubeconfig::user_kubeconfig_path())?;
     }
     let existed = cluster_exists(docker, settings).await?;
-    let step = ctx.ui.step(format!("Cluster ({}, {})", settings.cluster.provider.as_str(), settings.cluster.image));
+    let step = ctx.ui.step(format!(
+        "Cluster ({}, {})",
+        settings.cluster.provider.as_str(),
+        settings.cluster.image
+    ));
     let outcome = tokio::select! {
         result = cluster::up(docker, settings, options, &step) => result,
         _ = tokio::signal::ctrl_c() => {
@@ -83,8 +98,18 @@ pub async fn up(ctx: &Context, docker: &bollard::Docker, settings: &Settings, op
             return Err(e);
         }
     };
-    let what = if info.created { "created" } else if info.repaired.is_empty() { "reused" } else { "repaired" };
-    step.done(format!("{what}, {} node(s), API {}", info.nodes.len(), info.api_server));
+    let what = if info.created {
+        "created"
+    } else if info.repaired.is_empty() {
+        "reused"
+    } else {
+        "repaired"
+    };
+    step.done(format!(
+        "{what}, {} node(s), API {}",
+        info.nodes.len(),
+        info.api_server
+    ));
     for repair in &info.repaired {
         ctx.ui.info(format!("  repaired: {repair}"));
     }
@@ -105,15 +130,26 @@ pub async fn up(ctx: &Context, docker: &bollard::Docker, settings: &Settings, op
             "localstackRouted": routed,
         }));
     } else {
-        ctx.ui.info(format!("kubeconfig: {} (context {})", path.display(), settings.kube_context()));
-        ctx.ui.info(format!("next: export KUBECONFIG={}   # or: eval \"$(devstack env)\"", path.display()));
+        ctx.ui.info(format!(
+            "kubeconfig: {} (context {})",
+            path.display(),
+            settings.kube_context()
+        ));
+        ctx.ui.info(format!(
+            "next: export KUBECONFIG={}   # or: eval \"$(devstack env)\"",
+            path.display()
+        ));
     }
     Ok(0)
 }
 
 /// Points the in-cluster LocalStack name at the container, when both exist.
 /// Returns whether LocalStack is routed.
-pub async fn route_localstack(docker: &bollard::Docker, settings: &Settings, kubeconfig_yaml: &str) -> Result<bool, Error> {
+pub async fn route_localstack(
+    docker: &bollard::Docker,
+    settings: &Settings,
+    kubeconfig_yaml: &str,
+) -> Result<bool, Error> {
     let endpoint = localstack::describe(docker, settings).await?;
     let Some(ip) = endpoint.network_ip else {
         return Ok(false);
@@ -125,7 +161,10 @@ pub async fn route_localstack(docker: &bollard::Docker, settings: &Settings, kub
 
 /// After LocalStack (re)starts: re-point the cluster at its new address when
 /// the stack has a reachable cluster.
-pub async fn reroute_after_localstack(docker: &bollard::Docker, settings: &Settings) -> Result<bool, Error> {
+pub async fn reroute_after_localstack(
+    docker: &bollard::Docker,
+    settings: &Settings,
+) -> Result<bool, Error> {
     let path = state::kubeconfig_path(&settings.name);
     let Ok(config) = std::fs::read_to_string(&path) else {
         return Ok(false);

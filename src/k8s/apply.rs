@@ -15,10 +15,19 @@ use crate::error::{Error, Kind};
 /// Every non-empty document of a multi-document YAML stream.
 pub fn parse_documents(yaml: &str, origin: &str) -> Result<Vec<Value>, Error> {
     let docs: Vec<Value> = serde_saphyr::from_str_multiple(yaml).map_err(|e| {
-        let at = e.location().map(|l| format!(":{}:{}", l.line(), l.column())).unwrap_or_default();
-        Error::user(format!("{origin}{at}: invalid YAML: {}", crate::profile::load::raw_message(&e)))
+        let at = e
+            .location()
+            .map(|l| format!(":{}:{}", l.line(), l.column()))
+            .unwrap_or_default();
+        Error::user(format!(
+            "{origin}{at}: invalid YAML: {}",
+            crate::profile::load::raw_message(&e)
+        ))
     })?;
-    Ok(docs.into_iter().filter(|d| d.is_object() && d.get("kind").is_some()).collect())
+    Ok(docs
+        .into_iter()
+        .filter(|d| d.is_object() && d.get("kind").is_some())
+        .collect())
 }
 
 fn describe(doc: &Value) -> String {
@@ -31,11 +40,18 @@ fn describe(doc: &Value) -> String {
 }
 
 fn is_first_wave(doc: &Value) -> bool {
-    matches!(doc["kind"].as_str(), Some("Namespace" | "CustomResourceDefinition"))
+    matches!(
+        doc["kind"].as_str(),
+        Some("Namespace" | "CustomResourceDefinition")
+    )
 }
 
 /// Applies `docs`; returns how many objects were applied.
-pub async fn apply_all(client: &kube::Client, docs: &[Value], crd_timeout: Duration) -> Result<usize, Error> {
+pub async fn apply_all(
+    client: &kube::Client,
+    docs: &[Value],
+    crd_timeout: Duration,
+) -> Result<usize, Error> {
     let (first, rest): (Vec<&Value>, Vec<&Value>) = docs.iter().partition(|d| is_first_wave(d));
     let mut discovery = run_discovery(client).await?;
     for doc in &first {
@@ -70,8 +86,12 @@ async fn apply_one(client: &kube::Client, discovery: &Discovery, doc: &Value) ->
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, kind);
     let (resource, caps) = discovery.resolve_gvk(&gvk).ok_or_else(|| {
-        Error::user(format!("cannot apply {what}: the cluster does not serve {api_version} {kind}"))
-            .with_hint("install the CRD that defines it first (that is what the chain's CRDs level is for)")
+        Error::user(format!(
+            "cannot apply {what}: the cluster does not serve {api_version} {kind}"
+        ))
+        .with_hint(
+            "install the CRD that defines it first (that is what the chain's CRDs level is for)",
+        )
     })?;
     let name = doc["metadata"]["name"].as_str().unwrap_or_default();
     let api: Api<DynamicObject> = match (caps.scope, doc["metadata"]["namespace"].as_str()) {
@@ -79,33 +99,48 @@ async fn apply_one(client: &kube::Client, discovery: &Discovery, doc: &Value) ->
         (Scope::Namespaced, None) => Api::default_namespaced_with(client.clone(), &resource),
         (Scope::Cluster, _) => Api::all_with(client.clone(), &resource),
     };
-    api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(doc))
-        .await
-        .map(|_| ())
-        .map_err(|e| match &e {
-            kube::Error::Api(status) if (400..500).contains(&status.code) => {
-                Error::user(format!("cannot apply {what}: {}", status.message))
-                    .with_hint("fix the manifest; the API server's message names the field")
-            }
-            _ => Error::internal(format!("cannot apply {what}: {e}")),
-        })
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(doc),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| match &e {
+        kube::Error::Api(status) if (400..500).contains(&status.code) => {
+            Error::user(format!("cannot apply {what}: {}", status.message))
+                .with_hint("fix the manifest; the API server's message names the field")
+        }
+        _ => Error::internal(format!("cannot apply {what}: {e}")),
+    })
 }
 
-pub async fn wait_crds_established(client: &kube::Client, names: &[String], timeout: Duration) -> Result<(), Error> {
+pub async fn wait_crds_established(
+    client: &kube::Client,
+    names: &[String],
+    timeout: Duration,
+) -> Result<(), Error> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let started = Instant::now();
     for name in names {
         loop {
             let established = api.get_opt(name).await.ok().flatten().is_some_and(|crd| {
-                crd.status
-                    .and_then(|s| s.conditions)
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+                crd.status.and_then(|s| s.conditions).is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                })
             });
             if established {
                 break;
             }
             if started.elapsed() >= timeout {
-                return Err(Error::new(Kind::Internal, format!("CRD {name} was not Established within {}s", timeout.as_secs())));
+                return Err(Error::new(
+                    Kind::Internal,
+                    format!(
+                        "CRD {name} was not Established within {}s",
+                        timeout.as_secs()
+                    ),
+                ));
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
@@ -128,6 +163,10 @@ mod tests {
     #[test]
     fn invalid_yaml_names_the_file_and_position() {
         let err = parse_documents("a: [\n", "broken.yaml").unwrap_err();
-        assert!(err.message().starts_with("broken.yaml:"), "{}", err.message());
+        assert!(
+            err.message().starts_with("broken.yaml:"),
+            "{}",
+            err.message()
+        );
     }
 }

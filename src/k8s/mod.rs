@@ -15,9 +15,10 @@ use crate::ui::Step;
 pub async fn client_from_kubeconfig(yaml: &str) -> Result<kube::Client, Error> {
     let kubeconfig = Kubeconfig::from_yaml(yaml)
         .map_err(|e| Error::internal(format!("invalid kubeconfig: {e}")))?;
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| Error::internal(format!("invalid kubeconfig: {e}")))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::internal(format!("invalid kubeconfig: {e}")))?;
     config.connect_timeout = Some(Duration::from_secs(5));
     config.read_timeout = Some(Duration::from_secs(30));
     kube::Client::try_from(config).map_err(|e| Error::internal(format!("kube client: {e}")))
@@ -80,10 +81,14 @@ pub async fn apply(client: &kube::Client, object: &serde_json::Value) -> Result<
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),
     };
-    api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(object))
-        .await
-        .map(|_| ())
-        .map_err(|e| Error::internal(format!("apply {kind}/{name}: {e}")))
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| Error::internal(format!("apply {kind}/{name}: {e}")))
 }
 
 pub const FIELD_MANAGER: &str = "devstack";
