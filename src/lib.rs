@@ -14,6 +14,7 @@ pub mod commands;
 pub mod docker;
 pub mod envvars;
 pub mod error;
+pub mod gitops;
 pub mod hostinfo;
 pub mod k8s;
 pub mod localstack;

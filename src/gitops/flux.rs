@@ -1,0 +1,242 @@
+//! Installs Flux's controllers with server-side apply (no kubectl, no flux
+//! CLI needed). Install manifests come from, in order: the offline bundle, a
+//! local cache keyed by version, `flux install --export` when the flux CLI is
+//! on PATH, or the release's install manifest downloaded over HTTPS (and
+//! cached).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::Api;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{Error, Kind};
+use crate::k8s::apply;
+use crate::profile::Settings;
+
+pub const NAMESPACE: &str = "flux-system";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ManifestSource {
+    Bundle,
+    Cache,
+    FluxCli,
+    Download,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstallReport {
+    pub version: String,
+    pub source: ManifestSource,
+    pub objects: usize,
+    pub elapsed_ms: u64,
+}
+
+fn cache_path(version: &str) -> PathBuf {
+    crate::state::home()
+        .join("cache/flux")
+        .join(version)
+        .join("install.yaml")
+}
+
+/// The install manifest text and where it came from.
+pub async fn manifests(settings: &Settings) -> Result<(String, ManifestSource), Error> {
+    let version = &settings.flux.version;
+    if let Some(bundle) = crate::cluster::preload::open_bundle(settings)?
+        && let Some(artifact) = bundle.artifact("flux-install")
+    {
+        if artifact.version.as_deref().is_some_and(|v| v != version) {
+            return Err(Error::user(format!(
+                "the offline bundle holds Flux {} but the profile asks for {version}",
+                artifact.version.as_deref().unwrap_or("?")
+            ))
+            .with_hint(format!(
+                "set `flux.version: {}` or rebuild the bundle",
+                artifact.version.as_deref().unwrap_or("?")
+            )));
+        }
+        let path = bundle.path_of(artifact);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Error::user(format!("cannot read {}: {e}", path.display()))
+                .with_hint("rebuild the bundle with `make kit`")
+        })?;
+        return Ok((text, ManifestSource::Bundle));
+    }
+    let cached = cache_path(version);
+    if let Ok(text) = std::fs::read_to_string(&cached) {
+        return Ok((text, ManifestSource::Cache));
+    }
+    let (text, source) = if let Ok(flux) = which::which("flux") {
+        let output = tokio::process::Command::new(flux)
+            .args([
+                "install",
+                "--export",
+                &format!("--version={version}"),
+                &format!("--components={}", settings.flux.components.join(",")),
+            ])
+            .output()
+            .await
+            .map_err(|e| Error::internal(format!("run flux install --export: {e}")))?;
+        if !output.status.success() {
+            return Err(Error::internal(format!(
+                "`flux install --export --version={version}` failed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        (
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            ManifestSource::FluxCli,
+        )
+    } else {
+        let url =
+            format!("https://github.com/fluxcd/flux2/releases/download/{version}/install.yaml");
+        let response = reqwest::get(&url).await.and_then(|r| r.error_for_status()).map_err(|e| {
+            Error::prerequisite(format!("cannot download Flux {version} install manifests from {url}: {e}"))
+                .with_hint("check network access, install the flux CLI, or use an offline bundle (--bundle)")
+        })?;
+        let text = response
+            .text()
+            .await
+            .map_err(|e| Error::internal(format!("download {url}: {e}")))?;
+        (text, ManifestSource::Download)
+    };
+    crate::cluster::kubeconfig::write_private(&cached, &text)?;
+    Ok((text, source))
+}
+
+/// Drops the Deployments (and their Services) of controllers the profile
+/// does not ask for; CRDs stay, they are harmless and shared.
+fn select_components(docs: Vec<Value>, components: &[String]) -> Vec<Value> {
+    let all = crate::profile::settings::FLUX_COMPONENTS;
+    docs.into_iter()
+        .filter(|d| {
+            let kind = d["kind"].as_str().unwrap_or_default();
+            let name = d["metadata"]["name"].as_str().unwrap_or_default();
+            let is_controller_workload = matches!(kind, "Deployment" | "Service")
+                && all.iter().any(|c| {
+                    name == *c
+                        || name.starts_with(&format!("{}-", c.trim_end_matches("-controller")))
+                });
+            !is_controller_workload
+                || components.iter().any(|c| {
+                    name == c
+                        || (kind == "Service"
+                            && name.starts_with(c.trim_end_matches("-controller")))
+                })
+        })
+        .collect()
+}
+
+/// Applies Flux and waits for its CRDs Established and controllers Available.
+pub async fn install(client: &kube::Client, settings: &Settings) -> Result<InstallReport, Error> {
+    let started = Instant::now();
+    let timeout = settings.timeouts.flux.get();
+    let (text, source) = manifests(settings).await?;
+    let docs = select_components(
+        apply::parse_documents(&text, "Flux install manifests")?,
+        &settings.flux.components,
+    );
+    let objects = apply::apply_all(client, &docs, timeout).await?;
+    wait_available(
+        client,
+        &settings.flux.components,
+        timeout.saturating_sub(started.elapsed()),
+    )
+    .await?;
+    Ok(InstallReport {
+        version: settings.flux.version.clone(),
+        source,
+        objects,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+fn available(deployment: &Deployment) -> bool {
+    deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter().any(|c| {
+                c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")
+            })
+        })
+}
+
+pub async fn wait_available(
+    client: &kube::Client,
+    names: &[String],
+    timeout: Duration,
+) -> Result<(), Error> {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let started = Instant::now();
+    loop {
+        let mut waiting = Vec::new();
+        for name in names {
+            if !api
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|d| available(&d))
+            {
+                waiting.push(name.as_str());
+            }
+        }
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if started.elapsed() >= timeout {
+            return Err(Error::new(
+                Kind::Internal,
+                format!(
+                    "Flux controllers not Available within {}s: {}",
+                    timeout.as_secs(),
+                    waiting.join(", ")
+                ),
+            )
+            .with_hint("raise `timeouts.flux`; check the controller pods in flux-system"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn drops_unrequested_controllers_but_keeps_crds() {
+        let docs = vec![
+            json!({"kind": "CustomResourceDefinition", "metadata": {"name": "alerts.notification.toolkit.fluxcd.io"}}),
+            json!({"kind": "Deployment", "metadata": {"name": "notification-controller"}}),
+            json!({"kind": "Service", "metadata": {"name": "notification-controller"}}),
+            json!({"kind": "Deployment", "metadata": {"name": "source-controller"}}),
+            json!({"kind": "Service", "metadata": {"name": "source-controller"}}),
+        ];
+        let kept = select_components(docs, &["source-controller".to_string()]);
+        let names: Vec<_> = kept
+            .iter()
+            .map(|d| {
+                format!(
+                    "{}/{}",
+                    d["kind"].as_str().unwrap(),
+                    d["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "CustomResourceDefinition/alerts.notification.toolkit.fluxcd.io",
+                "Deployment/source-controller",
+                "Service/source-controller"
+            ]
+        );
+    }
+}
