@@ -36,8 +36,11 @@ fn main() {
 fn init_logging(verbose: u8) {
     use tracing_subscriber::EnvFilter;
     let default = match verbose {
-        0 => "warn",
-        1 => "warn,devstack=info",
+        // kube-client logs every failed request at error level, including the
+        // ones devstack retries while an API server starts; devstack reports
+        // the failures that matter itself.
+        0 => "warn,kube_client=off",
+        1 => "warn,kube_client=off,devstack=info",
         _ => "info,devstack=debug",
     };
     let filter = EnvFilter::try_from_env(devstack::envvars::RUST_LOG)

@@ -44,7 +44,7 @@ fn require_cluster_kit() -> bool {
     false
 }
 
-/// A tiny image with wget, made from the host's busybox, to probe from pods.
+/// A tiny image with nc, made from the host's busybox, to probe from pods.
 fn ensure_busybox_image() {
     if docker(&["image", "inspect", BUSYBOX]).status.success() {
         return;
@@ -54,7 +54,9 @@ fn ensure_busybox_image() {
     std::fs::create_dir_all(&root).unwrap();
     std::fs::copy("/bin/busybox", root.join("busybox"))
         .expect("busybox-static is installed by tests/host/setup-docker.sh");
-    for tool in ["sh", "wget", "sleep", "nslookup", "cat"] {
+    // busybox-static's wget segfaults in pods; nc speaks HTTP well enough
+    // (stdin is held open so nc reads the whole response).
+    for tool in ["sh", "nc", "printf", "sleep", "nslookup", "cat"] {
         std::os::unix::fs::symlink("busybox", root.join(tool)).unwrap();
     }
     let status = std::process::Command::new("sh")
@@ -82,7 +84,7 @@ async fn probe_localstack(client: &kube::Client, name: &str) -> String {
         "metadata": {"name": name},
         "spec": {"restartPolicy": "Never", "containers": [{
             "name": "probe", "image": BUSYBOX, "imagePullPolicy": "Never",
-            "command": ["sh", "-c", "wget -qO- -T 5 http://localstack.localstack.svc.cluster.local:4566/_localstack/health"],
+            "command": ["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do (printf 'GET /_localstack/health HTTP/1.0\\r\\nHost: localstack\\r\\n\\r\\n'; sleep 3) | nc -w 10 localstack.localstack.svc.cluster.local 4566 | grep services && exit 0; sleep 1; done; exit 1"],
         }]},
     }))
     .unwrap();
@@ -152,9 +154,7 @@ fn k3s_cluster_end_to_end() {
     );
 
     let server = format!("devstack-{}-server-0", stack.name);
-    let images = docker(&[
-        "exec", &server, "k3s", "ctr", "-n", "k8s.io", "images", "ls", "-q",
-    ]);
+    let images = docker(&["exec", &server, "crictl", "images"]);
     let images = String::from_utf8_lossy(&images.stdout);
     assert!(
         images.contains("mirrored-pause"),
@@ -204,6 +204,8 @@ fn k3s_cluster_end_to_end() {
     .to_string();
     assert!(docker(&["stop", "-t", "1", &localstack]).status.success());
     let squatter = format!("devstack-{}-ip-squatter", stack.name);
+    // The first free address is the one LocalStack just released: a squatter
+    // takes it, so the restarted container gets another.
     assert!(
         docker(&[
             "run",
@@ -212,8 +214,6 @@ fn k3s_cluster_end_to_end() {
             &squatter,
             "--network",
             &network,
-            "--ip",
-            &old_ip,
             BUSYBOX,
             "sleep",
             "600"
@@ -224,6 +224,21 @@ fn k3s_cluster_end_to_end() {
     let restarted = stack.run(&profile, &["localstack", "up", "--json"]);
     let _ = docker(&["rm", "-f", &squatter]);
     assert_eq!(restarted.ok().json()["action"]["action"], "restarted");
+    let new_ip = String::from_utf8_lossy(
+        &docker(&[
+            "inspect",
+            "-f",
+            &format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}"),
+            &localstack,
+        ])
+        .stdout,
+    )
+    .trim()
+    .to_string();
+    assert_ne!(
+        new_ip, old_ip,
+        "LocalStack should have a new address after the restart"
+    );
     assert!(
         restarted
             .stderr

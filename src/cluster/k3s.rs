@@ -150,11 +150,23 @@ pub async fn up(
             step,
         )
         .await?;
-        let names = nodes(docker, settings)
+        let names: Vec<String> = nodes(docker, settings)
             .await?
             .into_iter()
             .map(|n| n.0)
             .collect();
+        let wanted: Vec<String> = preload::wanted_images(settings)?
+            .into_iter()
+            .map(|i| i.reference)
+            .collect();
+        wait_images_imported(
+            docker,
+            &names,
+            &wanted,
+            settings.timeouts.preload.get(),
+            step,
+        )
+        .await?;
         Ok::<_, Error>(ClusterInfo {
             provider: Provider::K3s,
             nodes: names,
@@ -380,6 +392,68 @@ async fn create_node(
                 docker::engine_error(format!("start node {name}"), e)
             }
         })
+}
+
+/// K3s imports its images directory in the background while the node turns
+/// Ready; workloads must not start before the preloaded images are there, or
+/// they would try to pull them.
+async fn wait_images_imported(
+    docker: &Docker,
+    nodes: &[String],
+    wanted: &[String],
+    timeout: Duration,
+    step: &Step,
+) -> Result<(), Error> {
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    loop {
+        let mut missing = Vec::new();
+        for node in nodes {
+            let (code, stdout) =
+                docker::exec_in(docker, node, &["crictl", "images", "-o", "json"]).await?;
+            let present = if code == 0 {
+                image_tags(&stdout)
+            } else {
+                Default::default()
+            };
+            missing.extend(
+                wanted
+                    .iter()
+                    .filter(|w| !present.contains(&crate::bundle::normalize_reference(w)))
+                    .map(|w| format!("{w} on {node}")),
+            );
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        step.progress(format!("importing images ({} left)", missing.len()));
+        if started.elapsed() >= timeout {
+            return Err(Error::new(
+                Kind::Internal,
+                format!(
+                    "preloaded images were not imported within {}s: {}",
+                    timeout.as_secs(),
+                    missing.join(", ")
+                ),
+            )
+            .with_hint("raise `timeouts.preload`; `docker logs` of the node shows the import"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Normalized `repoTags` from `crictl images -o json`.
+fn image_tags(json: &str) -> std::collections::HashSet<String> {
+    let value: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    value["images"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|i| i["repoTags"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t.as_str().map(crate::bundle::normalize_reference))
+        .collect()
 }
 
 fn file_name(path: &Path) -> String {

@@ -13,17 +13,15 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::exec::{StartExecOptions, StartExecResults};
-use bollard::models::{ContainerSummaryStateEnum, ExecConfig, NetworkConnectRequest};
+use bollard::models::{ContainerSummaryStateEnum, NetworkConnectRequest};
 use bollard::query_parameters::StartContainerOptions;
-use futures::StreamExt;
 use serde::Serialize;
 
 use crate::bundle::normalize_reference;
 use crate::cluster::preload::{self, PreloadImage};
 use crate::cluster::{ClusterInfo, UpOptions, kubeconfig};
 use crate::commands::doctor::{parse_semver, tool_version};
-use crate::docker;
+use crate::docker::{self, exec_in};
 use crate::error::Error;
 use crate::profile::{HumanDuration, Provider, Settings};
 use crate::ui::Step;
@@ -44,7 +42,6 @@ const INSTALL_HINT: &str = "install kind (`go install sigs.k8s.io/kind@v0.30.0`,
 /// `kind get ...` answers from `docker ps`; anything slower is stuck.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(60);
 const DELETE_TIMEOUT: Duration = Duration::from_secs(180);
-const EXEC_TIMEOUT: Duration = Duration::from_secs(30);
 /// How much of kind's stderr an error quotes.
 const STDERR_TAIL_LINES: usize = 20;
 
@@ -410,51 +407,6 @@ async fn list_nodes(docker: &Docker, cluster: &str) -> Result<Vec<KindNode>, Err
         .collect();
     sort_nodes(&mut nodes);
     Ok(nodes)
-}
-
-/// Runs a command in a node; returns its exit code and stdout.
-async fn exec_in(docker: &Docker, node: &str, cmd: &[&str]) -> Result<(i64, String), Error> {
-    let what = || format!("run `{}` in node {node}", cmd.join(" "));
-    let run = async {
-        let config = ExecConfig {
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
-            ..Default::default()
-        };
-        let exec = docker
-            .create_exec(node, config)
-            .await
-            .map_err(|e| docker::engine_error(what(), e))?;
-        let mut stdout = String::new();
-        if let StartExecResults::Attached { mut output, .. } = docker
-            .start_exec(&exec.id, None::<StartExecOptions>)
-            .await
-            .map_err(|e| docker::engine_error(what(), e))?
-        {
-            while let Some(chunk) = output.next().await {
-                if let bollard::container::LogOutput::StdOut { message } =
-                    chunk.map_err(|e| docker::engine_error(what(), e))?
-                {
-                    stdout.push_str(&String::from_utf8_lossy(&message));
-                }
-            }
-        }
-        let code = docker
-            .inspect_exec(&exec.id)
-            .await
-            .map_err(|e| docker::engine_error(what(), e))?
-            .exit_code
-            .unwrap_or(-1);
-        Ok((code, stdout))
-    };
-    tokio::time::timeout(EXEC_TIMEOUT, run).await.map_err(|_| {
-        Error::internal(format!(
-            "{} did not finish within {}",
-            what(),
-            HumanDuration(EXEC_TIMEOUT)
-        ))
-    })?
 }
 
 /// Starts stopped or paused node containers (the load balancer too, or the

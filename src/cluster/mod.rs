@@ -55,9 +55,44 @@ pub async fn up(
     options: UpOptions,
     step: &Step,
 ) -> Result<ClusterInfo, Error> {
-    match settings.cluster.provider {
-        Provider::K3s => k3s::up(docker, settings, options, step).await,
-        Provider::Kind => kind::up(docker, settings, options, step).await,
+    let started = std::time::Instant::now();
+    let info = match settings.cluster.provider {
+        Provider::K3s => k3s::up(docker, settings, options, step).await?,
+        Provider::Kind => kind::up(docker, settings, options, step).await?,
+    };
+    // Ready nodes are not yet a usable cluster: pods resolve service names
+    // only once CoreDNS serves.
+    step.progress("waiting for CoreDNS");
+    let dns = async {
+        let client = crate::k8s::client_from_kubeconfig(&info.kubeconfig).await?;
+        let remaining = settings
+            .timeouts
+            .cluster
+            .get()
+            .saturating_sub(started.elapsed());
+        crate::k8s::wait_deployments_available(
+            &client,
+            "kube-system",
+            &["coredns".to_string()],
+            remaining,
+        )
+        .await
+    };
+    match dns.await {
+        Ok(()) => Ok(info),
+        Err(err) => {
+            let err = err.with_hint("raise `timeouts.cluster`; `kubectl -n kube-system describe pods` shows why CoreDNS is not running");
+            if info.created && !options.retain {
+                return Err(match down(docker, settings).await {
+                    Ok(_) => err.context("cluster creation failed and was rolled back"),
+                    Err(e) => err.context(format!(
+                        "cluster creation failed, and rollback also failed ({})",
+                        e.message()
+                    )),
+                });
+            }
+            Err(err)
+        }
     }
 }
 

@@ -71,6 +71,7 @@ pub fn engine_error(what: impl std::fmt::Display, err: bollard::errors::Error) -
     use bollard::errors::Error as E;
     match &err {
         E::HyperResponseError { .. }
+        | E::HyperLegacyError { .. }
         | E::IOError { .. }
         | E::RequestTimeoutError
         | E::SocketNotFoundError(_) => unreachable(format!("{what}: {err}")),
@@ -108,6 +109,8 @@ pub fn is_conflict(err: &bollard::errors::Error) -> bool {
 
 use std::collections::HashMap;
 
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
 use bollard::models::{ContainerInspectResponse, ContainerSummary, NetworkCreateRequest};
 use bollard::query_parameters::{
     InspectContainerOptions, ListContainersOptions, ListNetworksOptions, LogsOptions,
@@ -298,4 +301,51 @@ pub async fn pull_image(docker: &Docker, image: &str) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+const EXEC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs a command in a container; returns its exit code and stdout.
+pub async fn exec_in(docker: &Docker, node: &str, cmd: &[&str]) -> Result<(i64, String), Error> {
+    let what = || format!("run `{}` in {node}", cmd.join(" "));
+    let run = async {
+        let config = ExecConfig {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
+        };
+        let exec = docker
+            .create_exec(node, config)
+            .await
+            .map_err(|e| engine_error(what(), e))?;
+        let mut stdout = String::new();
+        if let StartExecResults::Attached { mut output, .. } = docker
+            .start_exec(&exec.id, None::<StartExecOptions>)
+            .await
+            .map_err(|e| engine_error(what(), e))?
+        {
+            while let Some(chunk) = output.next().await {
+                if let bollard::container::LogOutput::StdOut { message } =
+                    chunk.map_err(|e| engine_error(what(), e))?
+                {
+                    stdout.push_str(&String::from_utf8_lossy(&message));
+                }
+            }
+        }
+        let code = docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| engine_error(what(), e))?
+            .exit_code
+            .unwrap_or(-1);
+        Ok((code, stdout))
+    };
+    tokio::time::timeout(EXEC_TIMEOUT, run).await.map_err(|_| {
+        Error::internal(format!(
+            "{} did not finish within {}",
+            what(),
+            crate::profile::HumanDuration(EXEC_TIMEOUT)
+        ))
+    })?
 }

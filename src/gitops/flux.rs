@@ -5,14 +5,12 @@
 //! cached).
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::Api;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::error::{Error, Kind};
+use crate::error::Error;
 use crate::k8s::apply;
 use crate::profile::Settings;
 
@@ -141,68 +139,20 @@ pub async fn install(client: &kube::Client, settings: &Settings) -> Result<Insta
         &settings.flux.components,
     );
     let objects = apply::apply_all(client, &docs, timeout).await?;
-    wait_available(
+    crate::k8s::wait_deployments_available(
         client,
+        NAMESPACE,
         &settings.flux.components,
         timeout.saturating_sub(started.elapsed()),
     )
-    .await?;
+    .await
+    .map_err(|e| e.with_hint("raise `timeouts.flux`; check the controller pods in flux-system"))?;
     Ok(InstallReport {
         version: settings.flux.version.clone(),
         source,
         objects,
         elapsed_ms: started.elapsed().as_millis() as u64,
     })
-}
-
-fn available(deployment: &Deployment) -> bool {
-    deployment
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| {
-            c.iter().any(|c| {
-                c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")
-            })
-        })
-}
-
-pub async fn wait_available(
-    client: &kube::Client,
-    names: &[String],
-    timeout: Duration,
-) -> Result<(), Error> {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
-    let started = Instant::now();
-    loop {
-        let mut waiting = Vec::new();
-        for name in names {
-            if !api
-                .get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .is_some_and(|d| available(&d))
-            {
-                waiting.push(name.as_str());
-            }
-        }
-        if waiting.is_empty() {
-            return Ok(());
-        }
-        if started.elapsed() >= timeout {
-            return Err(Error::new(
-                Kind::Internal,
-                format!(
-                    "Flux controllers not Available within {}s: {}",
-                    timeout.as_secs(),
-                    waiting.join(", ")
-                ),
-            )
-            .with_hint("raise `timeouts.flux`; check the controller pods in flux-system"));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,14 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use crate::error::{Error, Kind};
 use crate::ui::Step;
 
+/// Both rustls crypto back ends end up linked (the AWS SDK and kube pick
+/// different ones), so rustls cannot choose by itself: pick ring, once.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 pub async fn client_from_kubeconfig(yaml: &str) -> Result<kube::Client, Error> {
+    install_crypto_provider();
     let kubeconfig = Kubeconfig::from_yaml(yaml)
         .map_err(|e| Error::internal(format!("invalid kubeconfig: {e}")))?;
     let mut config =
@@ -132,4 +139,56 @@ pub async fn route_localstack(client: &kube::Client, container_ip: &str) -> Resu
         "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
     }))
     .await
+}
+
+fn deployment_available(deployment: &k8s_openapi::api::apps::v1::Deployment) -> bool {
+    deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter().any(|c| {
+                c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")
+            })
+        })
+}
+
+/// Waits until each named Deployment exists and is Available.
+pub async fn wait_deployments_available(
+    client: &kube::Client,
+    namespace: &str,
+    names: &[String],
+    timeout: Duration,
+) -> Result<(), Error> {
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), namespace);
+    let started = Instant::now();
+    loop {
+        let mut waiting = Vec::new();
+        for name in names {
+            if !api
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|d| deployment_available(&d))
+            {
+                waiting.push(name.as_str());
+            }
+        }
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if started.elapsed() >= timeout {
+            return Err(Error::new(
+                Kind::Internal,
+                format!(
+                    "Deployments in {namespace} not Available within {}s: {}",
+                    timeout.as_secs(),
+                    waiting.join(", ")
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

@@ -94,13 +94,16 @@ if ! image_exists "$K3S_IMAGE"; then
   docker load -i "$KIT_BUNDLE/$f" >/dev/null
 fi
 
-# A tiny test image (static busybox from Debian: nslookup, wget, httpd),
+# A tiny test image (static busybox from Debian: nslookup, nc, httpd),
 # imported into the node with the bundle's images; not part of the bundle.
 testbox_tar="$KIT_CACHE/test/testbox.tar"
 if [ ! -f "$testbox_tar" ]; then
   mkdir -p "$KIT_CACHE/test/debs" "$WORK/testbox"
-  (cd "$KIT_CACHE/test/debs" && { ls busybox-static_*.deb >/dev/null 2>&1 || apt-get download -q busybox-static >/dev/null; }) \
-    || die "cannot fetch Debian's busybox-static (apt-get update first?)"
+  if ! ls "$KIT_CACHE"/test/debs/busybox-static_*.deb >/dev/null 2>&1; then
+    # apt's sandbox user must be able to write where it downloads.
+    (cd "$WORK" && chmod 1777 . && apt-get download -q busybox-static >/dev/null 2>&1 && mv busybox-static_*.deb "$KIT_CACHE/test/debs/") \
+      || die "cannot fetch Debian's busybox-static (run apt-get update first)"
+  fi
   dpkg-deb -x "$(ls "$KIT_CACHE"/test/debs/busybox-static_*.deb | head -1)" "$WORK/testbox/root"
   cp "$WORK/testbox/root/bin/busybox" "$WORK/testbox/busybox"
   printf 'FROM scratch\nCOPY busybox /bin/busybox\nRUN ["/bin/busybox", "--install", "-s", "/bin"]\nENTRYPOINT ["/bin/sh"]\n' >"$WORK/testbox/Dockerfile"
@@ -132,9 +135,14 @@ mkdir -p "$WORK/bin"
 until_ok 60 "k3s binary" docker cp "$NODE:/bin/k3s" "$WORK/bin/k3s"
 ln -sf k3s "$WORK/bin/kubectl"
 export PATH="$WORK/bin:$PATH"
-until_ok "$TIMEOUT" "kubeconfig" docker exec "$NODE" test -s /etc/rancher/k3s/k3s.yaml
+# docker cp, not docker exec: exec into a privileged container fails on hosts
+# whose bounding set lacks capabilities unless the engine's runc copes.
+kubeconfig_written() {
+  docker cp "$NODE:/etc/rancher/k3s/k3s.yaml" "$WORK/k3s.yaml" && [ -s "$WORK/k3s.yaml" ]
+}
+until_ok "$TIMEOUT" "kubeconfig" kubeconfig_written
 port=$(docker port "$NODE" 6443/tcp | head -1 | sed 's/.*://')
-docker exec "$NODE" cat /etc/rancher/k3s/k3s.yaml | sed "s#https://127.0.0.1:6443#https://127.0.0.1:$port#" >"$WORK/kubeconfig"
+sed "s#https://127.0.0.1:6443#https://127.0.0.1:$port#" "$WORK/k3s.yaml" >"$WORK/kubeconfig"
 export KUBECONFIG="$WORK/kubeconfig" KIT_NODE_CONTAINER=$NODE KIT_BUNDLE KIT_CACHE KIT_ROOT
 
 node_ready() {
@@ -200,10 +208,12 @@ spec:
       set -e
       echo "--- nslookup kubernetes.default.svc.cluster.local"
       nslookup kubernetes.default.svc.cluster.local
-      echo "--- wget http://web/ (Service by short name, via search domains)"
-      wget -q -T 10 -O - http://web/
-      echo "--- wget http://web.$NS.svc.cluster.local/"
-      wget -q -T 10 -O - http://web.$NS.svc.cluster.local/
+      # (busybox-static's wget segfaults; nc resolves names through the
+      # pod's resolv.conf as well)
+      echo "--- GET http://web/ (Service by short name, via search domains)"
+      printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 10 web 80
+      echo "--- GET http://web.$NS.svc.cluster.local/"
+      printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 10 web.$NS.svc.cluster.local 80
 EOF
 client_done() { kubectl -n "$NS" get pod client -o jsonpath='{.status.phase}' | grep -Eq 'Succeeded|Failed'; }
 until_ok "$TIMEOUT" "client pod" client_done || true
@@ -211,7 +221,7 @@ out=$(kubectl -n "$NS" logs client 2>&1 || true)
 phase=$(kubectl -n "$NS" get pod client -o jsonpath='{.status.phase}' 2>/dev/null || true)
 svc_ip=$(kubectl -n default get svc kubernetes -o jsonpath='{.spec.clusterIP}')
 echo "$out" | sed 's/^/  | /' >&2
-if echo "$out" | sed -n '/nslookup/,/wget/p' | grep -q "Address.*$svc_ip"; then
+if echo "$out" | sed -n '/nslookup/,/GET/p' | grep -q "Address.*$svc_ip"; then
   ok "kubernetes.default.svc.cluster.local resolves to $svc_ip through CoreDNS"
 else
   bad "kubernetes.default.svc.cluster.local did not resolve to $svc_ip"

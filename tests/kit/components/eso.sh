@@ -9,7 +9,7 @@
 # and generators/v1/* are separate modules behind `replace => ./...`, and the Go
 # module proxy reachable here serves none of them.)
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
-source "$KIT_ROOT/flux/static-base.sh"
+source "$KIT_ROOT/flux/common.sh"
 
 ESO_VERSION=${ESO_VERSION:-v0.19.2}
 ESO_MODULE=github.com/external-secrets/external-secrets
@@ -27,7 +27,7 @@ ESO_CHART_DROP_DEPS=bitwarden-sdk-server
 # in kit-test (test.d/20-eso.sh); not part of the bundle.
 HELM_VERSION=${HELM_VERSION:-v3.19.0}
 SRC="$KIT_CACHE/src/eso"; BIN="$KIT_CACHE/bin"
-SCRIPT_SUM=$(cat "${BASH_SOURCE[0]}" "$KIT_ROOT/flux/static-base.sh" "$KIT_ROOT/eso/package-chart.py" | sha256sum | cut -c1-16)
+IMAGE_RECIPE=1   # bump when the image recipe below changes
 mkdir -p "$SRC" "$BIN"
 
 # --- module source (writable main module) -------------------------------------
@@ -62,7 +62,7 @@ write_register "$dir/pkg/generator/register/register.go" pkg/generator $ESO_GENE
 # --- binary and image ------------------------------------------------------------
 kit_static_image
 stamp=$(stamp_of "$ESO_VERSION" "$ESO_PROVIDERS" "$ESO_GENERATORS" "$(go env GOVERSION)" \
-  "$(docker image inspect -f '{{.Id}}' "$KIT_STATIC_IMAGE")" "$SCRIPT_SUM")
+  "$(docker image inspect -f '{{.Id}}' "$KIT_STATIC_IMAGE")" "$IMAGE_RECIPE")
 if image_exists "$ESO_IMAGE" && [ "$(image_label "$ESO_IMAGE" dev.devstack.kit.stamp)" = "$stamp" ]; then
   log "reuse $ESO_IMAGE"
 else
@@ -104,14 +104,19 @@ bundle_record "$(jq -n --arg name "${ESO_IMAGE%:*}" --arg tag "$ESO_VERSION" --a
 # --- CRDs, chart, index ------------------------------------------------------------
 adir="artifacts/eso/$ESO_VERSION"; mkdir -p "$KIT_BUNDLE/$adir"
 cp "$dir/deploy/crds/bundle.yaml" "$KIT_BUNDLE/$adir/external-secrets-crds.yaml"
-bundle_add_file eso-crds "$ESO_VERSION" "$adir/external-secrets-crds.yaml"
+bundle_add_file_meta eso-crds "$ESO_VERSION" "$adir/external-secrets-crds.yaml" eso-crds \
+  '{"apply":"kubectl apply --server-side -f"}' 
 # Chart.yaml in the module at the release tag still says the previous version
 # (the chart is bumped in its own release commit): set version/appVersion.
 rm -f "$KIT_BUNDLE/$adir"/external-secrets-*.tgz
 tgz=$(python3 "$KIT_ROOT/eso/package-chart.py" "$dir/deploy/charts/external-secrets" "$KIT_BUNDLE/$adir" \
   "${ESO_VERSION#v}" "$ESO_VERSION" --drop-dependency "$ESO_CHART_DROP_DEPS") || die "chart packaging failed"
-bundle_add_file eso-chart "${ESO_VERSION#v}" "$adir/$(basename "$tgz")"
-bundle_add_file eso-chart-index "${ESO_VERSION#v}" "$adir/index.yaml"
+chart_meta=$(jq -nc --arg app "$ESO_VERSION" --arg img "$ESO_IMAGE_ALIAS" --arg drop "$ESO_CHART_DROP_DEPS" \
+  '{chart:"external-secrets", appVersion:$app, images:[$img], droppedDependencies:($drop|split(" ")),
+    notes:"render with installCRDs=false when eso-crds is applied separately"}')
+bundle_add_file_meta eso-chart "${ESO_VERSION#v}" "$adir/$(basename "$tgz")" eso-chart "$chart_meta"
+bundle_add_file_meta eso-chart-index "${ESO_VERSION#v}" "$adir/index.yaml" eso-chart-index \
+  '{"chart":"external-secrets","repository":"a Helm repository index; the chart .tgz sits next to it"}' 
 # --- helm: validate the packaged chart --------------------------------------------
 if [ ! -x "$BIN/helm-$HELM_VERSION" ]; then
   log "go build helm $HELM_VERSION"

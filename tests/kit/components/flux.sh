@@ -7,7 +7,7 @@
 # with its embedded manifests generated from the controllers' config/ dirs).
 # Standalone and idempotent.
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
-source "$KIT_ROOT/flux/static-base.sh"
+source "$KIT_ROOT/flux/common.sh"
 
 # Flux release: v2.9.5 is the release whose controller modules the Go module
 # proxy reachable here serves (v2.6.4 = devstack's src/versions.rs pin needs
@@ -19,7 +19,9 @@ KUSTOMIZE_VERSION=v5.8.1                   # kustomize/api v0.21.1, as flux2 $FL
 FLUX_COMPONENTS=(source-controller kustomize-controller helm-controller)
 SRC="$KIT_CACHE/src/flux"
 BIN="$KIT_CACHE/bin"
-SCRIPT_SUM=$(cat "${BASH_SOURCE[0]}" "$KIT_ROOT/flux/static-base.sh" | sha256sum | cut -c1-16)
+# Bump when the image / manifest recipe below changes (stamps, not the whole
+# script, decide rebuilds).
+IMAGE_RECIPE=1 MANIFEST_RECIPE=1
 mkdir -p "$SRC" "$BIN"
 # Module versions the Go module proxy reachable here refuses ("403 This module
 # version is not available"): pin the nearest available patch release.
@@ -79,7 +81,8 @@ for c in "${FLUX_COMPONENTS[@]}"; do
 ENTRYPOINT ["/sbin/tini", "--", "kustomize-controller"]' ;;
     *) base=$KIT_STATIC_IMAGE; pre=; extra="ENTRYPOINT [\"$c\"]" ;;
   esac
-  stamp=$(stamp_of "$c" "$v" "$(go env GOVERSION)" "$(docker image inspect -f '{{.Id}}' "$base")" "$SCRIPT_SUM")
+  stamp=$(stamp_of "$c" "$v" "$(go env GOVERSION)" "$(docker image inspect -f '{{.Id}}' "$base")" \
+    "${GO_FIXUPS[$c@$v]:-}" "$IMAGE_RECIPE")
   if image_exists "$ref" && [ "$(image_label "$ref" dev.devstack.kit.stamp)" = "$stamp" ]; then
     log "reuse $ref"
   else
@@ -102,7 +105,7 @@ done
 # --- install manifest ----------------------------------------------------------
 out_rel="artifacts/flux/$FLUX_VERSION/flux-install.yaml"
 out="$KIT_BUNDLE/$out_rel"
-mstamp=$(stamp_of "$FLUX_VERSION" "${CVER[@]}" "$SCRIPT_SUM" "$KUSTOMIZE_VERSION")
+mstamp=$(stamp_of "$FLUX_VERSION" "${CVER[@]}" "$KUSTOMIZE_VERSION" "$MANIFEST_RECIPE")
 if [ "$(cat "$out.stamp" 2>/dev/null)" != "$mstamp" ] || [ ! -s "$out" ]; then
   # kustomize, to render the controllers' release assets and flux2's bases
   if [ ! -x "$BIN/kustomize-$KUSTOMIZE_VERSION" ]; then
@@ -147,5 +150,8 @@ if [ "$(cat "$out.stamp" 2>/dev/null)" != "$mstamp" ] || [ ! -s "$out" ]; then
   mv "$out.tmp" "$out"; echo "$mstamp" >"$out.stamp"
 fi
 ln -sf "flux-$FLUX_VERSION" "$BIN/flux"
-bundle_add_file flux-install "$FLUX_VERSION" "$out_rel"
+imgs=$(for c in "${FLUX_COMPONENTS[@]}"; do echo "ghcr.io/fluxcd/$c:${CVER[$c]}"; done | jq -R . | jq -sc .)
+comps=$(printf '%s\n' "${FLUX_COMPONENTS[@]}" | jq -R . | jq -sc .)
+bundle_add_file_meta flux-install "$FLUX_VERSION" "$out_rel" flux-install \
+  "{\"namespace\":\"flux-system\",\"components\":$comps,\"images\":$imgs,\"apply\":\"kubectl apply --server-side -f\"}"
 log "flux: $(grep -c '^kind:' "$out") objects in $out_rel"

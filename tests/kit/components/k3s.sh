@@ -29,7 +29,7 @@ base_id=$(docker image inspect -f '{{.Id}}' "$NODE_BASE")
 bin_stamp=$(stamp_of "$K3S_VERSION" "$K3S_MODULE_VERSION" "$K3S_TAGS" "$go_version" "$K3S_BUILD_REV")
 cni_src="$KIT_ROOT/k3s/cni"
 cni_stamp=$(stamp_of "$go_version" "$(cat "$cni_src/go.mod" "$cni_src/go.sum" "$cni_src"/flannel/*.go | sha256sum)")
-img_stamp=$(stamp_of "$bin_stamp" "$cni_stamp" "$base_id" "$(cat "$KIT_ROOT/k3s/Dockerfile" "${BASH_SOURCE[0]}" | sha256sum)")
+img_stamp=$(stamp_of "$bin_stamp" "$cni_stamp" "$base_id" "$(cat "$KIT_ROOT/k3s/Dockerfile" "$KIT_ROOT/k3s/runc-wrapper.sh" "${BASH_SOURCE[0]}" | sha256sum)")
 
 if image_stamp_ok "$K3S_IMAGE" "$img_stamp"; then
   log "reuse $K3S_IMAGE"
@@ -122,7 +122,7 @@ else
   rm -rf "$ctx"; mkdir -p "$ctx/bin" "$ctx/cni"
   cp -l "$out/bin/"* "$ctx/bin/" 2>/dev/null || cp "$out/bin/"* "$ctx/bin/"
   cp -l "$cni_out/bin/"* "$ctx/cni/" 2>/dev/null || cp "$cni_out/bin/"* "$ctx/cni/"
-  cp "$KIT_ROOT/k3s/Dockerfile" "$ctx/"
+  cp "$KIT_ROOT/k3s/Dockerfile" "$KIT_ROOT/k3s/runc-wrapper.sh" "$ctx/"
   docker_build "$K3S_IMAGE" "$img_stamp" "$ctx" --build-arg "BASE=$NODE_BASE" \
     --label "org.opencontainers.image.version=$K3S_VERSION"
   rm -rf "$ctx"

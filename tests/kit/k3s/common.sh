@@ -9,9 +9,11 @@ export GOTOOLCHAIN=local
 export GONOSUMDB=${GONOSUMDB:-github.com/k3s-io}
 command -v go >/dev/null || die "go not found (expected /usr/local/go/bin)"
 
-# image_stamp_ok IMAGE STAMP: the image exists and was built from STAMP.
+# image_stamp_ok IMAGE STAMP: the image exists and was built from STAMP
+# (KIT_FORCE=1: never, so the image is rebuilt; build outputs cached in
+# KIT_CACHE are still reused: point DEVSTACK_KIT_CACHE elsewhere for a cold build).
 image_stamp_ok() {
-  image_exists "$1" && [ "$(image_label "$1" dev.devstack.kit.stamp)" = "$2" ]
+  [ "${KIT_FORCE:-}" != 1 ] && image_exists "$1" && [ "$(image_label "$1" dev.devstack.kit.stamp)" = "$2" ]
 }
 
 # go_module_src MODULE VERSION DEST: the module's source (from the Go module

@@ -17,4 +17,4 @@ COREDNS_IMAGE=rancher/mirrored-coredns-coredns:$COREDNS_VERSION
 # CNI plugins in the node image (k3s v1.32.0 ships plugins v1.6.0-k3s1).
 CNI_PLUGINS_VERSION=v1.6.2   # pinned in tests/kit/k3s/cni/go.mod
 # Debian packages of the node image's userland.
-K3S_NODE_PACKAGES="ca-certificates,iptables,nftables,conntrack,ipset,iproute2,kmod,mount,util-linux,procps,libseccomp2,libsqlite3-0,findutils,tar,gzip"
+K3S_NODE_PACKAGES="ca-certificates,iptables,nftables,conntrack,ipset,iproute2,kmod,mount,util-linux,procps,libseccomp2,libsqlite3-0,findutils,tar,gzip,jq"

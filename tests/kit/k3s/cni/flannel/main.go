@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -75,13 +76,23 @@ func readLease(path string) (*lease, error) {
 		switch key {
 		case "FLANNEL_NETWORK", "FLANNEL_IPV6_NETWORK":
 			for _, n := range strings.Split(val, ",") {
-				if n != "" {
-					l.networks = append(l.networks, n)
+				if n == "" {
+					continue
 				}
+				if n, err = network(n); err != nil {
+					return nil, fmt.Errorf("%s: %s: %w", path, key, err)
+				}
+				l.networks = append(l.networks, n)
 			}
 		case "FLANNEL_SUBNET", "FLANNEL_IPV6_SUBNET":
+			// The lease names the bridge's own address (10.42.0.1/24);
+			// host-local wants the network (10.42.0.0/24).
 			if val != "" {
-				l.subnets = append(l.subnets, val)
+				n, err := network(val)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %s: %w", path, key, err)
+				}
+				l.subnets = append(l.subnets, n)
 			}
 		case "FLANNEL_MTU":
 			if l.mtu, err = strconv.Atoi(val); err != nil {
@@ -98,6 +109,15 @@ func readLease(path string) (*lease, error) {
 		return nil, fmt.Errorf("%s is incomplete (need FLANNEL_NETWORK, FLANNEL_SUBNET, FLANNEL_MTU, FLANNEL_IPMASQ)", path)
 	}
 	return l, nil
+}
+
+// network returns the network of a CIDR with host bits cleared.
+func network(cidr string) (string, error) {
+	_, n, err := net.ParseCIDR(strings.TrimSpace(cidr))
+	if err != nil {
+		return "", err
+	}
+	return n.String(), nil
 }
 
 // delegateConfig renders the bridge (or other delegate) configuration.

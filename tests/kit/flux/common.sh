@@ -1,4 +1,5 @@
 # Sourced by components/flux.sh and components/eso.sh (after lib.sh).
+# (kit_static_image; bundle_add_file_meta)
 # kit_static_image: a distroless-static-like base for CGO_ENABLED=0 Go
 # binaries: CA bundle, passwd/group (root, nobody 65534, nonroot 65532),
 # /tmp (1777) and nothing else. Imported as devstack-kit/static:$KIT_DEBIAN_SUITE.
@@ -26,4 +27,16 @@ kit_static_image() {
     --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt' \
     - "$KIT_STATIC_IMAGE" >/dev/null
   rm -rf "$dir"
+}
+
+# bundle_add_file_meta KIND VERSION RELATIVE_FILE NAME EXTRA_JSON: like
+# bundle_add_file, with extra fields merged into the index entry (e.g. the
+# images a manifest references, the chart's app version).
+bundle_add_file_meta() {
+  local kind=$1 version=$2 file=$3 name=$4 extra=$5
+  [ -f "$KIT_BUNDLE/$file" ] || die "bundle file missing: $file"
+  bundle_record "$(jq -n --arg kind "$kind" --arg name "$name" --arg version "$version" \
+    --arg digest "sha256:$(sha256sum "$KIT_BUNDLE/$file" | cut -d' ' -f1)" \
+    --argjson size "$(stat -c %s "$KIT_BUNDLE/$file")" --arg file "$file" --argjson extra "$extra" \
+    '{kind:$kind, name:$name, version:$version, digest:$digest, size:$size, file:$file} + $extra')"
 }
