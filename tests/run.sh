@@ -51,7 +51,8 @@ if want cluster; then
     timeout "$budget" bash tests/kit/build.sh
     rc=$?
     if [ $rc -eq 0 ]; then
-      group cluster bash tests/kit/test.sh
+      group kit-test bash tests/kit/test.sh
+      group cluster env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --test cluster_k3s
     elif [ $rc -eq 124 ]; then
       skip cluster "the offline kit did not finish building within ${budget}s (a cold build on a new machine); run \`make kit\` once and later runs use the cache"
     else

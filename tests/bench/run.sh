@@ -46,8 +46,25 @@ for r in $(seq 1 "$runs"); do
   t0=$(now_ms); ds seed --concurrency 16; t1=$(now_ms)
   conc_rate+=("$(awk -v ms=$((t1 - t0)) 'BEGIN {printf "%.1f", 200000/ms}')")
 done
+# K3s: create-to-Ready with the offline bundle preloaded, and delete.
+bundle=${DEVSTACK_KIT_BUNDLE:-$HOME/.cache/devstack/kit/bundle}
+k3s_up=(); k3s_down=()
+if docker image inspect "$(grep -o 'rancher/k3s:[^"]*' src/versions.rs)" >/dev/null 2>&1 && [ -f "$bundle/index.json" ]; then
+  printf 'apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: %s\nlocalstack:\n  port: %s\ncluster:\n  provider: k3s\n  kubeconfig: {merge: false}\nimages:\n  bundle: %s\n' "$stack" "$port" "$bundle" >"$work/profile.yaml"
+  for r in $(seq 1 "$runs"); do
+    t0=$(now_ms); ds cluster up; t1=$(now_ms); k3s_up+=($((t1 - t0)))
+    t0=$(now_ms); ds cluster down; t1=$(now_ms); k3s_down+=($((t1 - t0)))
+  done
+fi
+
 echo "devstack bench ($runs runs, medians; $(nproc) cores; $(docker version -f '{{.Server.Version}}') engine)"
 printf 'localstack cold start-to-healthy   %6s ms\n' "$(printf '%s\n' "${cold[@]}" | median)"
 printf 'localstack warm reuse (up again)   %6s ms\n' "$(printf '%s\n' "${warm[@]}" | median)"
 printf 'seed 200 secrets, sequential       %6s secrets/s\n' "$(printf '%s\n' "${seq_rate[@]}" | median)"
 printf 'seed 200 secrets, 16 concurrent    %6s secrets/s\n' "$(printf '%s\n' "${conc_rate[@]}" | median)"
+if [ ${#k3s_up[@]} -gt 0 ]; then
+  printf 'k3s cluster create-to-Ready       %6s ms (bundle preloaded, CoreDNS serving)\n' "$(printf '%s\n' "${k3s_up[@]}" | median)"
+  printf 'k3s cluster delete                %6s ms\n' "$(printf '%s\n' "${k3s_down[@]}" | median)"
+else
+  echo "k3s cluster: SKIPPED (no kit node image or bundle; run make kit)"
+fi
