@@ -52,7 +52,8 @@ if want cluster; then
     rc=$?
     if [ $rc -eq 0 ]; then
       group kit-test bash tests/kit/test.sh
-      group cluster env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --test cluster_k3s
+      # --nocapture: a skipped Kind end-to-end test must say so in the log.
+      group cluster env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --test cluster_k3s --test cluster_kind -- --nocapture
     elif [ $rc -eq 124 ]; then
       skip cluster "the offline kit did not finish building within ${budget}s (a cold build on a new machine); run \`make kit\` once and later runs use the cache"
     else
