@@ -5,7 +5,7 @@
 #   DEVSTACK_TEST_TIERS   groups to run (default: lint,unit,docker,cluster)
 #   DEVSTACK_KIT_BUDGET   seconds the cluster group may spend building the
 #                         kit's K3s/Flux/ESO images when they are not cached
-#                         (default 2400; 0 = skip the cluster group)
+#                         (default 1800; 0 = skip the cluster group)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tiers=",${DEVSTACK_TEST_TIERS:-lint,unit,docker,cluster},"
@@ -43,7 +43,7 @@ if want docker; then
 fi
 
 if want cluster; then
-  budget=${DEVSTACK_KIT_BUDGET:-2400}
+  budget=${DEVSTACK_KIT_BUDGET:-1800}
   if [ "$budget" -eq 0 ]; then
     skip cluster "DEVSTACK_KIT_BUDGET=0 (no kit build allowed)"
   else
