@@ -29,6 +29,7 @@ fn help_texts() {
         vec!["--help"],
         vec!["profile", "--help"],
         vec!["localstack", "--help"],
+        vec!["cluster", "--help"],
         vec!["seed", "--help"],
         vec!["env", "--help"],
         vec!["doctor", "--help"],
