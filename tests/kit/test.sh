@@ -132,7 +132,12 @@ node_id=$(docker run -d --privileged --name "$NODE" --hostname "$NODE" \
 
 # kubectl for the host and the hooks: the node's multicall k3s binary.
 mkdir -p "$WORK/bin"
-until_ok 60 "k3s binary" docker cp "$NODE:/bin/k3s" "$WORK/bin/k3s"
+# (the kit image's multicall binary is k3s-server, /bin/k3s being a front end;
+# upstream's /bin/k3s is the binary itself)
+copy_k3s() {
+  docker cp -L "$NODE:/usr/bin/k3s-server" "$WORK/bin/k3s" 2>/dev/null || docker cp -L "$NODE:/bin/k3s" "$WORK/bin/k3s"
+}
+until_ok 60 "k3s binary" copy_k3s
 ln -sf k3s "$WORK/bin/kubectl"
 export PATH="$WORK/bin:$PATH"
 # docker cp, not docker exec: exec into a privileged container fails on hosts

@@ -8,18 +8,18 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 source "$KIT_ROOT/k3s/common.sh"
 
 src="$KIT_ROOT/coredns"
-stamp=$(stamp_of "$COREDNS_VERSION" "$(cat "$src/Dockerfile" "${BASH_SOURCE[0]}" | sha256sum)" "$(go env GOVERSION)")
+stamp=$(stamp_of "$COREDNS_VERSION" "$COREDNS_COMMIT" "$(cat "$src/Dockerfile" "${BASH_SOURCE[0]}" | sha256sum)" "$(go env GOVERSION)")
 if image_stamp_ok "$COREDNS_IMAGE" "$stamp"; then
   log "reuse $COREDNS_IMAGE"
 else
+  host_packages libcap2-bin ca-certificates   # setcap, CA bundle
   tree="$KIT_CACHE/src/coredns-v$COREDNS_VERSION"
   go_module_src github.com/coredns/coredns "v$COREDNS_VERSION" "$tree"
   ctx="$KIT_CACHE/build/coredns"
   rm -rf "$ctx"; mkdir -p "$ctx"
   log "go build coredns v$COREDNS_VERSION"
-  commit=$(cd /tmp && go mod download -json "github.com/coredns/coredns@v$COREDNS_VERSION" | jq -r '.Origin.Hash // "unknown"')
   (cd "$tree" && CGO_ENABLED=0 nice -n 5 go build -trimpath -buildvcs=false \
-    -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=${commit:0:7}" \
+    -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=${COREDNS_COMMIT:0:7}" \
     -o "$ctx/coredns" .) >"$ctx.go.log" 2>&1 || { tail -30 "$ctx.go.log" >&2; die "go build coredns failed"; }
   setcap cap_net_bind_service=+ep "$ctx/coredns"
   cp /etc/ssl/certs/ca-certificates.crt "$ctx/"

@@ -18,7 +18,7 @@ K3S_TAGS="ctrd apparmor seccomp netcgo osusergo providerless urfave_cli_no_docs 
 NODE_BASE=devstack-kit/k3s-node-base:$KIT_DEBIAN_SUITE
 # Bump when the build commands below change (editing other parts of this
 # script must not throw away a 30-minute k3s build).
-K3S_BUILD_REV=2
+K3S_BUILD_REV=3
 go_version=$(go env GOVERSION)
 
 # --- 1. Debian userland ------------------------------------------------------
@@ -26,10 +26,10 @@ kit_rootfs_image "$NODE_BASE" "$K3S_NODE_PACKAGES"
 base_id=$(docker image inspect -f '{{.Id}}' "$NODE_BASE")
 
 # --- stamps: binaries, CNI plugins, image -----------------------------------
-bin_stamp=$(stamp_of "$K3S_VERSION" "$K3S_MODULE_VERSION" "$K3S_TAGS" "$go_version" "$K3S_BUILD_REV")
+bin_stamp=$(stamp_of "$K3S_VERSION" "$K3S_MODULE_VERSION" "$K3S_COMMIT" "$K3S_COMMIT_DATE" "$K3S_TAGS" "$go_version" "$K3S_BUILD_REV")
 cni_src="$KIT_ROOT/k3s/cni"
 cni_stamp=$(stamp_of "$go_version" "$(cat "$cni_src/go.mod" "$cni_src/go.sum" "$cni_src"/flannel/*.go | sha256sum)")
-img_stamp=$(stamp_of "$bin_stamp" "$cni_stamp" "$base_id" "$(cat "$KIT_ROOT/k3s/Dockerfile" "$KIT_ROOT/k3s/runc-wrapper.sh" "${BASH_SOURCE[0]}" | sha256sum)")
+img_stamp=$(stamp_of "$bin_stamp" "$cni_stamp" "$base_id" "$(cat "$KIT_ROOT/k3s/Dockerfile" "$KIT_ROOT/k3s/"*-wrapper.sh "${BASH_SOURCE[0]}" | sha256sum)")
 
 if image_stamp_ok "$K3S_IMAGE" "$img_stamp"; then
   log "reuse $K3S_IMAGE"
@@ -37,6 +37,8 @@ else
   out="$KIT_CACHE/out/k3s-$bin_stamp"
   # --- 2. k3s, shim, runc ----------------------------------------------------
   if [ ! -f "$out/.done" ]; then
+    # cgo: kine's sqlite (libsqlite3), runc's seccomp (libseccomp)
+    host_packages gcc libc6-dev pkg-config libsqlite3-dev libseccomp-dev
     tree="$KIT_CACHE/src/k3s-$K3S_MODULE_VERSION"
     go_module_src "$K3S_MOD" "$K3S_MODULE_VERSION" "$tree"
     # The images this k3s references by default must be the ones the kit builds.
@@ -45,9 +47,7 @@ else
     grep -q "rancher/mirrored-coredns-coredns:$COREDNS_VERSION\"" "$tree/manifests/coredns.yaml" \
       || die "k3s $K3S_VERSION's coredns manifest does not use $COREDNS_IMAGE: update tests/kit/k3s/versions.sh"
     rm -rf "$out"; mkdir -p "$out/bin"
-    info=$(cd /tmp && go mod download -json "$K3S_MOD@$K3S_MODULE_VERSION")
-    commit=$(jq -r '.Origin.Hash // "0000000000000000"' <<<"$info")
-    build_date=$(jq -r '.Time // empty' <<<"$info")
+    commit=$K3S_COMMIT build_date=$K3S_COMMIT_DATE
     modver() { (cd "$tree" && go list -m -f '{{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}' "$1"); }
     modpath() { (cd "$tree" && go list -m -f '{{if .Replace}}{{.Replace.Path}}{{else}}{{.Path}}{{end}}' "$1"); }
     v_containerd=$(modver github.com/containerd/containerd)
@@ -118,11 +118,18 @@ else
   fi
 
   # --- 4. image ----------------------------------------------------------------
+  # Context laid out as the image's paths (no renames in RUN: a renamed file
+  # would be stored twice in the layers).
   ctx="$KIT_CACHE/build/k3s"
-  rm -rf "$ctx"; mkdir -p "$ctx/bin" "$ctx/cni"
-  cp -l "$out/bin/"* "$ctx/bin/" 2>/dev/null || cp "$out/bin/"* "$ctx/bin/"
-  cp -l "$cni_out/bin/"* "$ctx/cni/" 2>/dev/null || cp "$cni_out/bin/"* "$ctx/cni/"
-  cp "$KIT_ROOT/k3s/Dockerfile" "$KIT_ROOT/k3s/runc-wrapper.sh" "$ctx/"
+  rm -rf "$ctx"; mkdir -p "$ctx/bin" "$ctx/cni" "$ctx/libexec"
+  link() { cp -l "$1" "$2" 2>/dev/null || cp "$1" "$2"; }
+  link "$out/bin/k3s" "$ctx/bin/k3s-server"
+  link "$out/bin/containerd-shim-runc-v2" "$ctx/bin/containerd-shim-runc-v2"
+  link "$out/bin/runc" "$ctx/libexec/runc"
+  install -m 0755 "$KIT_ROOT/k3s/k3s-wrapper.sh" "$ctx/bin/k3s"
+  install -m 0755 "$KIT_ROOT/k3s/runc-wrapper.sh" "$ctx/bin/runc"
+  for f in "$cni_out/bin/"*; do link "$f" "$ctx/cni/$(basename "$f")"; done
+  cp "$KIT_ROOT/k3s/Dockerfile" "$ctx/"
   docker_build "$K3S_IMAGE" "$img_stamp" "$ctx" --build-arg "BASE=$NODE_BASE" \
     --label "org.opencontainers.image.version=$K3S_VERSION"
   rm -rf "$ctx"

@@ -11,6 +11,7 @@ stamp=$(stamp_of "$PAUSE_VERSION" "$(cat "$src/pause.c" "$src/Dockerfile" "${BAS
 if image_stamp_ok "$PAUSE_IMAGE" "$stamp"; then
   log "reuse $PAUSE_IMAGE"
 else
+  host_packages gcc libc6-dev   # static glibc
   ctx="$KIT_CACHE/build/pause"
   rm -rf "$ctx"; mkdir -p "$ctx"
   log "gcc -static pause.c"

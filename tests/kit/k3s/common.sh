@@ -9,6 +9,20 @@ export GOTOOLCHAIN=local
 export GONOSUMDB=${GONOSUMDB:-github.com/k3s-io}
 command -v go >/dev/null || die "go not found (expected /usr/local/go/bin)"
 
+# host_packages PKG...: Debian build dependencies on the host (apt-get
+# install when missing; the machine is root with Debian's mirror reachable).
+host_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "apt-get install ${missing[*]}"
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" \
+    || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"; }; } >/dev/null 2>&1 \
+    || die "cannot install ${missing[*]} (needs root and Debian's mirror)"
+}
+
 # image_stamp_ok IMAGE STAMP: the image exists and was built from STAMP
 # (KIT_FORCE=1: never, so the image is rebuilt; build outputs cached in
 # KIT_CACHE are still reused: point DEVSTACK_KIT_CACHE elsewhere for a cold build).

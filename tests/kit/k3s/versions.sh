@@ -7,12 +7,15 @@
 # the proxy maps the tag to this pseudo-version (commit cca8facaa33a).
 K3S_VERSION=${KIT_K3S_VERSION:-v1.32.0+k3s1}
 K3S_MODULE_VERSION=${KIT_K3S_MODULE_VERSION:-v1.32.1-0.20250107171309-cca8facaa33a}
+K3S_COMMIT=${KIT_K3S_COMMIT:-cca8facaa33a3ec7897349a8740fd96029590c31}
+K3S_COMMIT_DATE=${KIT_K3S_COMMIT_DATE:-2025-01-07T17:13:09Z}
 K3S_IMAGE=rancher/k3s:${K3S_VERSION/+/-}
 # What this k3s version references by default (pkg/cli/cmds/const_linux.go
 # DefaultPauseImage, manifests/coredns.yaml); k3s.sh checks they still match.
 PAUSE_VERSION=${KIT_PAUSE_VERSION:-3.6}
 PAUSE_IMAGE=rancher/mirrored-pause:$PAUSE_VERSION
 COREDNS_VERSION=${KIT_COREDNS_VERSION:-1.12.0}
+COREDNS_COMMIT=${KIT_COREDNS_COMMIT:-51e11f166ef6c247a78e9e15468647c593b79b9f}
 COREDNS_IMAGE=rancher/mirrored-coredns-coredns:$COREDNS_VERSION
 # CNI plugins in the node image (k3s v1.32.0 ships plugins v1.6.0-k3s1).
 CNI_PLUGINS_VERSION=v1.6.2   # pinned in tests/kit/k3s/cni/go.mod
