@@ -110,7 +110,8 @@ bundle_add_file_meta eso-crds "$ESO_VERSION" "$adir/external-secrets-crds.yaml" 
 # (the chart is bumped in its own release commit): set version/appVersion.
 rm -f "$KIT_BUNDLE/$adir"/external-secrets-*.tgz
 tgz=$(python3 "$KIT_ROOT/eso/package-chart.py" "$dir/deploy/charts/external-secrets" "$KIT_BUNDLE/$adir" \
-  "${ESO_VERSION#v}" "$ESO_VERSION" --drop-dependency "$ESO_CHART_DROP_DEPS") || die "chart packaging failed"
+  "${ESO_VERSION#v}" "$ESO_VERSION" --drop-dependency "$ESO_CHART_DROP_DEPS" \
+  --eso-crds "$dir/deploy/crds/bundle.yaml") || die "chart packaging failed"
 chart_meta=$(jq -nc --arg app "$ESO_VERSION" --arg img "$ESO_IMAGE_ALIAS" --arg drop "$ESO_CHART_DROP_DEPS" \
   '{chart:"external-secrets", appVersion:$app, images:[$img], droppedDependencies:($drop|split(" ")),
     notes:"render with installCRDs=false when eso-crds is applied separately"}')
@@ -136,4 +137,7 @@ HELM_CACHE_HOME=$(mktemp -d) HELM_CONFIG_HOME=$(mktemp -d) "$BIN/helm" lint "$tg
   || { "$BIN/helm" lint "$tgz" >&2; die "helm lint $tgz failed"; }
 imgs=$("$BIN/helm" template external-secrets "$tgz" -n external-secrets | grep -o 'image: .*' | tr -d '"' | sort -u)
 [ "$imgs" = "image: $ESO_IMAGE_ALIAS" ] || die "chart renders unexpected images: $imgs"
+ncrd=$("$BIN/helm" template external-secrets "$tgz" -n external-secrets | grep -c '^kind: CustomResourceDefinition' || true)
+[ "$ncrd" = "$(grep -c '^kind: CustomResourceDefinition' "$dir/deploy/crds/bundle.yaml")" ] \
+  || die "chart renders $ncrd CRDs, the bundle has $(grep -c '^kind: CustomResourceDefinition' "$dir/deploy/crds/bundle.yaml")"
 log "eso: $ESO_IMAGE ($(docker image inspect -f '{{.Size}}' "$ESO_IMAGE" | numfmt --to=iec)), CRDs, chart $(basename "$tgz")"

@@ -4,8 +4,13 @@ repository index.yaml next to it, the way `helm package` + `helm repo index`
 lay them out (Chart.yaml first, .helmignore honoured, dependencies dropped).
 
 usage: package-chart.py CHART_DIR OUT_DIR VERSION APP_VERSION [--drop-dependency NAME ...]
+                        [--eso-crds BUNDLE_YAML]
+
+--eso-crds: generate templates/crds/<singular>.yaml from the CRD bundle the way
+External Secrets' hack/helm.generate.sh does for its chart releases (the
+generated files are not in the source tree at the release tag).
 """
-import argparse, datetime, fnmatch, gzip, hashlib, io, os, sys, tarfile
+import argparse, fnmatch, gzip, hashlib, io, os, re, sys, tarfile
 import yaml
 
 p = argparse.ArgumentParser()
@@ -13,6 +18,7 @@ p.add_argument("chart_dir"); p.add_argument("out_dir")
 p.add_argument("version"); p.add_argument("app_version")
 p.add_argument("--drop-dependency", action="append", default=[])
 p.add_argument("--created", default="1970-01-01T00:00:00Z")
+p.add_argument("--eso-crds")
 a = p.parse_args()
 
 with open(os.path.join(a.chart_dir, "Chart.yaml")) as f:
@@ -57,6 +63,46 @@ for root, dirs, names in os.walk(a.chart_dir):
             continue
         files.append(rel)
 
+ANNOT = ('    {{- with .Values.crds.annotations }}\n    {{- toYaml . | nindent 4}}\n    {{- end }}\n'
+         '    {{- if and .Values.crds.conversion.enabled .Values.webhook.certManager.enabled '
+         '.Values.webhook.certManager.addInjectorAnnotations }}\n'
+         '    cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "external-secrets.fullname" . }}-webhook\n'
+         '    {{- end }}\n')
+
+def eso_crd_templates(bundle):
+    """hack/helm.generate.sh: split, guard with installCRDs/crds.create<Kind>, fix names, annotations hook."""
+    text = open(bundle).read()
+    out = {}
+    for doc in re.split(r"(?m)^---\s*$", text):
+        obj = yaml.safe_load(doc)
+        if not obj:
+            continue
+        kind, singular = obj["spec"]["names"]["kind"], obj["spec"]["names"]["singular"]
+        flag = "create" + kind
+        if "ExternalSecret" in flag or "SecretStore" in flag:
+            if any(v["name"] == "v1alpha1" for v in obj["spec"]["versions"]):
+                sys.exit(f"{kind}: v1alpha1 conversion templating not implemented")
+            doc = "".join(l for l in doc.splitlines(True) if "- |-" not in l)
+        if "Cluster" in flag or "PushSecret" in flag:
+            head = "{{- if and (.Values.installCRDs) (.Values.crds.%s) }}\n" % flag
+        else:
+            head = "{{- if .Values.installCRDs }}\n"
+        body = doc.lstrip("\n")
+        if not body.endswith("\n"):
+            body += "\n"
+        body = body.replace("name: kubernetes", 'name: {{ include "external-secrets.fullname" . }}-webhook')
+        body = body.replace("namespace: default", "namespace: {{ .Release.Namespace | quote }}")
+        lines = body.splitlines(True)
+        for i, l in enumerate(lines):
+            if "annotations" in l:
+                lines.insert(i + 1, ANNOT)
+                break
+        out[f"templates/crds/{singular}.yaml"] = (head + "".join(lines) + "{{- end }}\n").encode()
+    return out
+
+generated = eso_crd_templates(a.eso_crds) if a.eso_crds else {}
+files = [f for f in files if f not in generated]
+
 os.makedirs(a.out_dir, exist_ok=True)
 tgz = os.path.join(a.out_dir, f"{name}-{chart['version']}.tgz")
 buf = io.BytesIO()
@@ -67,7 +113,10 @@ with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz:
             ti.size, ti.mode, ti.mtime = len(data), 0o644, 0
             tar.addfile(ti, io.BytesIO(data))
         add("Chart.yaml", chart_yaml)
-        for rel in files:
+        for rel in sorted(files + list(generated)):
+            if rel in generated:
+                add(rel, generated[rel])
+                continue
             with open(os.path.join(a.chart_dir, rel), "rb") as f:
                 add(rel, f.read())
 with open(tgz, "wb") as f:
