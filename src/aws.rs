@@ -25,20 +25,41 @@ fn credentials() -> Credentials {
     )
 }
 
+// Fail fast when LocalStack goes away instead of retrying for minutes.
+fn retry() -> RetryConfig {
+    RetryConfig::standard().with_max_attempts(3)
+}
+
+fn timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(3))
+        .operation_attempt_timeout(Duration::from_secs(15))
+        .build()
+}
+
 pub fn secrets_manager(settings: &Settings) -> aws_sdk_secretsmanager::Client {
     let config = aws_sdk_secretsmanager::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(crate::localstack::endpoint_url(settings))
         .region(Region::new(settings.localstack.region.clone()))
         .credentials_provider(credentials())
-        // Fail fast when LocalStack goes away instead of retrying for minutes.
-        .retry_config(RetryConfig::standard().with_max_attempts(3))
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(3))
-                .operation_attempt_timeout(Duration::from_secs(15))
-                .build(),
-        )
+        .retry_config(retry())
+        .timeout_config(timeouts())
         .build();
     aws_sdk_secretsmanager::Client::from_conf(config)
+}
+
+/// S3 on the stack's LocalStack, path-style (LocalStack's host name does not
+/// resolve bucket subdomains).
+pub fn s3(settings: &Settings) -> aws_sdk_s3::Client {
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(crate::localstack::endpoint_url(settings))
+        .region(Region::new(settings.localstack.region.clone()))
+        .credentials_provider(credentials())
+        .force_path_style(true)
+        .retry_config(retry())
+        .timeout_config(timeouts())
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
 }

@@ -66,6 +66,10 @@ impl From<ProviderArg> for Provider {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Bring the whole stack up (or converge it) and prove the ExternalSecret round trip
+    Up(UpArgs),
+    /// Remove the stack: cluster, LocalStack, network, volumes, kubeconfig context
+    Down(DownArgs),
     /// Check that this machine can run the profile
     Doctor,
     /// Validate, show and list profiles
@@ -79,8 +83,14 @@ pub enum Command {
     Cluster(ClusterCommand),
     /// Create or update the profile's secrets in LocalStack's Secrets Manager
     Seed(SeedArgs),
+    /// Prove the secret path end to end with a fresh random probe
+    Verify(VerifyArgs),
+    /// Show the health of every part of the stack
+    Status,
     /// Print shell exports for using the stack from other tools
     Env(EnvArgs),
+    /// Install Flux if needed, publish the GitOps manifests and wait until the External Secrets chain is Ready
+    Sync(SyncArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -150,6 +160,50 @@ pub struct SeedArgs {
     /// Concurrent requests to Secrets Manager
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub concurrency: u16,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Runs preflight, the network, LocalStack (then seeding) and the cluster \
+concurrently, the in-cluster LocalStack route, Flux, the External Secrets chain and the round trip, \
+printing each step with its time. On an existing stack it repairs what drifted and says what. \
+A stack this run created is rolled back on failure or Ctrl-C unless --retain."
+)]
+pub struct UpArgs {
+    /// Keep a half-created stack on failure or Ctrl-C, for debugging
+    #[arg(long)]
+    pub retain: bool,
+    /// Skip the round trip at the end (default: the profile's `verify.onUp`)
+    #[arg(long)]
+    pub no_verify: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DownArgs {
+    /// Remove every devstack stack on this machine (by label), and nothing else
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// Leave reconcile timing to Flux instead of nudging each level as the previous one turns Ready (for comparison)
+    #[arg(long)]
+    pub no_nudge: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Writes a randomly named secret into LocalStack, syncs it into the cluster through \
+an ExternalSecret, rotates it (refreshed at once with the force-sync annotation), deletes the \
+Kubernetes Secret and waits for ESO to recreate it, and checks every ExternalSecret the profile \
+declares is synced. Probe objects are removed afterwards; probe values never appear in output. \
+Exit 4 when a check fails."
+)]
+pub struct VerifyArgs {
+    /// Also push a value to LocalStack with a PushSecret (default: the profile's `verify.pushSecret`)
+    #[arg(long)]
+    pub push_secret: bool,
 }
 
 #[derive(Debug, Args)]

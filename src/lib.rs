@@ -18,10 +18,13 @@ pub mod gitops;
 pub mod hostinfo;
 pub mod k8s;
 pub mod localstack;
+pub mod pipeline;
 pub mod profile;
 pub mod seed;
+pub mod stack;
 pub mod state;
 pub mod ui;
+pub mod verify;
 pub mod versions;
 
 pub use error::{Error, Kind, Result};

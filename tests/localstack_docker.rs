@@ -41,7 +41,7 @@ fn localstack_starts_is_reused_restarted_and_recreated_on_a_changed_spec() {
         std::fs::read_to_string(&changed).unwrap().replace(
             &format!("  port: {}\n", stack.port),
             &format!(
-                "  port: {}\n  services: [secretsmanager, sts]\n",
+                "  port: {}\n  services: [secretsmanager, sts, s3, ssm]\n",
                 stack.port
             ),
         ),

@@ -96,7 +96,106 @@ pub async fn up(
     }
 }
 
-/// Removes the cluster; absent is fine. Returns whether anything was removed.
+/// A cluster brought up and wired to this host: its kubeconfig written
+/// (mode 0600) and, when the profile asks, merged into the user's.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Provisioned {
+    #[serde(flatten)]
+    pub info: ClusterInfo,
+    pub kubeconfig_path: std::path::PathBuf,
+    pub merged_into: Option<std::path::PathBuf>,
+}
+
+/// Whether the stack has any cluster node container, running or not.
+pub async fn exists(docker: &bollard::Docker, settings: &Settings) -> Result<bool, Error> {
+    let k3s_server = node_name(settings, "server", 0);
+    let kind_node = format!("{}-control-plane", settings.resource_prefix());
+    Ok(crate::docker::inspect(docker, &k3s_server).await?.is_some()
+        || crate::docker::inspect(docker, &kind_node).await?.is_some())
+}
+
+/// [`up`], then the kubeconfig files. Fails before creating anything when
+/// the kubeconfig cannot be written, and rolls a new cluster back (unless
+/// `retain`) when writing it fails after all.
+pub async fn provision(
+    docker: &bollard::Docker,
+    settings: &Settings,
+    options: UpOptions,
+    step: &Step,
+) -> Result<Provisioned, Error> {
+    let path = crate::state::kubeconfig_path(&settings.name);
+    kubeconfig::check_writable(&path)?;
+    if settings.cluster.merge_kubeconfig {
+        kubeconfig::check_writable(&kubeconfig::user_kubeconfig_path())?;
+    }
+    let info = up(docker, settings, options, step).await?;
+    let written = kubeconfig::write_private(&path, &info.kubeconfig).and_then(|()| {
+        settings
+            .cluster
+            .merge_kubeconfig
+            .then(|| kubeconfig::merge_into_user(&info.kubeconfig, settings.cluster.switch_context))
+            .transpose()
+    });
+    match written {
+        Ok(merged_into) => Ok(Provisioned {
+            info,
+            kubeconfig_path: path,
+            merged_into,
+        }),
+        Err(e) if info.created && !options.retain => {
+            let _ = remove(docker, settings).await;
+            Err(e.context("the cluster was rolled back"))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes the cluster, its kubeconfig file and context, and the stack
+/// network when nothing else uses it. Returns whether anything was removed.
+pub async fn remove(docker: &bollard::Docker, settings: &Settings) -> Result<bool, Error> {
+    let removed = down(docker, settings).await?;
+    let path = crate::state::kubeconfig_path(&settings.name);
+    let had_file = std::fs::remove_file(&path).is_ok();
+    let had_context = kubeconfig::remove_from_user(&settings.kube_context())?;
+    crate::docker::remove_network_if_unused(docker, &settings.resource_prefix()).await?;
+    Ok(removed || had_file || had_context)
+}
+
+/// Points the in-cluster LocalStack name at the container, when both exist.
+/// Returns whether LocalStack is routed.
+pub async fn route_localstack(
+    docker: &bollard::Docker,
+    settings: &Settings,
+    kubeconfig_yaml: &str,
+) -> Result<bool, Error> {
+    let endpoint = crate::localstack::describe(docker, settings).await?;
+    let Some(ip) = endpoint.network_ip else {
+        return Ok(false);
+    };
+    let client = crate::k8s::client_from_kubeconfig(kubeconfig_yaml).await?;
+    crate::k8s::route_localstack(&client, &ip).await?;
+    Ok(true)
+}
+
+/// After LocalStack (re)starts: re-point the cluster at its new address when
+/// the stack has a reachable cluster.
+pub async fn reroute_after_localstack(
+    docker: &bollard::Docker,
+    settings: &Settings,
+) -> Result<bool, Error> {
+    let path = crate::state::kubeconfig_path(&settings.name);
+    let Ok(config) = std::fs::read_to_string(&path) else {
+        return Ok(false);
+    };
+    if !exists(docker, settings).await? {
+        return Ok(false);
+    }
+    route_localstack(docker, settings, &config).await
+}
+
+/// Removes the cluster's containers and volumes; absent is fine. Returns
+/// whether anything was removed.
 pub async fn down(docker: &bollard::Docker, settings: &Settings) -> Result<bool, Error> {
     match settings.cluster.provider {
         Provider::K3s => k3s::down(docker, settings).await,

@@ -26,7 +26,7 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
                 }
             };
             step.done(format!("{} at {}", report.action, report.endpoint.url));
-            if crate::commands::cluster::reroute_after_localstack(&docker, &settings).await? {
+            if crate::cluster::reroute_after_localstack(&docker, &settings).await? {
                 ctx.ui.info(format!(
                     "pods reach it at {}",
                     crate::k8s::localstack_in_cluster_url()

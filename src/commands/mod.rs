@@ -4,10 +4,15 @@
 
 pub mod cluster;
 pub mod doctor;
+pub mod down;
 pub mod env;
 pub mod localstack;
 pub mod profile;
 pub mod seed;
+pub mod status;
+pub mod sync;
+pub mod up;
+pub mod verify;
 
 use crate::cli::{Cli, Command, GlobalArgs};
 use crate::error::Error;
@@ -39,11 +44,16 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         global: cli.global,
     };
     match cli.command {
+        Command::Up(args) => up::run(&ctx, args).await,
+        Command::Down(args) => down::run(&ctx, args).await,
         Command::Doctor => doctor::run(&ctx).await,
         Command::Profile(cmd) => profile::run(&ctx, cmd),
         Command::Localstack(cmd) => localstack::run(&ctx, cmd).await,
         Command::Cluster(cmd) => cluster::run(&ctx, cmd).await,
         Command::Seed(args) => seed::run(&ctx, args).await,
+        Command::Verify(args) => verify::run(&ctx, args).await,
+        Command::Status => status::run(&ctx).await,
         Command::Env(args) => env::run(&ctx, args).await,
+        Command::Sync(args) => sync::run(&ctx, args).await,
     }
 }

@@ -1,3 +1,311 @@
-//! GitOps: Flux installation (and, next, the ESO chain delivered through it).
+//! GitOps: Flux installation, the stack's GitOps source, and the External
+//! Secrets stack delivered through the three-level chain.
+//!
+//! `deliver` is what `up` runs and `sync` what `devstack sync` runs: publish
+//! the manifests (and offline ESO artifacts) to the stack's bucket, apply the
+//! source, the stack facts and the root Kustomization, then watch the chain
+//! until it is Ready, nudging each level as the previous one turns Ready.
 
+pub mod chain;
 pub mod flux;
+pub mod manifests;
+pub mod source;
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::error::Error;
+use crate::k8s::apply;
+use crate::profile::settings::SecretSettings;
+use crate::profile::{GitopsSourceKind, SecretSource, Settings};
+use crate::ui::Ui;
+
+/// Namespace of the Flux sources and Kustomizations devstack manages.
+pub const FLUX_NAMESPACE: &str = flux::NAMESPACE;
+/// The root Kustomization that applies `manifests/external-secrets/`.
+pub const ROOT_KUSTOMIZATION: &str = "devstack";
+/// The chain, in dependency order.
+pub const CHAIN: [&str; 3] = [
+    "external-secrets-crds",
+    "external-secrets-operator",
+    "external-secrets-crs",
+];
+/// The operator's HelmRelease (namespace, name).
+pub const HELM_RELEASE: (&str, &str) = ("external-secrets", "external-secrets");
+/// The ClusterSecretStore the shipped manifests create.
+pub const CLUSTER_SECRET_STORE: &str = "localstack";
+/// ConfigMap in flux-system holding the stack facts for `postBuild.substituteFrom`.
+pub const STACK_FACTS_CONFIGMAP: &str = "devstack-stack-facts";
+
+#[derive(Debug, Clone, Copy)]
+pub struct DeliverOptions {
+    /// Request reconciles as levels turn Ready (the default; off only to
+    /// measure what Flux does alone).
+    pub nudge: bool,
+}
+
+impl Default for DeliverOptions {
+    fn default() -> Self {
+        DeliverOptions { nudge: true }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliverReport {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flux: Option<flux::InstallReport>,
+    pub source: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub published: Option<source::PublishReport>,
+    pub offline_eso: bool,
+    pub chain: chain::ChainReport,
+    pub profile_external_secrets: usize,
+    pub elapsed_ms: u64,
+}
+
+/// Installs Flux, then publishes and reconciles the chain until Ready.
+pub async fn deliver(
+    client: &kube::Client,
+    settings: &Settings,
+    options: DeliverOptions,
+    ui: &Ui,
+) -> Result<DeliverReport, Error> {
+    let started = Instant::now();
+    let step = ui.step(format!("Flux {}", settings.flux.version));
+    let flux = match flux::install(client, settings).await {
+        Ok(report) => {
+            step.done(format!(
+                "{} objects from {}",
+                report.objects,
+                serde_json::to_value(report.source)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default()
+            ));
+            report
+        }
+        Err(e) => {
+            step.fail("install failed");
+            return Err(e);
+        }
+    };
+    let mut report = sync(client, settings, options, ui).await?;
+    report.flux = Some(flux);
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+/// Republishes the manifests, reconciles, and returns when the chain is
+/// Ready again, or names the object that failed.
+pub async fn sync(
+    client: &kube::Client,
+    settings: &Settings,
+    options: DeliverOptions,
+    ui: &Ui,
+) -> Result<DeliverReport, Error> {
+    let started = Instant::now();
+    let timeout = settings.timeouts.eso.get();
+    let offline = source::offline_eso(settings)?;
+    let mut objects = offline
+        .as_ref()
+        .map(|o| o.objects.clone())
+        .unwrap_or_default();
+    let (tree, origin) = match &settings.gitops.path {
+        Some(dir) => (manifests::read_dir(dir)?, dir.display().to_string()),
+        None => (
+            manifests::embedded(),
+            "manifests/external-secrets".to_string(),
+        ),
+    };
+    let local = settings.gitops.source == GitopsSourceKind::Local;
+    if local {
+        let tree = manifests::prepare(tree, &origin, settings.gitops.layout, offline.is_some())?;
+        for (path, bytes) in tree {
+            objects.insert(format!("{}/{path}", source::MANIFESTS_PREFIX), bytes);
+        }
+    }
+
+    let step = ui.step("GitOps source");
+    let published = match source::publish(settings, &objects).await {
+        Ok(published) => published,
+        Err(e) => {
+            step.fail("publish failed");
+            return Err(e);
+        }
+    };
+    let arns = source::secret_arns(settings).await;
+    let facts = source::facts(settings, offline.as_ref(), &arns);
+    let flux_objects = source::flux_objects(settings, &facts);
+    let applied = async {
+        apply::apply_all(client, &flux_objects, timeout).await?;
+        let src = source::source_ref(settings);
+        chain::refresh_source(client, src.kind, &src.name, timeout).await?;
+        if src.kind != "Bucket" {
+            chain::refresh_source(client, "Bucket", source::SOURCE_NAME, timeout).await?;
+        }
+        chain::request_reconcile(&chain::kustomizations(client), ROOT_KUSTOMIZATION).await
+    };
+    if let Err(e) = applied.await {
+        step.fail("source not ready");
+        return Err(e);
+    }
+    let source_desc = match settings.gitops.source {
+        GitopsSourceKind::Local => format!("s3://{}", source::BUCKET),
+        GitopsSourceKind::Git => format!(
+            "{} ({})",
+            settings.gitops.git_url.as_deref().unwrap_or_default(),
+            settings.gitops.git_branch
+        ),
+    };
+    step.done(format!(
+        "{source_desc}, {} objects{}",
+        published.objects,
+        if offline.is_some() {
+            ", ESO from the offline bundle"
+        } else {
+            ""
+        }
+    ));
+
+    let step = ui.step(format!(
+        "External Secrets chain ({})",
+        match settings.gitops.layout {
+            crate::profile::GitopsLayout::Chain => "crds -> operator -> crs",
+            crate::profile::GitopsLayout::Naive => "naive layout",
+        }
+    ));
+    let wait = chain::WaitOptions {
+        timeout: timeout.saturating_sub(started.elapsed()),
+        // The naive layout shows what Flux does alone, races included.
+        nudge: options.nudge && settings.gitops.layout == crate::profile::GitopsLayout::Chain,
+        fail_fast: settings.gitops.layout == crate::profile::GitopsLayout::Chain,
+    };
+    let chain_report = match chain::wait_ready(client, wait, &step).await {
+        Ok(r) => r,
+        Err(e) => {
+            step.fail("not Ready");
+            return Err(e);
+        }
+    };
+    let timings: Vec<String> = chain_report
+        .levels
+        .iter()
+        .map(|l| {
+            format!(
+                "{} {}",
+                l.name,
+                crate::ui::format_duration(Duration::from_millis(l.ready_after_ms))
+            )
+        })
+        .collect();
+    step.done(format!(
+        "{}; {} failed reconciliation(s)",
+        timings.join(", "),
+        chain_report.failed_reconciliations()
+    ));
+    for failure in &chain_report.failures {
+        ui.detail(format!(
+            "{} {}: {}",
+            failure.object, failure.reason, failure.message
+        ));
+    }
+
+    let external_secrets = profile_external_secrets(settings);
+    if !external_secrets.is_empty() {
+        apply::apply_all(client, &external_secrets, timeout).await?;
+    }
+    Ok(DeliverReport {
+        flux: None,
+        source: source_desc,
+        published: local.then_some(published),
+        offline_eso: offline.is_some(),
+        chain: chain_report,
+        profile_external_secrets: external_secrets.len(),
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// Namespace and name of the ExternalSecret (and its target Secret) for a
+/// profile secret with `sync`: `sync.secretName`, else the secret's name
+/// with `/` replaced by `-`.
+pub fn profile_external_secret_name(secret: &SecretSettings) -> Option<(String, String)> {
+    let sync = secret.sync.as_ref()?;
+    let name = sync
+        .secret_name
+        .clone()
+        .unwrap_or_else(|| secret.name.replace('/', "-").to_ascii_lowercase());
+    Some((sync.namespace.clone(), name))
+}
+
+/// ExternalSecrets for the profile's secrets that ask to be synced: JSON
+/// secrets become one key per field, others a single `value` key.
+pub fn profile_external_secrets(settings: &Settings) -> Vec<Value> {
+    let mut out = Vec::new();
+    for secret in &settings.secrets {
+        let (Some(sync), Some((namespace, name))) =
+            (&secret.sync, profile_external_secret_name(secret))
+        else {
+            continue;
+        };
+        let json_object = matches!(secret.source, SecretSource::Json(_))
+            || secret.format == crate::profile::schema::SecretFormat::Json;
+        let data = if json_object {
+            json!({"dataFrom": [{"extract": {"key": secret.name}}]})
+        } else {
+            json!({"data": [{"secretKey": "value", "remoteRef": {"key": secret.name}}]})
+        };
+        let mut spec = json!({
+            "refreshInterval": sync.refresh_interval.map(|d| d.to_string()).unwrap_or_else(|| "1h".into()),
+            "secretStoreRef": {"kind": "ClusterSecretStore", "name": CLUSTER_SECRET_STORE},
+            "target": {"name": name, "creationPolicy": "Owner"},
+        });
+        if let (Some(spec), Some(data)) = (spec.as_object_mut(), data.as_object()) {
+            spec.extend(data.clone());
+        }
+        out.push(json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": namespace},
+        }));
+        out.push(json!({
+            "apiVersion": "external-secrets.io/v1", "kind": "ExternalSecret",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/managed-by": "devstack", "dev.devstack.stack": settings.name}},
+            "spec": spec,
+        }));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_secrets_become_external_secrets() {
+        let profile = "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: t\nsecrets:\n  - name: app/db\n    json: {user: a, password: b}\n    sync: {namespace: apps}\n  - name: app/token\n    value: x\n    sync: {secretName: tok, refreshInterval: 5m}\n  - name: unsynced\n    value: y\n";
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.yaml");
+        std::fs::write(&path, profile).unwrap();
+        let settings =
+            crate::profile::select(Some(path.to_str().unwrap()), &Default::default()).unwrap();
+        let objects = profile_external_secrets(&settings);
+        let es: Vec<&Value> = objects
+            .iter()
+            .filter(|o| o["kind"] == "ExternalSecret")
+            .collect();
+        assert_eq!(es.len(), 2);
+        assert_eq!(es[0]["metadata"]["namespace"], "apps");
+        assert_eq!(es[0]["metadata"]["name"], "app-db");
+        assert_eq!(es[0]["spec"]["dataFrom"][0]["extract"]["key"], "app/db");
+        assert_eq!(es[1]["metadata"]["name"], "tok");
+        assert_eq!(es[1]["spec"]["refreshInterval"], "5m");
+        assert_eq!(es[1]["spec"]["data"][0]["remoteRef"]["key"], "app/token");
+        assert_eq!(
+            es[1]["spec"]["secretStoreRef"]["name"],
+            CLUSTER_SECRET_STORE
+        );
+    }
+}

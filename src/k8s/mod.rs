@@ -2,6 +2,7 @@
 //! server-side apply.
 
 pub mod apply;
+pub mod conditions;
 
 use std::time::{Duration, Instant};
 
@@ -191,4 +192,18 @@ pub async fn wait_deployments_available(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// A client for the stack's cluster, from its kubeconfig file.
+pub async fn stack_client(settings: &crate::profile::Settings) -> Result<kube::Client, Error> {
+    let path = crate::state::kubeconfig_path(&settings.name);
+    let yaml = std::fs::read_to_string(&path).map_err(|_| {
+        Error::user(format!(
+            "stack `{}` has no cluster (no kubeconfig at {})",
+            settings.name,
+            path.display()
+        ))
+        .with_hint("bring it up with `devstack up` (or `devstack cluster up`)")
+    })?;
+    client_from_kubeconfig(&yaml).await
 }

@@ -165,7 +165,8 @@ pub enum GitopsSourceKind {
 pub enum GitopsLayout {
     /// crds -> operator (wait) -> crs (dependsOn operator): race-free.
     Chain,
-    /// operator and CRs in one level: demonstrates the webhook race.
+    /// Every level independent (no dependsOn, no wait), as many hand-written
+    /// repositories are: demonstrates the CRD and webhook races.
     Naive,
 }
 

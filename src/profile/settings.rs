@@ -16,7 +16,12 @@ use crate::envvars;
 use crate::error::Error;
 use crate::versions;
 
-pub const REQUIRED_LOCALSTACK_SERVICES: &[&str] = &["secretsmanager", "sts"];
+/// LocalStack services the stack cannot work without, and who needs them.
+pub const REQUIRED_LOCALSTACK_SERVICES: &[(&str, &str)] = &[
+    ("secretsmanager", "the External Secrets Operator uses"),
+    ("sts", "the External Secrets Operator uses"),
+    ("s3", "holds the stack's GitOps source (a Flux Bucket)"),
+];
 pub const DEFAULT_LOCALSTACK_SERVICES: &[&str] = &["secretsmanager", "sts", "s3"];
 pub const FLUX_COMPONENTS: &[&str] = &[
     "source-controller",
@@ -417,10 +422,10 @@ pub(crate) fn resolve_with_env(
                 .map(|s| s.to_string())
                 .collect()
         });
-    for required in REQUIRED_LOCALSTACK_SERVICES {
+    for (required, why) in REQUIRED_LOCALSTACK_SERVICES {
         if !services.iter().any(|s| s == required) {
             return Err(Error::user(format!(
-                "invalid profile {origin_name}: `localstack.services` lacks `{required}`, which the External Secrets Operator uses"
+                "invalid profile {origin_name}: `localstack.services` lacks `{required}`, which {why}"
             ))
             .with_hint(format!("add `{required}` to localstack.services")));
         }

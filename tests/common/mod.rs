@@ -242,3 +242,37 @@ pub async fn secret_names(settings: &devstack::profile::Settings) -> Vec<String>
         .filter_map(|s| s.name)
         .collect()
 }
+
+pub const K3S_IMAGE: &str = devstack::versions::K3S_IMAGE;
+
+pub fn bundle_dir() -> std::path::PathBuf {
+    std::env::var_os("DEVSTACK_KIT_BUNDLE")
+        .map(Into::into)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap())
+                .join(".cache/devstack/kit/bundle")
+        })
+}
+
+/// The cluster tier needs the kit; without it the test says so loudly and
+/// stops, unless DEVSTACK_TEST_REQUIRE_CLUSTER demands it.
+pub fn require_cluster_kit() -> bool {
+    if !require_docker() {
+        return false;
+    }
+    let image = docker(&["image", "inspect", K3S_IMAGE]).status.success();
+    let bundle = bundle_dir().join("index.json").is_file();
+    if image && bundle {
+        return true;
+    }
+    let why = format!(
+        "needs the kit's {K3S_IMAGE} image and bundle at {} (run `make kit`)",
+        bundle_dir().display()
+    );
+    assert!(
+        std::env::var_os("DEVSTACK_TEST_REQUIRE_CLUSTER").is_none(),
+        "{why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    false
+}

@@ -1,0 +1,21 @@
+use serde_json::json;
+
+use crate::cli::SyncArgs;
+use crate::commands::Context;
+use crate::error::Error;
+use crate::gitops::{self, DeliverOptions};
+
+/// Installs Flux when needed, republishes the manifests and waits until the
+/// chain is Ready again.
+pub async fn run(ctx: &Context, args: SyncArgs) -> Result<i32, Error> {
+    let settings = ctx.settings(|_| {})?;
+    let client = crate::k8s::stack_client(&settings).await?;
+    let options = DeliverOptions {
+        nudge: !args.no_nudge,
+    };
+    let report = gitops::deliver(&client, &settings, options, &ctx.ui).await?;
+    if ctx.ui.json() {
+        ctx.ui.emit_json(&json!(report));
+    }
+    Ok(0)
+}

@@ -1,0 +1,44 @@
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::VerifyArgs;
+use crate::commands::Context;
+use crate::error::Error;
+use crate::ui::format_duration;
+use crate::verify::{self, VerifyOptions};
+
+pub async fn run(ctx: &Context, args: VerifyArgs) -> Result<i32, Error> {
+    let settings = ctx.settings(|_| {})?;
+    let client = verify::stack_client(&settings).await?;
+    // Ctrl-C stops the checks; the probe objects are still removed.
+    let cancel = CancellationToken::new();
+    let watcher = tokio::spawn({
+        let cancel = cancel.clone();
+        async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                cancel.cancel();
+            }
+        }
+    });
+    let options = VerifyOptions {
+        push_secret: args.push_secret,
+        timeout: None,
+        cancel: Some(cancel),
+    };
+    let result = verify::run(&settings, &client, options, &ctx.ui).await;
+    watcher.abort();
+    let report = result?;
+    ctx.ui.info(format!(
+        "{} {} in {}",
+        ctx.ui.check_mark(report.passed),
+        report.summary(),
+        format_duration(std::time::Duration::from_millis(report.elapsed_ms))
+    ));
+    if ctx.ui.json() {
+        ctx.ui
+            .emit_json(&serde_json::to_value(&report).expect("report serializes"));
+    }
+    match report.to_error(&settings) {
+        Some(err) => Err(err),
+        None => Ok(0),
+    }
+}

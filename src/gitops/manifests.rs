@@ -1,0 +1,224 @@
+//! The manifest tree devstack publishes to the stack's GitOps source: the
+//! copy of `manifests/external-secrets/` built into the binary, or the
+//! profile's `gitops.path`, checked locally (YAML syntax, the chain's files
+//! present) before anything is published, and rewritten for the `naive`
+//! layout that demonstrates the race.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::k8s::apply::parse_documents;
+use crate::profile::GitopsLayout;
+
+/// Relative path -> file content.
+pub type Tree = BTreeMap<String, Vec<u8>>;
+
+macro_rules! embedded {
+    ($($path:literal),* $(,)?) => {
+        &[$(($path, include_str!(concat!("../../manifests/external-secrets/", $path)))),*]
+    };
+}
+
+/// `manifests/external-secrets/` as shipped, so the binary works from any
+/// directory.
+const EMBEDDED: &[(&str, &str)] = embedded!(
+    "kustomization.yaml",
+    "namespace.yaml",
+    "localstack-credentials.yaml",
+    "repositories.yaml",
+    "deployment-crds.yaml",
+    "deployment-operator.yaml",
+    "deployment-crs.yaml",
+    "operator/kustomization.yaml",
+    "operator/helmrelease.yaml",
+    "crs/kustomization.yaml",
+    "crs/cluster-secret-store.yaml",
+);
+
+/// Files of the chain devstack relies on (it rewrites or leaves them out).
+pub const REPOSITORIES_FILE: &str = "repositories.yaml";
+const CHAIN_FILES: [&str; 3] = [
+    "deployment-crds.yaml",
+    "deployment-operator.yaml",
+    "deployment-crs.yaml",
+];
+
+pub fn embedded() -> Tree {
+    EMBEDDED
+        .iter()
+        .map(|(path, text)| (path.to_string(), text.as_bytes().to_vec()))
+        .collect()
+}
+
+/// Every regular file under `dir` (hidden files and directories skipped).
+pub fn read_dir(dir: &Path) -> Result<Tree, Error> {
+    fn walk(root: &Path, dir: &Path, out: &mut Tree) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                walk(root, &path, out)?;
+            } else {
+                let rel = path.strip_prefix(root).unwrap_or(&path);
+                out.insert(
+                    rel.to_string_lossy().replace('\\', "/"),
+                    std::fs::read(&path)?,
+                );
+            }
+        }
+        Ok(())
+    }
+    let mut out = Tree::new();
+    walk(dir, dir, &mut out).map_err(|e| {
+        Error::user(format!(
+            "cannot read the GitOps manifests in {}: {e}",
+            dir.display()
+        ))
+        .with_hint("point `gitops.path` at a directory laid out like manifests/external-secrets/")
+    })?;
+    if !out.contains_key("kustomization.yaml") {
+        return Err(
+            Error::user(format!("{} has no kustomization.yaml", dir.display())).with_hint(
+                "`gitops.path` must be a directory laid out like manifests/external-secrets/",
+            ),
+        );
+    }
+    Ok(out)
+}
+
+/// The tree to publish for these settings: checked, rewritten for the
+/// layout, and without upstream's sources when an offline bundle serves them.
+pub fn prepare(
+    mut tree: Tree,
+    origin: &str,
+    layout: GitopsLayout,
+    offline: bool,
+) -> Result<Tree, Error> {
+    for (path, bytes) in &tree {
+        if path.ends_with(".yaml") || path.ends_with(".yml") {
+            let text = std::str::from_utf8(bytes)
+                .map_err(|_| Error::user(format!("{origin}/{path} is not UTF-8 text")))?;
+            parse_documents(text, &format!("{origin}/{path}"))
+                .map_err(|e| e.with_hint("fix the YAML; nothing was published"))?;
+        }
+    }
+    if offline && tree.contains_key(REPOSITORIES_FILE) {
+        tree.remove(REPOSITORIES_FILE);
+        let root = tree
+            .get("kustomization.yaml")
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default();
+        tree.insert(
+            "kustomization.yaml".into(),
+            drop_resource(&root, REPOSITORIES_FILE).into_bytes(),
+        );
+    }
+    if layout == GitopsLayout::Naive {
+        for file in CHAIN_FILES {
+            let Some(bytes) = tree.get(file) else {
+                return Err(Error::user(format!(
+                    "the naive layout rewrites {origin}/{file}, which is missing"
+                ))
+                .with_hint("use `gitops.layout: chain` with custom manifests"));
+            };
+            let docs = parse_documents(&String::from_utf8_lossy(bytes), file)?;
+            let rewritten: Vec<String> = docs
+                .into_iter()
+                .map(|doc| serde_json::to_string_pretty(&naive(doc)).expect("JSON serializes"))
+                .collect();
+            tree.insert(file.to_string(), rewritten.join("\n---\n").into_bytes());
+        }
+    }
+    Ok(tree)
+}
+
+/// What many hand-written repositories do: every level independent, no
+/// health checks, retries only at the interval. Flux then applies the custom
+/// resources before the CRDs or the webhook are there.
+fn naive(mut doc: Value) -> Value {
+    if doc["kind"] == "Kustomization"
+        && let Some(spec) = doc.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        spec.remove("dependsOn");
+        spec.insert("wait".into(), Value::Bool(false));
+        let interval = spec.get("interval").cloned().unwrap_or(Value::Null);
+        spec.insert("retryInterval".into(), interval);
+    }
+    doc
+}
+
+/// Removes one `- entry` line from a kustomization.yaml's resources list,
+/// keeping its comments and layout.
+fn drop_resource(kustomization: &str, entry: &str) -> String {
+    kustomization
+        .lines()
+        .filter(|line| {
+            let item = line.trim_start().strip_prefix("- ").map(str::trim);
+            item != Some(entry) && item != Some(&format!("./{entry}"))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_copy_matches_the_repository() {
+        let tree = embedded();
+        let on_disk =
+            read_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/external-secrets"))
+                .unwrap();
+        assert_eq!(
+            tree.keys().collect::<Vec<_>>(),
+            on_disk.keys().collect::<Vec<_>>(),
+            "add new files under manifests/external-secrets/ to EMBEDDED"
+        );
+        prepare(tree, "manifests", GitopsLayout::Chain, false).unwrap();
+    }
+
+    #[test]
+    fn offline_leaves_out_upstream_sources() {
+        let tree = prepare(embedded(), "m", GitopsLayout::Chain, true).unwrap();
+        assert!(!tree.contains_key(REPOSITORIES_FILE));
+        let root = String::from_utf8(tree["kustomization.yaml"].clone()).unwrap();
+        assert!(!root.contains(REPOSITORIES_FILE), "{root}");
+        assert!(root.contains("- deployment-crs.yaml"), "{root}");
+    }
+
+    #[test]
+    fn naive_layout_drops_dependencies_and_waits() {
+        let tree = prepare(embedded(), "m", GitopsLayout::Naive, false).unwrap();
+        for file in CHAIN_FILES {
+            let docs = parse_documents(&String::from_utf8_lossy(&tree[file]), file).unwrap();
+            let spec = &docs[0]["spec"];
+            assert!(spec.get("dependsOn").is_none(), "{file}");
+            assert_eq!(spec["wait"], false, "{file}");
+            assert_eq!(spec["retryInterval"], spec["interval"], "{file}");
+        }
+    }
+
+    #[test]
+    fn broken_yaml_is_rejected_with_its_position_before_publishing() {
+        let mut tree = embedded();
+        tree.insert(
+            "crs/cluster-secret-store.yaml".into(),
+            b"kind: [\n".to_vec(),
+        );
+        let err = prepare(tree, "manifests", GitopsLayout::Chain, false).unwrap_err();
+        assert!(
+            err.message()
+                .starts_with("manifests/crs/cluster-secret-store.yaml:"),
+            "{}",
+            err.message()
+        );
+    }
+}

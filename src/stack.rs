@@ -1,0 +1,439 @@
+//! The whole stack as one object: what `devstack up` and `down` do, and the
+//! library API Rust integration test suites use:
+//!
+//! ```no_run
+//! # async fn demo() -> devstack::Result<()> {
+//! use devstack::stack::{Stack, UpOptions};
+//! let stack = Stack::from_profile(Some("ci"), &Default::default())?;
+//! let up = stack.up(UpOptions::default()).await?;
+//! let client = stack.kube_client().await?;      // talk to the cluster
+//! let env = stack.env();                         // AWS_ENDPOINT_URL, KUBECONFIG, ...
+//! stack.verify(Default::default()).await?;
+//! stack.down().await?;
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::cluster::{self, Provisioned};
+use crate::error::Error;
+use crate::gitops::{self, DeliverOptions, DeliverReport};
+use crate::localstack::{self, Action};
+use crate::pipeline::{Runner, StepRecord};
+use crate::profile::{Overrides, Settings};
+use crate::seed::{self, SeedOptions, SeedReport};
+use crate::ui::{Step, Ui};
+use crate::verify::{VerifyOptions, VerifyReport};
+use crate::{docker, state};
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UpOptions {
+    /// Keep a half-created stack on failure or interrupt, for debugging.
+    pub retain: bool,
+    /// Run the round trip at the end; `None` = the profile's `verify.onUp`.
+    pub verify: Option<bool>,
+    /// Roll back when Ctrl-C / SIGINT arrives (the CLI sets this; a library
+    /// caller usually handles signals itself).
+    pub handle_interrupt: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpReport {
+    pub stack: String,
+    /// The stack did not exist before this `up`.
+    pub created: bool,
+    /// What was found drifted and repaired (empty on a healthy stack).
+    pub repaired: Vec<String>,
+    pub steps: Vec<StepRecord>,
+    pub localstack: localstack::UpReport,
+    pub cluster: Provisioned,
+    pub seed: SeedReport,
+    pub gitops: DeliverReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify: Option<VerifyReport>,
+    pub elapsed_ms: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DownReport {
+    pub stack: String,
+    pub cluster: bool,
+    pub localstack: bool,
+    pub state: bool,
+}
+
+impl DownReport {
+    pub fn removed_anything(&self) -> bool {
+        self.cluster || self.localstack || self.state
+    }
+}
+
+pub struct Stack {
+    settings: Settings,
+    ui: Ui,
+}
+
+impl Stack {
+    pub fn new(settings: Settings) -> Self {
+        Stack {
+            settings,
+            ui: Ui::silent(),
+        }
+    }
+
+    /// A profile file or shipped profile name (`None`: the default profile).
+    pub fn from_profile(profile: Option<&str>, overrides: &Overrides) -> Result<Self, Error> {
+        Ok(Self::new(crate::profile::select(profile, overrides)?))
+    }
+
+    /// Progress output (the CLI's printer; library callers get a silent one).
+    pub fn with_ui(mut self, ui: Ui) -> Self {
+        self.ui = ui;
+        self
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    /// `KUBECONFIG`, `AWS_ENDPOINT_URL`, region and test credentials.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        crate::commands::env::exports(&self.settings)
+    }
+
+    pub async fn kube_client(&self) -> Result<kube::Client, Error> {
+        crate::k8s::stack_client(&self.settings).await
+    }
+
+    /// Whether any labelled container of this stack exists.
+    pub async fn exists(&self, docker: &bollard::Docker) -> Result<bool, Error> {
+        Ok(
+            !docker::find_containers(docker, docker::stack_filter(Some(&self.settings.name)))
+                .await?
+                .is_empty()
+                || cluster::exists(docker, &self.settings).await?,
+        )
+    }
+
+    /// Brings the whole stack up, or converges an existing one: LocalStack
+    /// (then seeding) and the cluster concurrently, the in-cluster LocalStack
+    /// route, Flux and the External Secrets chain, then the round trip.
+    /// A stack this call created is rolled back on failure (and on Ctrl-C
+    /// with `handle_interrupt`) unless `retain`.
+    pub async fn up(&self, options: UpOptions) -> Result<UpReport, Error> {
+        let docker = docker::connect().await?;
+        let existed = self.exists(&docker).await?;
+        let run = self.converge(&docker, existed, options);
+        let result = if options.handle_interrupt {
+            tokio::select! {
+                result = run => result,
+                _ = tokio::signal::ctrl_c() => Err(Error::interrupted()),
+            }
+        } else {
+            run.await
+        };
+        match result {
+            Ok(report) => Ok(report),
+            Err(err) if existed => Err(err.context(
+                "the stack existed before this run and was left as it is; run `devstack up` again to converge",
+            )),
+            Err(err) if options.retain => Err(err.context(
+                "the half-created stack is retained (--retain); `devstack up` completes it, `devstack down` removes it",
+            )),
+            Err(err) => {
+                let rollback = self.ui.step("Rolling back");
+                match self.remove(&docker).await {
+                    Ok(_) => {
+                        rollback.done("removed what this run created");
+                        Err(err.context("rolled back"))
+                    }
+                    Err(e) => {
+                        rollback.fail(e.message());
+                        Err(err.context(format!(
+                            "rollback also failed ({}); `devstack down` removes the rest",
+                            e.message()
+                        )))
+                    }
+                }
+            }
+        }
+    }
+
+    async fn converge(
+        &self,
+        docker: &bollard::Docker,
+        existed: bool,
+        options: UpOptions,
+    ) -> Result<UpReport, Error> {
+        let started = Instant::now();
+        let settings = &self.settings;
+        let runner = Runner::new(&self.ui);
+        let mut repaired = Vec::new();
+
+        runner
+            .step(
+                "Preflight",
+                Some((settings.timeouts.preflight.get(), "timeouts.preflight")),
+                |_| async {
+                    preflight(docker, settings)
+                        .await
+                        .map(|()| ((), String::new()))
+                },
+            )
+            .await?;
+        // Both LocalStack and the nodes join the network: create it once.
+        docker::ensure_network(docker, &settings.name, &localstack::network_name(settings)).await?;
+
+        let localstack_and_seed = async {
+            let report = runner
+                .step(
+                    format!("LocalStack {}", settings.localstack.image),
+                    None,
+                    |step: Arc<Step>| async move {
+                        let report =
+                            localstack::up(docker, settings, &|m| step.progress(m)).await?;
+                        let summary = format!("{} at {}", report.action, report.endpoint.url);
+                        Ok((report, summary))
+                    },
+                )
+                .await?;
+            let seeded = runner
+                .step(
+                    format!("Seeding {} secret(s)", settings.secrets.len()),
+                    Some((seed::default_timeout(settings), "timeouts.seed")),
+                    |_| async {
+                        let client = crate::aws::secrets_manager(settings);
+                        let report = seed::seed(settings, &client, SeedOptions::default()).await?;
+                        let summary = seed::summary(&report);
+                        Ok((report, summary))
+                    },
+                )
+                .await?;
+            Ok::<_, Error>((report, seeded))
+        };
+        let cluster_up = runner.step(
+            format!(
+                "Cluster ({}, {})",
+                settings.cluster.provider.as_str(),
+                settings.cluster.image
+            ),
+            None,
+            |step: Arc<Step>| async move {
+                let options = cluster::UpOptions { retain: true };
+                let provisioned = cluster::provision(docker, settings, options, &step).await?;
+                let info = &provisioned.info;
+                let what = if info.created {
+                    "created"
+                } else if info.repaired.is_empty() {
+                    "reused"
+                } else {
+                    "repaired"
+                };
+                let summary = format!(
+                    "{what}, {} node(s), API {}",
+                    info.nodes.len(),
+                    info.api_server
+                );
+                Ok((provisioned, summary))
+            },
+        );
+        let ((localstack, seeded), provisioned) =
+            tokio::try_join!(localstack_and_seed, cluster_up)?;
+
+        if existed {
+            match &localstack.action {
+                Action::Created => {
+                    repaired.push("LocalStack container was missing: created it".into())
+                }
+                Action::Restarted => repaired.push("LocalStack was stopped: restarted it".into()),
+                Action::Recreated(why) => repaired.push(format!("LocalStack recreated ({why})")),
+                Action::Reused => {}
+            }
+            if provisioned.info.created {
+                repaired.push("the cluster was missing: created it".into());
+            }
+            repaired.extend(provisioned.info.repaired.iter().cloned());
+            if seeded.created > 0 {
+                repaired.push(format!(
+                    "{} secret(s) were missing in LocalStack: seeded them",
+                    seeded.created
+                ));
+            }
+        }
+
+        let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
+        runner
+            .step("LocalStack route for pods", None, |_| async {
+                let routed =
+                    cluster::route_localstack(docker, settings, &provisioned.info.kubeconfig)
+                        .await?;
+                if !routed {
+                    return Err(Error::internal(
+                        "LocalStack has no address on the stack network",
+                    ));
+                }
+                Ok(((), crate::k8s::localstack_in_cluster_url()))
+            })
+            .await?;
+
+        let missing_before = if provisioned.info.created {
+            BTreeSet::new()
+        } else {
+            missing_flux_objects(&client).await
+        };
+        let gitops = runner
+            .timed(
+                "GitOps",
+                gitops::deliver(&client, settings, DeliverOptions::default(), &self.ui),
+            )
+            .await?;
+        if existed {
+            repaired.extend(
+                missing_before
+                    .into_iter()
+                    .map(|o| format!("{o} was missing: restored it")),
+            );
+        }
+
+        let verify = if options.verify.unwrap_or(settings.verify.on_up) {
+            let report = runner
+                .timed(
+                    "Verify",
+                    crate::verify::run(settings, &client, VerifyOptions::default(), &self.ui),
+                )
+                .await?;
+            if let Some(err) = report.to_error(settings) {
+                return Err(err);
+            }
+            Some(report)
+        } else {
+            None
+        };
+        for repair in &repaired {
+            self.ui.info(format!("  repaired: {repair}"));
+        }
+        Ok(UpReport {
+            stack: settings.name.clone(),
+            created: !existed,
+            repaired,
+            steps: runner.records(),
+            localstack,
+            cluster: provisioned,
+            seed: seeded,
+            gitops,
+            verify,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+
+    /// The round trip against a running stack.
+    pub async fn verify(&self, options: VerifyOptions) -> Result<VerifyReport, Error> {
+        let client = self.kube_client().await?;
+        crate::verify::run(&self.settings, &client, options, &self.ui).await
+    }
+
+    /// Removes the stack's cluster, LocalStack, network, volumes, kubeconfig
+    /// context and state, by labels. Idempotent.
+    pub async fn down(&self) -> Result<DownReport, Error> {
+        let docker = docker::connect().await?;
+        self.remove(&docker).await
+    }
+
+    async fn remove(&self, docker: &bollard::Docker) -> Result<DownReport, Error> {
+        let settings = &self.settings;
+        let cluster = cluster::remove(docker, settings).await?;
+        let localstack = localstack::down(docker, settings).await?;
+        docker::remove_network_if_unused(docker, &localstack::network_name(settings)).await?;
+        let dir = state::stack_dir(&settings.name);
+        let state = dir.exists() && std::fs::remove_dir_all(&dir).is_ok();
+        Ok(DownReport {
+            stack: settings.name.clone(),
+            cluster,
+            localstack,
+            state,
+        })
+    }
+}
+
+/// Names of every stack with a labelled container, network or volume here.
+pub async fn all_stack_names(docker: &bollard::Docker) -> Result<BTreeSet<String>, Error> {
+    let mut names = BTreeSet::new();
+    for container in docker::find_containers(docker, docker::stack_filter(None)).await? {
+        if let Some(name) = container
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(docker::LABEL_STACK))
+        {
+            names.insert(name.clone());
+        }
+    }
+    let options = bollard::query_parameters::ListNetworksOptions {
+        filters: Some(std::collections::HashMap::from([(
+            "label".to_string(),
+            docker::stack_filter(None),
+        )])),
+    };
+    let networks = docker
+        .list_networks(Some(options))
+        .await
+        .map_err(|e| docker::engine_error("list networks", e))?;
+    for network in networks {
+        if let Some(name) = network
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(docker::LABEL_STACK))
+        {
+            names.insert(name.clone());
+        }
+    }
+    Ok(names)
+}
+
+async fn preflight(docker: &bollard::Docker, settings: &Settings) -> Result<(), Error> {
+    docker
+        .ping()
+        .await
+        .map_err(|e| docker::engine_error("ping the Docker engine", e))?;
+    crate::cluster::kubeconfig::check_writable(&state::kubeconfig_path(&settings.name))?;
+    if settings.cluster.merge_kubeconfig {
+        crate::cluster::kubeconfig::check_writable(
+            &crate::cluster::kubeconfig::user_kubeconfig_path(),
+        )?;
+    }
+    crate::cluster::preload::open_bundle(settings)?;
+    Ok(())
+}
+
+/// The chain's Flux objects that do not exist (drift `up` repairs).
+async fn missing_flux_objects(client: &kube::Client) -> BTreeSet<String> {
+    let mut missing = BTreeSet::new();
+    let ks = gitops::chain::kustomizations(client);
+    for name in std::iter::once(gitops::ROOT_KUSTOMIZATION).chain(gitops::CHAIN) {
+        if matches!(ks.get_opt(name).await, Ok(None)) {
+            missing.insert(format!("Kustomization {}/{name}", gitops::FLUX_NAMESPACE));
+        }
+    }
+    if matches!(
+        gitops::chain::helm_releases(client)
+            .get_opt(gitops::HELM_RELEASE.1)
+            .await,
+        Ok(None)
+    ) {
+        missing.insert(format!(
+            "HelmRelease {}/{}",
+            gitops::HELM_RELEASE.0,
+            gitops::HELM_RELEASE.1
+        ));
+    }
+    missing
+}

@@ -1,0 +1,1252 @@
+//! The ExternalSecret round trip, proven with a fresh random probe.
+//!
+//! `run` writes a randomly named secret with a random value into LocalStack,
+//! points an ExternalSecret at it through the stack's ClusterSecretStore and
+//! waits until the Kubernetes Secret holds the same value; then rotates the
+//! value (refreshed at once through the `force-sync` annotation), deletes the
+//! Kubernetes Secret and waits for ESO to recreate it, optionally pushes a
+//! value back to LocalStack with a PushSecret, and checks that every
+//! ExternalSecret the profile declares is synced. Every probe object is
+//! removed afterwards, whatever happened.
+//!
+//! Probe values are compared in memory only: they never appear in progress
+//! lines, errors, logs or the report (any text that passes through here is
+//! scrubbed of them).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
+use base64::Engine;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind};
+use kube::discovery::ApiResource;
+use rand::Rng;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::gitops::CLUSTER_SECRET_STORE;
+use crate::k8s::conditions;
+use crate::profile::schema::{Charset, GenerateSpec};
+use crate::profile::settings::SecretSettings;
+use crate::profile::{SecretString, Settings};
+use crate::ui::{Step, Ui, format_duration};
+
+/// Prefix of every probe name, in LocalStack and in the cluster.
+pub const PROBE_PREFIX: &str = "devstack-verify";
+/// ESO's API group; ExternalSecrets and stores are served at `v1`.
+pub const ESO_GROUP: &str = "external-secrets.io";
+pub const ESO_VERSION: &str = "v1";
+/// PushSecret is still `v1alpha1` in ESO 0.19.
+pub const PUSH_SECRET_VERSION: &str = "v1alpha1";
+/// Annotation whose change makes ESO refresh an ExternalSecret at once.
+pub const FORCE_SYNC_ANNOTATION: &str = "force-sync";
+/// Condition reason of a synced ExternalSecret.
+pub const REASON_SECRET_SYNCED: &str = "SecretSynced";
+
+const VALUE_KEY: &str = "value";
+const POLL: Duration = Duration::from_millis(250);
+/// Bound of each cleanup request (cleanup runs even after the deadline).
+const CLEANUP_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "devstack");
+const COMPONENT: (&str, &str) = ("app.kubernetes.io/component", "verify-probe");
+
+/// What `run` does beyond the settings.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyOptions {
+    /// Also prove the push direction with a PushSecret (also on when the
+    /// profile sets `verify.pushSecret`).
+    pub push_secret: bool,
+    /// Bound of each wait; `None` = `timeouts.verify`.
+    pub timeout: Option<Duration>,
+    /// Cancelling stops the checks; the probe objects are still removed and
+    /// `run` returns an `interrupted` error.
+    pub cancel: Option<CancellationToken>,
+}
+
+impl VerifyOptions {
+    /// The profile's choices: `verify.pushSecret`, `timeouts.verify`.
+    pub fn from_settings(settings: &Settings) -> Self {
+        VerifyOptions {
+            push_secret: settings.verify.push_secret,
+            timeout: Some(settings.timeouts.verify.get()),
+            cancel: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckStatus {
+    Passed,
+    Failed,
+    /// Not run because a check it depends on failed.
+    Skipped,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckResult {
+    /// Stable identifier: `clusterSecretStore`, `sync`, `rotate`,
+    /// `recreate`, `push`, `profileExternalSecret`.
+    pub name: String,
+    /// The object the check is about (`namespace/name`), when not the probe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
+    pub description: String,
+    pub status: CheckStatus,
+    pub passed: bool,
+    /// From the action (create, rotate, delete, push) to the observed result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
+    /// Why it failed or was skipped, or what was observed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyReport {
+    pub stack: String,
+    pub passed: bool,
+    /// Random id of this run's probe objects (`devstack-verify-<probe>`).
+    pub probe: String,
+    pub push_secret: bool,
+    pub checks: Vec<CheckResult>,
+    /// Probe objects that could not be removed.
+    pub cleanup_warnings: Vec<String>,
+    pub elapsed_ms: u64,
+}
+
+impl VerifyReport {
+    pub fn failures(&self) -> impl Iterator<Item = &CheckResult> {
+        self.checks
+            .iter()
+            .filter(|c| c.status == CheckStatus::Failed)
+    }
+
+    /// `passed of total checks passed` (skipped ones count as not passed).
+    pub fn summary(&self) -> String {
+        let passed = self.checks.iter().filter(|c| c.passed).count();
+        format!("{passed} of {} checks passed", self.checks.len())
+    }
+
+    /// The `unhealthy` error (exit 4) a failed run amounts to, with a hint
+    /// naming what to look at; `None` when every check passed.
+    pub fn to_error(&self, settings: &Settings) -> Option<Error> {
+        let first = self.failures().next()?;
+        let count = self.failures().count();
+        let mut message = format!(
+            "verify failed: {}: {}",
+            first.description,
+            first.detail.as_deref().unwrap_or("failed")
+        );
+        if count > 1 {
+            message.push_str(&format!(" (and {} more failed checks)", count - 1));
+        }
+        Some(Error::unhealthy(message).with_hint(failure_hint(settings, &first.name)))
+    }
+}
+
+fn failure_hint(settings: &Settings, check: &str) -> String {
+    let (ns, _) = crate::gitops::HELM_RELEASE;
+    let eso_logs = format!(
+        "ESO's log: `kubectl --context {} -n {ns} logs deploy/external-secrets`",
+        settings.kube_context()
+    );
+    match check {
+        "clusterSecretStore" => format!(
+            "`devstack status` shows the Flux chain and the store; {eso_logs}; `devstack up` converges the stack"
+        ),
+        "profileExternalSecret" => format!(
+            "check the secret exists in LocalStack (`devstack seed`), then `devstack status`; {eso_logs}"
+        ),
+        _ => format!(
+            "`devstack status` shows each component; {eso_logs}; LocalStack's log: `devstack localstack logs`"
+        ),
+    }
+}
+
+/// Namespace and name of the ExternalSecret (and of its target Secret) that
+/// stands for a profile secret: the sync spec's namespace (default
+/// `default`) and `secretName`, else the secret's name with `/` replaced by
+/// `-`, made a valid Kubernetes name (lowercase; other characters AWS allows
+/// but Kubernetes does not become `-`).
+pub fn profile_external_secret_name(secret: &SecretSettings) -> (String, String) {
+    let namespace = secret
+        .sync
+        .as_ref()
+        .map(|s| s.namespace.clone())
+        .unwrap_or_else(|| "default".into());
+    let name = match secret.sync.as_ref().and_then(|s| s.secret_name.clone()) {
+        Some(name) => name,
+        None => kube_name(&secret.name),
+    };
+    (namespace, name)
+}
+
+/// A DNS-1123 subdomain from an AWS secret name.
+fn kube_name(name: &str) -> String {
+    let mapped: String = name
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '.' | '-') => c,
+            _ => '-',
+        })
+        .collect();
+    let trimmed = mapped.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    let mut out: String = trimmed.chars().take(253).collect();
+    while out.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
+        out.pop();
+    }
+    if out.is_empty() { "secret".into() } else { out }
+}
+
+/// A kube client for the stack's cluster, from its kubeconfig file.
+pub async fn stack_client(settings: &Settings) -> Result<kube::Client, Error> {
+    let path = crate::state::kubeconfig_path(&settings.name);
+    let yaml = match std::fs::read_to_string(&path) {
+        Ok(yaml) => yaml,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::unhealthy(format!(
+                "stack `{}` has no cluster (no kubeconfig at {})",
+                settings.name,
+                path.display()
+            ))
+            .with_hint("create the stack with `devstack up`"));
+        }
+        Err(e) => {
+            return Err(Error::internal(format!(
+                "cannot read the kubeconfig {}: {}",
+                path.display(),
+                e.kind()
+            )));
+        }
+    };
+    crate::k8s::client_from_kubeconfig(&yaml).await
+}
+
+/// An API for a custom resource kind, namespaced or cluster-wide.
+pub fn dynamic_api(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+/// Whether an ExternalSecret (as JSON) reports Ready=True, SecretSynced.
+pub fn external_secret_synced(object: &Value) -> bool {
+    conditions::condition(object, "Ready")
+        .is_some_and(|c| c.is_true() && c.reason.as_deref() == Some(REASON_SECRET_SYNCED))
+}
+
+/// Proves the secret path with a fresh probe. Fails fast (`Err`) when
+/// LocalStack or the cluster cannot be reached; otherwise returns the report,
+/// passed or not (see [`VerifyReport::to_error`]). Progress goes to `ui`.
+pub async fn run(
+    settings: &Settings,
+    client: &kube::Client,
+    options: VerifyOptions,
+    ui: &Ui,
+) -> Result<VerifyReport, Error> {
+    let started = Instant::now();
+    preflight_localstack(settings).await?;
+    let probe = Probe::new(&settings.verify.namespace);
+    let push_secret = options.push_secret || settings.verify.push_secret;
+    let mut runner = Runner {
+        settings,
+        client: client.clone(),
+        sm: crate::aws::secrets_manager(settings),
+        ui,
+        timeout: options
+            .timeout
+            .unwrap_or_else(|| settings.timeouts.verify.get()),
+        cancel: options.cancel.unwrap_or_default(),
+        probe,
+        touched: Touched::default(),
+        checks: Vec::new(),
+        interrupted: false,
+    };
+    runner.ensure_namespace().await?;
+    tracing::debug!("verify probe {}", runner.probe.id);
+    runner.run_checks(push_secret).await;
+    let cleanup_warnings = runner.cleanup().await;
+    for warning in &cleanup_warnings {
+        ui.warn(warning);
+    }
+    if runner.interrupted {
+        return Err(
+            Error::interrupted().context(if cleanup_warnings.is_empty() {
+                "verify interrupted; its probe objects were removed"
+            } else {
+                "verify interrupted; some probe objects remain (see the warnings)"
+            }),
+        );
+    }
+    let checks = runner.checks;
+    Ok(VerifyReport {
+        stack: settings.name.clone(),
+        passed: checks.iter().all(|c| c.passed),
+        probe: runner.probe.id.clone(),
+        push_secret,
+        checks,
+        cleanup_warnings,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// LocalStack must answer before anything is created.
+async fn preflight_localstack(settings: &Settings) -> Result<(), Error> {
+    let endpoint = crate::localstack::endpoint_url(settings);
+    let hint = "start it with `devstack localstack up` (or the whole stack with `devstack up`)";
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .no_proxy()
+        .build()
+        .map_err(|e| Error::internal(format!("HTTP client: {e}")))?;
+    let url = format!("{endpoint}/_localstack/health");
+    match crate::localstack::health(&http, &url).await {
+        Err(why) => Err(Error::unhealthy(format!(
+            "LocalStack at {endpoint} is not reachable ({why})"
+        ))
+        .with_hint(hint)),
+        Ok(services) => match services.get("secretsmanager").map(String::as_str) {
+            Some("available" | "running") => Ok(()),
+            state => Err(Error::unhealthy(format!(
+                "LocalStack at {endpoint} answers, but its secretsmanager service is {}",
+                state.unwrap_or("absent")
+            ))
+            .with_hint(format!(
+                "{hint}; `devstack localstack status` shows each service"
+            ))),
+        },
+    }
+}
+
+/// Names and values of one run. The values never leave this struct except
+/// to be sent, and every text produced during the run is scrubbed of them.
+struct Probe {
+    id: String,
+    namespace: String,
+    /// LocalStack secret the ExternalSecret reads.
+    remote: String,
+    /// LocalStack secret the PushSecret writes.
+    push_remote: String,
+    /// ExternalSecret and its target Secret.
+    object: String,
+    /// PushSecret and its source Secret.
+    push_object: String,
+    initial: SecretString,
+    rotated: SecretString,
+    pushed: SecretString,
+}
+
+impl Probe {
+    fn new(namespace: &str) -> Self {
+        const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+        let mut rng = rand::rng();
+        let id: String = (0..10)
+            .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+            .collect();
+        let value = || {
+            crate::seed::generate(&GenerateSpec {
+                length: 32,
+                charset: Charset::Alphanumeric,
+            })
+        };
+        Probe {
+            remote: format!("{PROBE_PREFIX}/{id}"),
+            push_remote: format!("{PROBE_PREFIX}/{id}-push"),
+            object: format!("{PROBE_PREFIX}-{id}"),
+            push_object: format!("{PROBE_PREFIX}-{id}-push"),
+            namespace: namespace.to_string(),
+            initial: value(),
+            rotated: value(),
+            pushed: value(),
+            id,
+        }
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        scrub(text, &[&self.initial, &self.rotated, &self.pushed])
+    }
+}
+
+/// `text` with every occurrence of a secret value masked.
+fn scrub(text: &str, values: &[&SecretString]) -> String {
+    let mut out = text.to_string();
+    for value in values {
+        if !value.is_empty() {
+            out = out.replace(value.expose(), crate::profile::secret::MASK);
+        }
+    }
+    out
+}
+
+fn probe_labels() -> Value {
+    json!({MANAGED_BY.0: MANAGED_BY.1, COMPONENT.0: COMPONENT.1})
+}
+
+/// The probe ExternalSecret, with a `force-sync` annotation when given.
+fn probe_external_secret(p: &Probe, force_sync: Option<&str>) -> Value {
+    let mut metadata = json!({
+        "name": p.object, "namespace": p.namespace, "labels": probe_labels(),
+    });
+    if let Some(stamp) = force_sync {
+        metadata["annotations"] = json!({FORCE_SYNC_ANNOTATION: stamp});
+    }
+    json!({
+        "apiVersion": format!("{ESO_GROUP}/{ESO_VERSION}"),
+        "kind": "ExternalSecret",
+        "metadata": metadata,
+        "spec": {
+            "refreshInterval": "1h",
+            "secretStoreRef": {"name": CLUSTER_SECRET_STORE, "kind": "ClusterSecretStore"},
+            "target": {
+                "name": p.object,
+                "creationPolicy": "Owner",
+                "template": {"metadata": {"labels": probe_labels()}},
+            },
+            "data": [{"secretKey": VALUE_KEY, "remoteRef": {"key": p.remote}}],
+        },
+    })
+}
+
+/// The Secret holding the value to push, and the PushSecret that pushes it
+/// to a new LocalStack secret (ESO creates it, tagged as its own).
+fn probe_push_objects(p: &Probe) -> (Value, Value) {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(p.pushed.expose());
+    let source = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": p.push_object, "namespace": p.namespace, "labels": probe_labels()},
+        "type": "Opaque",
+        "data": {VALUE_KEY: encoded},
+    });
+    let push = json!({
+        "apiVersion": format!("{ESO_GROUP}/{PUSH_SECRET_VERSION}"),
+        "kind": "PushSecret",
+        "metadata": {"name": p.push_object, "namespace": p.namespace, "labels": probe_labels()},
+        "spec": {
+            "refreshInterval": "1h",
+            "updatePolicy": "Replace",
+            // devstack removes the remote secret itself: no finalizer that
+            // could hang the cleanup when ESO is down.
+            "deletionPolicy": "None",
+            "secretStoreRefs": [{"name": CLUSTER_SECRET_STORE, "kind": "ClusterSecretStore"}],
+            "selector": {"secret": {"name": p.push_object}},
+            "data": [{"match": {"secretKey": VALUE_KEY, "remoteRef": {"remoteKey": p.push_remote}}}],
+        },
+    });
+    (source, push)
+}
+
+/// Runs one cleanup request within its bound; `Some(warning)` on failure.
+async fn bounded(
+    what: String,
+    request: impl std::future::Future<Output = Result<(), String>>,
+) -> Option<String> {
+    match tokio::time::timeout(CLEANUP_REQUEST_TIMEOUT, request).await {
+        Ok(Ok(())) => None,
+        Ok(Err(why)) => Some(format!("could not remove {what}: {why}")),
+        Err(_) => Some(format!(
+            "could not remove {what}: no answer within {}",
+            format_duration(CLEANUP_REQUEST_TIMEOUT)
+        )),
+    }
+}
+
+async fn delete_object<K>(api: Api<K>, name: String) -> Result<(), String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(&name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// What the run may have created, for cleanup (marked before each request:
+/// a request that timed out may still have happened).
+#[derive(Default)]
+struct Touched {
+    remote: bool,
+    external_secret: bool,
+    push_source: bool,
+    push_secret: bool,
+}
+
+enum Fail {
+    Reason(String),
+    Cancelled,
+}
+
+/// Latency and a detail line, or why the check failed.
+type Outcome = Result<(Duration, String), Fail>;
+
+struct Runner<'a> {
+    settings: &'a Settings,
+    client: kube::Client,
+    sm: aws_sdk_secretsmanager::Client,
+    ui: &'a Ui,
+    timeout: Duration,
+    cancel: CancellationToken,
+    probe: Probe,
+    touched: Touched,
+    checks: Vec<CheckResult>,
+    interrupted: bool,
+}
+
+impl Runner<'_> {
+    async fn ensure_namespace(&self) -> Result<(), Error> {
+        let ns = &self.probe.namespace;
+        crate::k8s::apply(
+            &self.client,
+            &json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {MANAGED_BY.0: MANAGED_BY.1}},
+            }),
+        )
+        .await
+        .map_err(|e| {
+            Error::unhealthy(format!(
+                "cannot reach the cluster of stack `{}`: {}",
+                self.settings.name,
+                e.message()
+            ))
+            .with_hint("`devstack status` shows what is down; `devstack up` starts the stack")
+        })
+    }
+
+    async fn run_checks(&mut self, push_secret: bool) {
+        /// Runs one check method with a progress step and records it;
+        /// evaluates to whether it passed. Nothing runs once interrupted.
+        macro_rules! check {
+            ($name:expr, $description:expr, $method:ident) => {{
+                let description: String = $description.into();
+                if self.interrupted {
+                    false
+                } else {
+                    let step = self.ui.step(&description);
+                    let outcome = self.$method().await;
+                    self.record(step, $name, None, description, outcome)
+                }
+            }};
+        }
+        const SYNC: &str = "ExternalSecret syncs a new secret";
+        const ROTATE: &str = "A rotated value reaches the cluster (force-sync)";
+        const RECREATE: &str = "A deleted Secret is recreated";
+        const PUSH: &str = "PushSecret writes to LocalStack";
+
+        let store = check!(
+            "clusterSecretStore",
+            format!("ClusterSecretStore {CLUSTER_SECRET_STORE} Ready"),
+            check_store
+        );
+        let synced = if store {
+            check!("sync", SYNC, check_sync)
+        } else {
+            self.skip("sync", SYNC, "the store is not Ready");
+            false
+        };
+        let rotated = if synced {
+            check!("rotate", ROTATE, check_rotate)
+        } else {
+            self.skip("rotate", ROTATE, "the first sync failed");
+            false
+        };
+        if rotated {
+            check!("recreate", RECREATE, check_recreate);
+        } else {
+            self.skip("recreate", RECREATE, "an earlier check failed");
+        }
+        if push_secret {
+            if synced {
+                check!("push", PUSH, check_push);
+            } else {
+                self.skip("push", PUSH, "the first sync failed");
+            }
+        }
+        if !self.interrupted {
+            self.check_profile(synced).await;
+        }
+    }
+
+    fn record(
+        &mut self,
+        step: Step,
+        name: &str,
+        object: Option<String>,
+        description: String,
+        outcome: Outcome,
+    ) -> bool {
+        let (status, latency, detail) = match outcome {
+            Ok((latency, detail)) => {
+                let detail = self.probe.scrub(&detail);
+                step.done(&detail);
+                (CheckStatus::Passed, Some(latency), detail)
+            }
+            Err(Fail::Reason(why)) => {
+                let why = self.probe.scrub(&why);
+                step.fail(&why);
+                (CheckStatus::Failed, None, why)
+            }
+            Err(Fail::Cancelled) => {
+                self.interrupted = true;
+                step.fail("interrupted");
+                (CheckStatus::Failed, None, "interrupted".to_string())
+            }
+        };
+        self.checks.push(CheckResult {
+            name: name.to_string(),
+            object,
+            description,
+            status,
+            passed: status == CheckStatus::Passed,
+            latency_ms: latency.map(|d| d.as_millis() as u64),
+            detail: (!detail.is_empty()).then_some(detail),
+        });
+        status == CheckStatus::Passed
+    }
+
+    fn skip(&mut self, name: &str, description: &str, why: &str) {
+        if self.interrupted {
+            return;
+        }
+        self.ui.step(description).skip(why);
+        self.checks.push(CheckResult {
+            name: name.to_string(),
+            object: None,
+            description: description.to_string(),
+            status: CheckStatus::Skipped,
+            passed: false,
+            latency_ms: None,
+            detail: Some(why.to_string()),
+        });
+    }
+
+    /// Polls `attempt` every 250 ms until it yields a value, `timeout`
+    /// passes (at least one attempt is made) or the run is cancelled.
+    /// `attempt` returns `Err(observation)` while not there yet; the last
+    /// observation explains a timeout.
+    async fn wait_for<T>(
+        &self,
+        timeout: Duration,
+        mut attempt: impl AsyncFnMut() -> Result<T, String>,
+    ) -> Result<T, Fail> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            // Each attempt is bounded too, but always gets a moment.
+            let bound = deadline.max(Instant::now() + Duration::from_secs(5));
+            let result = tokio::select! {
+                _ = self.cancel.cancelled() => return Err(Fail::Cancelled),
+                r = tokio::time::timeout_at(bound, attempt()) => r,
+            };
+            let last = match result {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(observed)) => observed,
+                Err(_) => "the request did not finish in time".to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(Fail::Reason(format!(
+                    "not within {} ({last})",
+                    format_duration(timeout)
+                )));
+            }
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Err(Fail::Cancelled),
+                _ = tokio::time::sleep(POLL) => {}
+            }
+        }
+    }
+
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.probe.namespace)
+    }
+
+    fn external_secrets(&self, namespace: &str) -> Api<DynamicObject> {
+        dynamic_api(
+            &self.client,
+            &format!("{ESO_GROUP}/{ESO_VERSION}"),
+            "ExternalSecret",
+            Some(namespace),
+        )
+    }
+
+    fn push_secrets(&self) -> Api<DynamicObject> {
+        dynamic_api(
+            &self.client,
+            &format!("{ESO_GROUP}/{PUSH_SECRET_VERSION}"),
+            "PushSecret",
+            Some(&self.probe.namespace),
+        )
+    }
+
+    fn aws_tags(&self) -> Vec<aws_sdk_secretsmanager::types::Tag> {
+        let tag = |k: &str, v: &str| {
+            aws_sdk_secretsmanager::types::Tag::builder()
+                .key(k)
+                .value(v)
+                .build()
+        };
+        vec![
+            tag(
+                crate::docker::LABEL_MANAGED_BY,
+                crate::docker::MANAGED_BY_VALUE,
+            ),
+            tag(crate::docker::LABEL_STACK, &self.settings.name),
+            tag(crate::docker::LABEL_ROLE, COMPONENT.1),
+        ]
+    }
+
+    fn aws_reason<E: ProvideErrorMetadata, R>(&self, what: &str, err: &SdkError<E, R>) -> String {
+        let endpoint = crate::localstack::endpoint_url(self.settings);
+        match err {
+            SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => {
+                format!("cannot {what}: LocalStack at {endpoint} did not answer")
+            }
+            _ => format!(
+                "cannot {what}: LocalStack answered {}: {}",
+                err.code().unwrap_or("an error"),
+                err.message().unwrap_or("no message")
+            ),
+        }
+    }
+
+    /// The Ready condition of the probe ExternalSecret, to explain a timeout.
+    async fn external_secret_state(&self) -> String {
+        match self
+            .external_secrets(&self.probe.namespace)
+            .get_opt(&self.probe.object)
+            .await
+        {
+            Ok(Some(es)) => match conditions::condition(&es.data, "Ready") {
+                Some(c) => format!("ExternalSecret: {}", c.summary()),
+                None => "ExternalSecret has no Ready condition yet".into(),
+            },
+            Ok(None) => "ExternalSecret is gone".into(),
+            Err(e) => format!("ExternalSecret unreadable: {e}"),
+        }
+    }
+
+    /// Waits until the probe's Kubernetes Secret holds `expected` (and, when
+    /// given, is not the object with uid `replaced`); returns its uid.
+    async fn wait_secret_value(
+        &self,
+        expected: &SecretString,
+        replaced: Option<&str>,
+    ) -> Result<String, Fail> {
+        let api = self.secrets();
+        let name = self.probe.object.clone();
+        let result = self
+            .wait_for(self.timeout, async || {
+                let secret = match api.get_opt(&name).await {
+                    Ok(Some(s)) => s,
+                    Ok(None) => return Err(format!("Secret {name} absent")),
+                    Err(e) => return Err(format!("reading Secret {name}: {e}")),
+                };
+                let uid = secret.metadata.uid.clone().unwrap_or_default();
+                if replaced.is_some_and(|old| old == uid) {
+                    return Err(format!("Secret {name} not deleted yet"));
+                }
+                let data = secret.data.unwrap_or_default();
+                match data.get(VALUE_KEY) {
+                    Some(bytes) if bytes.0 == expected.expose().as_bytes() => Ok(uid),
+                    Some(_) => Err(format!("Secret {name} holds another value")),
+                    None => Err(format!("Secret {name} has no key `{VALUE_KEY}`")),
+                }
+            })
+            .await;
+        match result {
+            Err(Fail::Reason(why)) => Err(Fail::Reason(format!(
+                "{why}; {}",
+                self.external_secret_state().await
+            ))),
+            other => other,
+        }
+    }
+
+    async fn check_store(&mut self) -> Outcome {
+        let api = dynamic_api(
+            &self.client,
+            &format!("{ESO_GROUP}/{ESO_VERSION}"),
+            "ClusterSecretStore",
+            None,
+        );
+        let started = Instant::now();
+        let detail = self
+            .wait_for(self.timeout, async || match api
+                .get_opt(CLUSTER_SECRET_STORE)
+                .await
+            {
+                Ok(Some(store)) => match conditions::condition(&store.data, "Ready") {
+                    Some(c) if c.is_true() => Ok(c.summary()),
+                    Some(c) => Err(c.summary()),
+                    None => Err("no Ready condition yet".into()),
+                },
+                Ok(None) => Err(format!(
+                    "ClusterSecretStore {CLUSTER_SECRET_STORE} does not exist (or ESO's CRDs are not installed)"
+                )),
+                Err(e) => Err(format!("reading the store: {e}")),
+            })
+            .await?;
+        Ok((started.elapsed(), detail))
+    }
+
+    async fn check_sync(&mut self) -> Outcome {
+        self.touched.remote = true;
+        let remote = self.probe.remote.clone();
+        let created = self
+            .sm
+            .create_secret()
+            .name(&remote)
+            .description("devstack verify probe; removed when verify ends")
+            .secret_string(self.probe.initial.expose())
+            .set_tags(Some(self.aws_tags()))
+            .send()
+            .await;
+        if let Err(e) = created {
+            return Err(Fail::Reason(
+                self.aws_reason(&format!("create secret `{remote}`"), &e),
+            ));
+        }
+        self.touched.external_secret = true;
+        let started = Instant::now();
+        crate::k8s::apply(&self.client, &probe_external_secret(&self.probe, None))
+            .await
+            .map_err(|e| Fail::Reason(e.message().to_string()))?;
+        self.wait_secret_value(&self.probe.initial, None).await?;
+        Ok((
+            started.elapsed(),
+            format!(
+                "{} -> Secret {}/{}",
+                remote, self.probe.namespace, self.probe.object
+            ),
+        ))
+    }
+
+    async fn check_rotate(&mut self) -> Outcome {
+        let remote = self.probe.remote.clone();
+        let put = self
+            .sm
+            .put_secret_value()
+            .secret_id(&remote)
+            .secret_string(self.probe.rotated.expose())
+            .send()
+            .await;
+        if let Err(e) = put {
+            return Err(Fail::Reason(
+                self.aws_reason(&format!("rotate secret `{remote}`"), &e),
+            ));
+        }
+        let started = Instant::now();
+        let stamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis()
+            .to_string();
+        crate::k8s::apply(
+            &self.client,
+            &probe_external_secret(&self.probe, Some(&stamp)),
+        )
+        .await
+        .map_err(|e| Fail::Reason(e.message().to_string()))?;
+        self.wait_secret_value(&self.probe.rotated, None).await?;
+        Ok((started.elapsed(), String::new()))
+    }
+
+    async fn check_recreate(&mut self) -> Outcome {
+        let api = self.secrets();
+        let name = &self.probe.object;
+        let old = match api.get_opt(name).await {
+            Ok(Some(s)) => s.metadata.uid.unwrap_or_default(),
+            Ok(None) => return Err(Fail::Reason(format!("Secret {name} vanished"))),
+            Err(e) => return Err(Fail::Reason(format!("reading Secret {name}: {e}"))),
+        };
+        let started = Instant::now();
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => return Err(Fail::Reason(format!("deleting Secret {name}: {e}"))),
+        }
+        self.wait_secret_value(&self.probe.rotated, Some(&old))
+            .await?;
+        Ok((started.elapsed(), String::new()))
+    }
+
+    async fn check_push(&mut self) -> Outcome {
+        let (source, push) = probe_push_objects(&self.probe);
+        self.touched.push_source = true;
+        crate::k8s::apply(&self.client, &source)
+            .await
+            .map_err(|e| Fail::Reason(e.message().to_string()))?;
+        self.touched.push_secret = true;
+        let started = Instant::now();
+        crate::k8s::apply(&self.client, &push)
+            .await
+            .map_err(|e| Fail::Reason(e.message().to_string()))?;
+        let remote = self.probe.push_remote.clone();
+        let expected = self.probe.pushed.expose().as_bytes();
+        let result = self
+            .wait_for(self.timeout, async || {
+                match self.sm.get_secret_value().secret_id(&remote).send().await {
+                    Ok(out) => {
+                        // ESO pushes binary by default (`secretPushFormat`).
+                        let matches = out.secret_string().map(str::as_bytes) == Some(expected)
+                            || out.secret_binary().map(|b| b.as_ref()) == Some(expected);
+                        if matches {
+                            Ok(())
+                        } else {
+                            Err(format!("`{remote}` holds another value"))
+                        }
+                    }
+                    Err(e)
+                        if e.as_service_error()
+                            .is_some_and(|s| s.is_resource_not_found_exception()) =>
+                    {
+                        Err(format!("`{remote}` not in LocalStack yet"))
+                    }
+                    Err(e) => Err(self.aws_reason(&format!("read secret `{remote}`"), &e)),
+                }
+            })
+            .await;
+        match result {
+            Ok(()) => Ok((
+                started.elapsed(),
+                format!(
+                    "Secret {}/{} -> {remote}",
+                    self.probe.namespace, self.probe.push_object
+                ),
+            )),
+            Err(Fail::Reason(why)) => {
+                let state = match self.push_secrets().get_opt(&self.probe.push_object).await {
+                    Ok(Some(ps)) => match conditions::condition(&ps.data, "Ready") {
+                        Some(c) => format!("PushSecret: {}", c.summary()),
+                        None => "PushSecret has no Ready condition yet".into(),
+                    },
+                    Ok(None) => "PushSecret is gone".into(),
+                    Err(e) => format!("PushSecret unreadable: {e}"),
+                };
+                Err(Fail::Reason(format!("{why}; {state}")))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every ExternalSecret the profile declares is Ready (SecretSynced).
+    /// Waits for them when the probe round trip worked (they may have been
+    /// created moments ago); otherwise looks once.
+    async fn check_profile(&mut self, wait: bool) {
+        let targets: Vec<(String, String)> = self
+            .settings
+            .secrets
+            .iter()
+            .filter(|s| s.sync.is_some())
+            .map(profile_external_secret_name)
+            .collect();
+        if targets.is_empty() {
+            return;
+        }
+        let step = self.ui.step(format!(
+            "{} profile ExternalSecret(s) Synced",
+            targets.len()
+        ));
+        let started = Instant::now();
+        // (namespace, name) -> Ok(latency) once synced, or Err(last state).
+        let mut states: BTreeMap<(String, String), Result<Duration, String>> = targets
+            .iter()
+            .map(|t| (t.clone(), Err("not read yet".to_string())))
+            .collect();
+        let timeout = if wait { self.timeout } else { Duration::ZERO };
+        let result = self
+            .wait_for(timeout, async || {
+                for ((ns, name), state) in states.iter_mut() {
+                    if state.is_ok() {
+                        continue;
+                    }
+                    *state = match self.external_secrets(ns).get_opt(name).await {
+                        Ok(Some(es)) if external_secret_synced(&es.data) => Ok(started.elapsed()),
+                        Ok(Some(es)) => Err(conditions::condition(&es.data, "Ready")
+                            .map(|c| c.summary())
+                            .unwrap_or_else(|| "no Ready condition yet".into())),
+                        Ok(None) => Err("does not exist".into()),
+                        Err(e) => Err(format!("unreadable: {e}")),
+                    };
+                }
+                let waiting = states.values().filter(|s| s.is_err()).count();
+                if waiting == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("{waiting} not synced"))
+                }
+            })
+            .await;
+        let cancelled = matches!(result, Err(Fail::Cancelled));
+        let failed = states.values().filter(|s| s.is_err()).count();
+        if cancelled {
+            self.interrupted = true;
+            step.fail("interrupted");
+        } else if failed == 0 {
+            step.done("");
+        } else {
+            step.fail(format!("{failed} of {} not synced", states.len()));
+        }
+        for ((ns, name), state) in states {
+            let (status, latency, detail) = match state {
+                Ok(latency) => (CheckStatus::Passed, Some(latency), None),
+                Err(_) if cancelled => (CheckStatus::Failed, None, Some("interrupted".into())),
+                Err(why) => (CheckStatus::Failed, None, Some(self.probe.scrub(&why))),
+            };
+            if let Some(why) = &detail {
+                self.ui.info(format!("  {ns}/{name}: {why}"));
+            }
+            self.checks.push(CheckResult {
+                name: "profileExternalSecret".into(),
+                object: Some(format!("{ns}/{name}")),
+                description: format!("ExternalSecret {ns}/{name} Synced"),
+                status,
+                passed: status == CheckStatus::Passed,
+                latency_ms: latency.map(|d| d.as_millis() as u64),
+                detail,
+            });
+        }
+    }
+
+    /// Removes every probe object that may exist; returns what failed.
+    async fn cleanup(&self) -> Vec<String> {
+        let p = &self.probe;
+        let ns = &p.namespace;
+        let delete_remote = |name: String| async move {
+            match self
+                .sm
+                .delete_secret()
+                .secret_id(&name)
+                .force_delete_without_recovery(true)
+                .send()
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_resource_not_found_exception()) =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(self.aws_reason(&format!("delete secret `{name}`"), &e)),
+            }
+        };
+        let mut warnings = Vec::new();
+        // The ExternalSecret goes first so ESO does not recreate its Secret;
+        // the PushSecret before its remote secret so ESO does not push again.
+        if self.touched.external_secret {
+            let what = format!("ExternalSecret {ns}/{}", p.object);
+            let request = delete_object(self.external_secrets(ns), p.object.clone());
+            warnings.extend(bounded(what, request).await);
+            let what = format!("Secret {ns}/{}", p.object);
+            let request = delete_object(self.secrets(), p.object.clone());
+            warnings.extend(bounded(what, request).await);
+        }
+        if self.touched.push_secret {
+            let what = format!("PushSecret {ns}/{}", p.push_object);
+            let request = delete_object(self.push_secrets(), p.push_object.clone());
+            warnings.extend(bounded(what, request).await);
+        }
+        if self.touched.push_source {
+            let what = format!("Secret {ns}/{}", p.push_object);
+            let request = delete_object(self.secrets(), p.push_object.clone());
+            warnings.extend(bounded(what, request).await);
+        }
+        if self.touched.remote {
+            let what = format!("LocalStack secret `{}`", p.remote);
+            warnings.extend(bounded(what, delete_remote(p.remote.clone())).await);
+        }
+        if self.touched.push_secret {
+            let what = format!("LocalStack secret `{}`", p.push_remote);
+            warnings.extend(bounded(what, delete_remote(p.push_remote.clone())).await);
+        }
+        warnings.iter().map(|w| p.scrub(w)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Kind;
+    use crate::profile::schema::{SecretFormat, SyncSpec};
+
+    fn secret(name: &str, sync: Option<SyncSpec>) -> SecretSettings {
+        SecretSettings {
+            name: name.into(),
+            description: None,
+            tags: BTreeMap::new(),
+            source: crate::profile::SecretSource::Literal(SecretString::new("x")),
+            format: SecretFormat::Text,
+            sync,
+        }
+    }
+
+    fn sync(namespace: &str, secret_name: Option<&str>) -> SyncSpec {
+        SyncSpec {
+            namespace: namespace.into(),
+            secret_name: secret_name.map(String::from),
+            refresh_interval: None,
+        }
+    }
+
+    #[test]
+    fn profile_external_secret_names() {
+        assert_eq!(
+            profile_external_secret_name(&secret("app/db", Some(sync("default", None)))),
+            ("default".into(), "app-db".into())
+        );
+        assert_eq!(
+            profile_external_secret_name(&secret("app/db", Some(sync("apps", Some("db-creds"))))),
+            ("apps".into(), "db-creds".into())
+        );
+        assert_eq!(
+            profile_external_secret_name(&secret("team/App_DB+x", Some(sync("default", None)))),
+            ("default".into(), "team-app-db-x".into())
+        );
+        assert_eq!(
+            profile_external_secret_name(&secret("/odd/", None)),
+            ("default".into(), "odd".into())
+        );
+        assert_eq!(kube_name("___"), "secret");
+        assert_eq!(kube_name(&"a".repeat(600)).len(), 253);
+    }
+
+    #[test]
+    fn synced_means_ready_true_with_reason_secret_synced() {
+        let es = |status: &str, reason: &str| json!({"status": {"conditions": [{"type": "Ready", "status": status, "reason": reason}]}});
+        assert!(external_secret_synced(&es("True", "SecretSynced")));
+        assert!(!external_secret_synced(&es("False", "SecretSyncedError")));
+        assert!(!external_secret_synced(&es("True", "SecretDeleted")));
+        assert!(!external_secret_synced(&json!({})));
+    }
+
+    #[test]
+    fn probe_names_are_valid_and_values_distinct() {
+        let p = Probe::new("devstack-verify");
+        assert_eq!(p.id.len(), 10);
+        assert!(p.object.starts_with("devstack-verify-"));
+        assert_eq!(kube_name(&p.object), p.object);
+        assert_eq!(kube_name(&p.push_object), p.push_object);
+        assert!(p.remote.starts_with("devstack-verify/"));
+        crate::profile::settings::validate_secret_name(&p.push_remote).unwrap();
+        assert_ne!(p.initial, p.rotated);
+        assert_ne!(p.rotated, p.pushed);
+        assert_eq!(p.initial.expose().len(), 32);
+    }
+
+    #[test]
+    fn scrub_masks_every_probe_value() {
+        let p = Probe::new("ns");
+        let text = format!(
+            "saw {} then {} and {}",
+            p.initial.expose(),
+            p.rotated.expose(),
+            p.pushed.expose()
+        );
+        let clean = p.scrub(&text);
+        assert_eq!(clean, "saw ******** then ******** and ********");
+    }
+
+    #[test]
+    fn probe_objects_reference_the_store_and_carry_no_plain_value() {
+        let p = Probe::new("verify-ns");
+        let es = probe_external_secret(&p, None);
+        assert_eq!(es["apiVersion"], "external-secrets.io/v1");
+        assert_eq!(es["metadata"]["namespace"], "verify-ns");
+        assert!(es["metadata"].get("annotations").is_none());
+        assert_eq!(es["spec"]["secretStoreRef"]["kind"], "ClusterSecretStore");
+        assert_eq!(es["spec"]["secretStoreRef"]["name"], CLUSTER_SECRET_STORE);
+        assert_eq!(es["spec"]["target"]["name"], p.object.as_str());
+        assert_eq!(es["spec"]["data"][0]["remoteRef"]["key"], p.remote.as_str());
+        let forced = probe_external_secret(&p, Some("123"));
+        assert_eq!(forced["metadata"]["annotations"]["force-sync"], "123");
+
+        let (source, push) = probe_push_objects(&p);
+        assert_eq!(push["apiVersion"], "external-secrets.io/v1alpha1");
+        assert_eq!(
+            push["spec"]["selector"]["secret"]["name"],
+            p.push_object.as_str()
+        );
+        assert_eq!(
+            push["spec"]["secretStoreRefs"][0]["kind"],
+            "ClusterSecretStore"
+        );
+        let matched = &push["spec"]["data"][0]["match"];
+        assert_eq!(matched["secretKey"], VALUE_KEY);
+        assert_eq!(matched["remoteRef"]["remoteKey"], p.push_remote.as_str());
+        let encoded = source["data"][VALUE_KEY].as_str().unwrap();
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap();
+        assert_eq!(decoded, p.pushed.expose().as_bytes());
+        for object in [&es, &forced, &source, &push] {
+            let text = object.to_string();
+            for value in [&p.initial, &p.rotated, &p.pushed] {
+                assert!(!text.contains(value.expose()), "{text}");
+            }
+        }
+    }
+
+    fn report(statuses: &[(&str, CheckStatus)]) -> VerifyReport {
+        VerifyReport {
+            stack: "dev".into(),
+            passed: statuses.iter().all(|(_, s)| *s == CheckStatus::Passed),
+            probe: "abc".into(),
+            push_secret: false,
+            checks: statuses
+                .iter()
+                .map(|(name, status)| CheckResult {
+                    name: name.to_string(),
+                    object: None,
+                    description: format!("check {name}"),
+                    status: *status,
+                    passed: *status == CheckStatus::Passed,
+                    latency_ms: Some(12),
+                    detail: (*status != CheckStatus::Passed).then(|| "timed out".to_string()),
+                })
+                .collect(),
+            cleanup_warnings: vec![],
+            elapsed_ms: 40,
+        }
+    }
+
+    #[test]
+    fn report_json_is_camel_case_and_errors_are_unhealthy() {
+        let settings = Settings::builtin(&Default::default()).unwrap();
+        let ok = report(&[("sync", CheckStatus::Passed)]);
+        assert!(ok.to_error(&settings).is_none());
+        let value = serde_json::to_value(&ok).unwrap();
+        assert_eq!(value["checks"][0]["latencyMs"], 12);
+        assert_eq!(value["checks"][0]["status"], "passed");
+        assert!(value.get("cleanupWarnings").is_some());
+        assert!(value["checks"][0].get("object").is_none());
+
+        let bad = report(&[
+            ("sync", CheckStatus::Failed),
+            ("rotate", CheckStatus::Skipped),
+            ("push", CheckStatus::Failed),
+        ]);
+        let err = bad.to_error(&settings).unwrap();
+        assert_eq!(err.kind(), Kind::Unhealthy);
+        assert_eq!(
+            err.message(),
+            "verify failed: check sync: timed out (and 1 more failed checks)"
+        );
+        assert!(err.hint().unwrap().contains("devstack status"));
+        assert_eq!(bad.summary(), "0 of 3 checks passed");
+    }
+}
