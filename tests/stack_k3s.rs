@@ -1,0 +1,280 @@
+//! Cluster tier: the main job. `up` -> `verify` -> `status` -> `down` on the
+//! ci profile with the kit's images, converge and drift repair, Ctrl-C at
+//! several steps, two stacks side by side (the second through the library
+//! API), and no secret value in any output.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A literal secret whose value must never be printed.
+const SECRET_VALUE: &str = "s3cr3t-never-printed-7c1f";
+
+fn ci_profile(stack: &TestStack) -> std::path::PathBuf {
+    let path = stack.dir.path().join("profile.yaml");
+    let ci = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/ci.yaml"),
+    )
+    .unwrap();
+    let text = ci
+        .replace("name: ci\n", &format!("name: {}\n", stack.name))
+        .replace("  port: 4566\n", &format!("  port: {}\n", stack.port))
+        .replace(
+            "secrets:\n",
+            &format!(
+                "images:\n  bundle: {}\nsecrets:\n  - name: app/literal\n    value: {SECRET_VALUE}\n    sync: {{namespace: default}}\n",
+                bundle_dir().display()
+            ),
+        );
+    assert!(text.contains(&stack.name) && text.contains(SECRET_VALUE));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[track_caller]
+fn assert_no_secret(run: &Run) {
+    assert!(
+        !run.all().contains(SECRET_VALUE),
+        "a secret value was printed:\n{}",
+        run.all()
+    );
+}
+
+fn repaired(report: &serde_json::Value) -> String {
+    serde_json::to_string(&report["repaired"]).unwrap()
+}
+
+#[test]
+fn up_verify_status_down_with_drift_repair() {
+    if !require_cluster_kit() {
+        return;
+    }
+    let stack = TestStack::new("main");
+    let profile = ci_profile(&stack);
+
+    let up = stack.run(&profile, &["up", "--json", "-v"]);
+    assert_no_secret(&up);
+    let report = up.ok().json();
+    assert_eq!(report["created"], true, "{report}");
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+    assert_eq!(
+        report["gitops"]["chain"]["failures"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0,
+        "{report}"
+    );
+    assert!(up.stderr.contains("next:"), "{}", up.stderr);
+    for step in [
+        "Preflight",
+        "LocalStack",
+        "Cluster",
+        "Seeding",
+        "External Secrets chain",
+    ] {
+        assert!(
+            up.stderr.contains(step),
+            "progress lacks {step}:\n{}",
+            up.stderr
+        );
+    }
+
+    let status = stack.run(&profile, &["status", "--json"]);
+    assert_no_secret(&status);
+    assert_eq!(status.code, 0, "{}", status.all());
+    let text = stack.run(&profile, &["status"]);
+    assert!(
+        text.stdout.contains("external-secrets-operator"),
+        "{}",
+        text.stdout
+    );
+
+    // A second up on a healthy stack repairs nothing and is quick.
+    let started = Instant::now();
+    let again = stack.run(&profile, &["up", "--json", "--no-verify"]);
+    let warm = started.elapsed();
+    let report = again.ok().json();
+    assert_eq!(report["created"], false);
+    assert_eq!(report["repaired"].as_array().unwrap().len(), 0, "{report}");
+    assert_eq!(report["seed"]["unchanged"], 2, "{report}");
+    eprintln!("warm up: {warm:?}");
+
+    // Drift: LocalStack removed.
+    let localstack = format!("devstack-{}-localstack", stack.name);
+    assert!(docker(&["rm", "-f", &localstack]).status.success());
+    let fixed = stack.run(&profile, &["up", "--json"]);
+    assert_no_secret(&fixed);
+    let report = fixed.ok().json();
+    assert!(
+        repaired(&report).contains("LocalStack container was missing"),
+        "{report}"
+    );
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+
+    // Drift: a Kustomization of the chain deleted.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let settings = settings(&profile);
+    rt.block_on(async {
+        let client = devstack::k8s::stack_client(&settings).await.unwrap();
+        devstack::gitops::chain::kustomizations(&client)
+            .delete("external-secrets-crs", &Default::default())
+            .await
+            .unwrap();
+    });
+    let report = stack
+        .run(&profile, &["up", "--json", "--no-verify"])
+        .ok()
+        .json();
+    assert!(
+        repaired(&report).contains("Kustomization flux-system/external-secrets-crs was missing"),
+        "{report}"
+    );
+
+    // Drift: the node stopped.
+    let node = format!("devstack-{}-server-0", stack.name);
+    assert!(docker(&["stop", "-t", "2", &node]).status.success());
+    let report = stack.run(&profile, &["up", "--json"]).ok().json();
+    assert!(repaired(&report).contains("started"), "{report}");
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+
+    // verify with LocalStack stopped: a clear failure, fast.
+    assert!(docker(&["stop", "-t", "1", &localstack]).status.success());
+    let failed = stack.run(&profile, &["verify"]);
+    assert_ne!(failed.code, 0, "{}", failed.all());
+    assert!(failed.stderr.contains("LocalStack"), "{}", failed.stderr);
+    assert!(failed.stderr.contains("hint:"), "{}", failed.stderr);
+    let unhealthy = stack.run(&profile, &["status"]);
+    assert_eq!(unhealthy.code, 4, "{}", unhealthy.all());
+
+    let down = stack.run(&profile, &["down"]);
+    down.ok();
+    assert!(stack.containers().is_empty(), "{:?}", stack.containers());
+    assert!(stack.networks().is_empty());
+    stack.run(&profile, &["down"]).ok();
+}
+
+/// Ctrl-C at different points: without --retain nothing is left; with
+/// --retain the next `up` completes the stack.
+#[test]
+fn interrupted_up_rolls_back_or_is_retained() {
+    if !require_cluster_kit() {
+        return;
+    }
+    let stack = TestStack::new("sigint");
+    let profile = ci_profile(&stack);
+    for after in [Duration::from_secs(2), Duration::from_secs(15)] {
+        let run = interrupt_after(&stack, &profile, &["up"], after);
+        assert_eq!(run.code, 130, "interrupt after {after:?}: {}", run.all());
+        assert!(run.stderr.contains("rolled back"), "{}", run.stderr);
+        assert!(
+            stack.containers().is_empty(),
+            "interrupt after {after:?} left {:?}",
+            stack.containers()
+        );
+    }
+    let run = interrupt_after(
+        &stack,
+        &profile,
+        &["up", "--retain"],
+        Duration::from_secs(15),
+    );
+    assert_eq!(run.code, 130, "{}", run.all());
+    assert!(run.stderr.contains("retained"), "{}", run.stderr);
+    assert!(
+        !stack.containers().is_empty(),
+        "--retain keeps the half-created stack"
+    );
+    let report = stack
+        .run(&profile, &["up", "--json", "--no-verify"])
+        .ok()
+        .json();
+    assert_eq!(report["created"], false, "{report}");
+    stack.run(&profile, &["down"]).ok();
+    assert!(stack.containers().is_empty());
+}
+
+fn interrupt_after(
+    stack: &TestStack,
+    profile: &std::path::Path,
+    args: &[&str],
+    after: Duration,
+) -> Run {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_devstack"))
+        .current_dir(stack.dir.path())
+        .args(args)
+        .arg("--profile")
+        .arg(profile)
+        .env("DEVSTACK_HOME", stack.dir.path().join("state"))
+        .env("CI", "true")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(after);
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The library API, and two stacks side by side: one from the CLI, one
+/// from `Stack`, each unaffected by the other's `down`.
+#[test]
+fn two_stacks_side_by_side_through_the_library() {
+    if !require_cluster_kit() {
+        return;
+    }
+    let first = TestStack::new("side1");
+    let first_profile = ci_profile(&first);
+    first.run(&first_profile, &["up", "--no-verify"]).ok();
+
+    let second = TestStack::new("side2");
+    let second_profile = ci_profile(&second);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // SAFETY: set before any thread of this test reads it.
+        unsafe { std::env::set_var("DEVSTACK_HOME", second.dir.path().join("state")) };
+        let stack = devstack::stack::Stack::from_profile(
+            Some(second_profile.to_str().unwrap()),
+            &Default::default(),
+        )
+        .unwrap();
+        let report = stack.up(Default::default()).await.unwrap();
+        assert!(report.created);
+        assert!(report.verify.as_ref().is_some_and(|v| v.passed));
+        let env = stack.env();
+        assert!(
+            env.iter()
+                .any(|(k, v)| *k == "AWS_ENDPOINT_URL" && v.ends_with(&second.port.to_string()))
+        );
+        assert!(stack.kube_client().await.is_ok());
+
+        // The other stack is untouched by this one, and still verifies.
+        let other = first.run(&first_profile, &["verify", "--json"]);
+        assert_eq!(other.ok().json()["passed"], true);
+
+        let down = stack.down().await.unwrap();
+        assert!(down.cluster && down.localstack, "{down:?}");
+    });
+    assert!(second.containers().is_empty());
+    assert!(
+        !first.containers().is_empty(),
+        "the first stack survives the second's down"
+    );
+    first.run(&first_profile, &["status"]).ok();
+    first.run(&first_profile, &["down"]).ok();
+}
