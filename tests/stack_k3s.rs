@@ -205,7 +205,7 @@ fn interrupt_after(
     args: &[&str],
     after: Duration,
 ) -> Run {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_devstack"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_devstack"))
         .current_dir(stack.dir.path())
         .args(args)
         .arg("--profile")
