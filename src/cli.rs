@@ -84,8 +84,20 @@ pub enum Command {
     /// Create or update the profile's secrets in LocalStack's Secrets Manager
     Seed(SeedArgs),
     /// Prove the secret path end to end with a fresh random probe
+    #[command(
+        long_about = "Prove the secret path end to end with a fresh random probe: a randomly named \
+secret written to LocalStack is synced into the cluster by an ExternalSecret, rotated (refreshed at \
+once through the force-sync annotation) and recreated by ESO after its Kubernetes Secret is deleted; \
+every ExternalSecret the profile declares must be synced. Probe objects are removed afterwards and \
+probe values never appear in output. Exit 4 when a check fails."
+    )]
     Verify(VerifyArgs),
     /// Show the health of every part of the stack
+    #[command(
+        long_about = "Show the health of every part of the stack: the cluster and its nodes, \
+LocalStack, the Flux controllers, the Kustomization chain, the ESO HelmRelease, the \
+ClusterSecretStore and every ExternalSecret. Exit 4 when anything is unhealthy."
+    )]
     Status,
     /// Print shell exports for using the stack from other tools
     Env(EnvArgs),
@@ -193,13 +205,6 @@ pub struct SyncArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(
-    long_about = "Writes a randomly named secret into LocalStack, syncs it into the cluster through \
-an ExternalSecret, rotates it (refreshed at once with the force-sync annotation), deletes the \
-Kubernetes Secret and waits for ESO to recreate it, and checks every ExternalSecret the profile \
-declares is synced. Probe objects are removed afterwards; probe values never appear in output. \
-Exit 4 when a check fails."
-)]
 pub struct VerifyArgs {
     /// Also push a value to LocalStack with a PushSecret (default: the profile's `verify.pushSecret`)
     #[arg(long)]

@@ -382,12 +382,14 @@ impl Probe {
     }
 }
 
-/// `text` with every occurrence of a secret value masked.
+/// `text` with every occurrence of a secret value, plain or base64 (as a
+/// Secret's `data` carries it), masked.
 fn scrub(text: &str, values: &[&SecretString]) -> String {
     let mut out = text.to_string();
-    for value in values {
-        if !value.is_empty() {
-            out = out.replace(value.expose(), crate::profile::secret::MASK);
+    for value in values.iter().filter(|v| !v.is_empty()) {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(value.expose());
+        for form in [value.expose(), encoded.as_str()] {
+            out = out.replace(form, crate::profile::secret::MASK);
         }
     }
     out
@@ -412,11 +414,7 @@ fn probe_external_secret(p: &Probe, force_sync: Option<&str>) -> Value {
         "spec": {
             "refreshInterval": "1h",
             "secretStoreRef": {"name": CLUSTER_SECRET_STORE, "kind": "ClusterSecretStore"},
-            "target": {
-                "name": p.object,
-                "creationPolicy": "Owner",
-                "template": {"metadata": {"labels": probe_labels()}},
-            },
+            "target": {"name": p.object, "creationPolicy": "Owner"},
             "data": [{"secretKey": VALUE_KEY, "remoteRef": {"key": p.remote}}],
         },
     })
@@ -639,11 +637,11 @@ impl Runner<'_> {
     /// passes (at least one attempt is made) or the run is cancelled.
     /// `attempt` returns `Err(observation)` while not there yet; the last
     /// observation explains a timeout.
-    async fn wait_for<T>(
-        &self,
-        timeout: Duration,
-        mut attempt: impl AsyncFnMut() -> Result<T, String>,
-    ) -> Result<T, Fail> {
+    async fn wait_for<T, F, Fut>(&self, timeout: Duration, mut attempt: F) -> Result<T, Fail>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, String>>,
+    {
         let deadline = Instant::now() + timeout;
         loop {
             // Each attempt is bounded too, but always gets a moment.
@@ -746,11 +744,11 @@ impl Runner<'_> {
         expected: &SecretString,
         replaced: Option<&str>,
     ) -> Result<String, Fail> {
-        let api = self.secrets();
-        let name = self.probe.object.clone();
+        let api = &self.secrets();
+        let name = self.probe.object.as_str();
         let result = self
-            .wait_for(self.timeout, async || {
-                let secret = match api.get_opt(&name).await {
+            .wait_for(self.timeout, move || async move {
+                let secret = match api.get_opt(name).await {
                     Ok(Some(s)) => s,
                     Ok(None) => return Err(format!("Secret {name} absent")),
                     Err(e) => return Err(format!("reading Secret {name}: {e}")),
@@ -783,9 +781,11 @@ impl Runner<'_> {
             "ClusterSecretStore",
             None,
         );
+        let api = &api;
         let started = Instant::now();
         let detail = self
-            .wait_for(self.timeout, async || match api
+            .wait_for(self.timeout, move || async move {
+                match api
                 .get_opt(CLUSTER_SECRET_STORE)
                 .await
             {
@@ -798,6 +798,7 @@ impl Runner<'_> {
                     "ClusterSecretStore {CLUSTER_SECRET_STORE} does not exist (or ESO's CRDs are not installed)"
                 )),
                 Err(e) => Err(format!("reading the store: {e}")),
+            }
             })
             .await?;
         Ok((started.elapsed(), detail))
@@ -895,11 +896,12 @@ impl Runner<'_> {
         crate::k8s::apply(&self.client, &push)
             .await
             .map_err(|e| Fail::Reason(e.message().to_string()))?;
-        let remote = self.probe.push_remote.clone();
-        let expected = self.probe.pushed.expose().as_bytes();
-        let result = self
-            .wait_for(self.timeout, async || {
-                match self.sm.get_secret_value().secret_id(&remote).send().await {
+        let this: &Self = self;
+        let remote = this.probe.push_remote.as_str();
+        let expected = this.probe.pushed.expose().as_bytes();
+        let result = this
+            .wait_for(this.timeout, move || async move {
+                match this.sm.get_secret_value().secret_id(remote).send().await {
                     Ok(out) => {
                         // ESO pushes binary by default (`secretPushFormat`).
                         let matches = out.secret_string().map(str::as_bytes) == Some(expected)
@@ -916,7 +918,7 @@ impl Runner<'_> {
                     {
                         Err(format!("`{remote}` not in LocalStack yet"))
                     }
-                    Err(e) => Err(self.aws_reason(&format!("read secret `{remote}`"), &e)),
+                    Err(e) => Err(this.aws_reason(&format!("read secret `{remote}`"), &e)),
                 }
             })
             .await;
@@ -963,18 +965,25 @@ impl Runner<'_> {
         ));
         let started = Instant::now();
         // (namespace, name) -> Ok(latency) once synced, or Err(last state).
-        let mut states: BTreeMap<(String, String), Result<Duration, String>> = targets
-            .iter()
-            .map(|t| (t.clone(), Err("not read yet".to_string())))
-            .collect();
+        let states: std::sync::Mutex<BTreeMap<(String, String), Result<Duration, String>>> =
+            std::sync::Mutex::new(
+                targets
+                    .iter()
+                    .map(|t| (t.clone(), Err("not read yet".to_string())))
+                    .collect(),
+            );
+        let lock = || states.lock().unwrap_or_else(|e| e.into_inner());
         let timeout = if wait { self.timeout } else { Duration::ZERO };
-        let result = self
-            .wait_for(timeout, async || {
-                for ((ns, name), state) in states.iter_mut() {
-                    if state.is_ok() {
-                        continue;
-                    }
-                    *state = match self.external_secrets(ns).get_opt(name).await {
+        let this: &Self = self;
+        let result = this
+            .wait_for(timeout, || async {
+                let pending: Vec<(String, String)> = lock()
+                    .iter()
+                    .filter(|(_, state)| state.is_err())
+                    .map(|(key, _)| key.clone())
+                    .collect();
+                for (ns, name) in pending {
+                    let state = match this.external_secrets(&ns).get_opt(&name).await {
                         Ok(Some(es)) if external_secret_synced(&es.data) => Ok(started.elapsed()),
                         Ok(Some(es)) => Err(conditions::condition(&es.data, "Ready")
                             .map(|c| c.summary())
@@ -982,8 +991,9 @@ impl Runner<'_> {
                         Ok(None) => Err("does not exist".into()),
                         Err(e) => Err(format!("unreadable: {e}")),
                     };
+                    lock().insert((ns, name), state);
                 }
-                let waiting = states.values().filter(|s| s.is_err()).count();
+                let waiting = lock().values().filter(|s| s.is_err()).count();
                 if waiting == 0 {
                     Ok(())
                 } else {
@@ -992,6 +1002,7 @@ impl Runner<'_> {
             })
             .await;
         let cancelled = matches!(result, Err(Fail::Cancelled));
+        let states = states.into_inner().unwrap_or_else(|e| e.into_inner());
         let failed = states.values().filter(|s| s.is_err()).count();
         if cancelled {
             self.interrupted = true;
@@ -1159,6 +1170,10 @@ mod tests {
         );
         let clean = p.scrub(&text);
         assert_eq!(clean, "saw ******** then ******** and ********");
+        let (source, _) = probe_push_objects(&p);
+        let clean = p.scrub(&format!("rejected: {source}"));
+        assert!(!clean.contains(source["data"][VALUE_KEY].as_str().unwrap()));
+        assert!(clean.contains("********"));
     }
 
     #[test]
@@ -1248,5 +1263,12 @@ mod tests {
         );
         assert!(err.hint().unwrap().contains("devstack status"));
         assert_eq!(bad.summary(), "0 of 3 checks passed");
+    }
+
+    /// `up` and the `Stack` API may run verify on a spawned task.
+    #[allow(dead_code)]
+    fn run_is_send(settings: &Settings, client: &kube::Client, ui: &Ui) {
+        fn send<T: Send>(_: &T) {}
+        send(&run(settings, client, VerifyOptions::default(), ui));
     }
 }

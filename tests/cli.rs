@@ -31,6 +31,8 @@ fn help_texts() {
         vec!["localstack", "--help"],
         vec!["cluster", "--help"],
         vec!["seed", "--help"],
+        vec!["verify", "--help"],
+        vec!["status", "--help"],
         vec!["env", "--help"],
         vec!["doctor", "--help"],
     ] {

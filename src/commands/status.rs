@@ -635,4 +635,10 @@ mod tests {
         assert_eq!(json["health"], "healthy");
         assert!(json.get("hint").is_none());
     }
+
+    #[allow(dead_code)]
+    fn collect_is_send(settings: &Settings) {
+        fn send<T: Send>(_: &T) {}
+        send(&collect(settings));
+    }
 }
