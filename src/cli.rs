@@ -67,6 +67,13 @@ impl From<ProviderArg> for Provider {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Bring the whole stack up (or converge it) and prove the ExternalSecret round trip
+    #[command(
+        long_about = "Bring the whole stack up (or converge it) and prove the ExternalSecret round \
+trip: preflight, LocalStack (then seeding) and the cluster concurrently, the in-cluster LocalStack \
+route, Flux, the External Secrets chain and the round trip, each step printed with its time. On an \
+existing stack it repairs what drifted and says what. A stack this run created is rolled back on \
+failure or Ctrl-C unless --retain."
+    )]
     Up(UpArgs),
     /// Remove the stack: cluster, LocalStack, network, volumes, kubeconfig context
     Down(DownArgs),
@@ -175,12 +182,6 @@ pub struct SeedArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(
-    long_about = "Runs preflight, the network, LocalStack (then seeding) and the cluster \
-concurrently, the in-cluster LocalStack route, Flux, the External Secrets chain and the round trip, \
-printing each step with its time. On an existing stack it repairs what drifted and says what. \
-A stack this run created is rolled back on failure or Ctrl-C unless --retain."
-)]
 pub struct UpArgs {
     /// Keep a half-created stack on failure or Ctrl-C, for debugging
     #[arg(long)]

@@ -19,8 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
 use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind};
-use kube::discovery::ApiResource;
+use kube::api::{Api, DeleteParams, DynamicObject};
 use rand::Rng;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -29,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::gitops::CLUSTER_SECRET_STORE;
-use crate::k8s::conditions;
+use crate::k8s::{conditions, dynamic_api};
 use crate::profile::schema::{Charset, GenerateSpec};
 use crate::profile::settings::SecretSettings;
 use crate::profile::{SecretString, Settings};
@@ -203,45 +202,6 @@ fn kube_name(name: &str) -> String {
         out.pop();
     }
     if out.is_empty() { "secret".into() } else { out }
-}
-
-/// A kube client for the stack's cluster, from its kubeconfig file.
-pub async fn stack_client(settings: &Settings) -> Result<kube::Client, Error> {
-    let path = crate::state::kubeconfig_path(&settings.name);
-    let yaml = match std::fs::read_to_string(&path) {
-        Ok(yaml) => yaml,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::unhealthy(format!(
-                "stack `{}` has no cluster (no kubeconfig at {})",
-                settings.name,
-                path.display()
-            ))
-            .with_hint("create the stack with `devstack up`"));
-        }
-        Err(e) => {
-            return Err(Error::internal(format!(
-                "cannot read the kubeconfig {}: {}",
-                path.display(),
-                e.kind()
-            )));
-        }
-    };
-    crate::k8s::client_from_kubeconfig(&yaml).await
-}
-
-/// An API for a custom resource kind, namespaced or cluster-wide.
-pub fn dynamic_api(
-    client: &kube::Client,
-    api_version: &str,
-    kind: &str,
-    namespace: Option<&str>,
-) -> Api<DynamicObject> {
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-    match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    }
 }
 
 /// Whether an ExternalSecret (as JSON) reports Ready=True, SecretSynced.

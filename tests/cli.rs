@@ -27,6 +27,9 @@ fn manifest_dir() -> std::path::PathBuf {
 fn help_texts() {
     for args in [
         vec!["--help"],
+        vec!["up", "--help"],
+        vec!["down", "--help"],
+        vec!["sync", "--help"],
         vec!["profile", "--help"],
         vec!["localstack", "--help"],
         vec!["cluster", "--help"],

@@ -156,7 +156,7 @@ fn chain_installs_race_free_and_sync_applies_edits() {
     )
     .expect("the ClusterSecretStore exists");
     let ready = devstack::gitops::chain::ready_condition(&store);
-    assert_eq!(ready.map(|r| r.0), Some("True".to_string()), "{store}");
+    assert!(ready.is_some_and(|c| c.is_true()), "{store}");
     let facts = get_json(
         &rt,
         &client,

@@ -14,8 +14,9 @@ use crate::gitops::{
     CHAIN, CLUSTER_SECRET_STORE, FLUX_NAMESPACE, HELM_RELEASE, ROOT_KUSTOMIZATION,
 };
 use crate::k8s::conditions::{self, one_line};
+use crate::k8s::dynamic_api;
 use crate::profile::Settings;
-use crate::verify::{ESO_GROUP, ESO_VERSION, dynamic_api, profile_external_secret_name};
+use crate::verify::{ESO_GROUP, ESO_VERSION, profile_external_secret_name};
 use crate::{docker, localstack, state};
 
 const KUSTOMIZATION_API: &str = "kustomize.toolkit.fluxcd.io/v1";

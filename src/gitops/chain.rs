@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use kube::discovery::ApiResource;
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{CHAIN, FLUX_NAMESPACE, HELM_RELEASE, ROOT_KUSTOMIZATION};
 use crate::error::Error;
+use crate::k8s::conditions::{self, Condition};
+use crate::k8s::dynamic_api;
 use crate::ui::Step;
 
 pub const RECONCILE_ANNOTATION: &str = "reconcile.fluxcd.io/requestedAt";
@@ -29,44 +30,31 @@ const WAITING_REASONS: &[&str] = &[
     "ReconciliationSucceeded",
 ];
 
-pub fn api(client: &kube::Client, api_version: &str, kind: &str, ns: &str) -> Api<DynamicObject> {
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let resource = ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, kind));
-    Api::namespaced_with(client.clone(), ns, &resource)
-}
-
 pub fn kustomizations(client: &kube::Client) -> Api<DynamicObject> {
-    api(
+    dynamic_api(
         client,
         "kustomize.toolkit.fluxcd.io/v1",
         "Kustomization",
-        FLUX_NAMESPACE,
+        Some(FLUX_NAMESPACE),
     )
 }
 
 pub fn helm_releases(client: &kube::Client) -> Api<DynamicObject> {
-    api(
+    dynamic_api(
         client,
         "helm.toolkit.fluxcd.io/v2",
         "HelmRelease",
-        HELM_RELEASE.0,
+        Some(HELM_RELEASE.0),
     )
 }
 
 fn source_api(client: &kube::Client, kind: &str, ns: &str) -> Api<DynamicObject> {
-    api(client, "source.toolkit.fluxcd.io/v1", kind, ns)
+    dynamic_api(client, "source.toolkit.fluxcd.io/v1", kind, Some(ns))
 }
 
-/// The Ready condition of a Flux object: (status, reason, message).
-pub fn ready_condition(object: &Value) -> Option<(String, String, String)> {
-    object["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .map(|c| {
-            let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-            (s("status"), s("reason"), s("message"))
-        })
+/// The Ready condition of a Flux object.
+pub fn ready_condition(object: &Value) -> Option<Condition> {
+    conditions::condition(object, "Ready")
 }
 
 fn observed_current(object: &Value) -> bool {
@@ -107,10 +95,11 @@ pub async fn refresh_source(
             && object["status"]["lastHandledReconcileAt"].as_str() == Some(token.as_str())
         {
             match &condition {
-                Some((status, _, _)) if status == "True" => return Ok(()),
-                Some((status, reason, message)) if status == "False" => {
+                Some(c) if c.is_true() => return Ok(()),
+                Some(c) if c.status == "False" => {
                     return Err(Error::unhealthy(format!(
-                        "{kind} {FLUX_NAMESPACE}/{name} cannot fetch ({reason}): {message}"
+                        "{kind} {FLUX_NAMESPACE}/{name} cannot fetch ({})",
+                        c.summary()
                     ))
                     .with_hint(match kind {
                         "Bucket" => "LocalStack must be running and reachable from pods: `devstack status`",
@@ -122,7 +111,7 @@ pub async fn refresh_source(
         }
         if started.elapsed() >= timeout {
             let why = condition
-                .map(|(_, reason, message)| format!("{reason}: {message}"))
+                .map(|c| c.summary())
                 .unwrap_or_else(|| "no status yet".into());
             return Err(Error::unhealthy(format!(
                 "{kind} {FLUX_NAMESPACE}/{name} did not fetch within {}s ({why})",
@@ -226,10 +215,12 @@ pub async fn wait_ready(
             };
             let current = source_revision(client, &object).await;
             let condition = ready_condition(&object);
-            if let Some((status, reason, message)) = &condition
-                && status == "False"
-                && !WAITING_REASONS.contains(&reason.as_str())
+            if let Some(c) = &condition
+                && c.status == "False"
+                && !WAITING_REASONS.contains(&c.reason.as_deref().unwrap_or_default())
             {
+                let reason = c.reason.clone().unwrap_or_default();
+                let message = c.message.clone().unwrap_or_default();
                 let failure = Failure {
                     object: format!("Kustomization {FLUX_NAMESPACE}/{name}"),
                     reason: reason.clone(),
@@ -249,7 +240,7 @@ pub async fn wait_ready(
                 }
                 failures.insert(failure);
             }
-            let ready = condition.as_ref().is_some_and(|(s, _, _)| s == "True")
+            let ready = condition.as_ref().is_some_and(Condition::is_true)
                 && observed_current(&object)
                 && current.is_some()
                 && object["status"]["lastAppliedRevision"].as_str() == current.as_deref();
@@ -268,7 +259,7 @@ pub async fn wait_ready(
             } else {
                 levels[i].ready_at = None;
                 let why = condition
-                    .map(|(_, reason, message)| format!("{reason}: {message}"))
+                    .map(|c| c.summary())
                     .unwrap_or_else(|| "not reconciled yet".into());
                 blocking.get_or_insert(format!("Kustomization {FLUX_NAMESPACE}/{name}: {why}"));
             }
@@ -282,15 +273,16 @@ pub async fn wait_ready(
         let mut release_ready = false;
         if let Some(release) = &release {
             let condition = ready_condition(release);
-            if let Some((status, reason, message)) = &condition {
-                if status == "False" && !WAITING_REASONS.contains(&reason.as_str()) {
+            if let Some(c) = &condition {
+                let reason = c.reason.clone().unwrap_or_default();
+                if c.status == "False" && !WAITING_REASONS.contains(&reason.as_str()) {
                     failures.insert(Failure {
                         object: format!("HelmRelease {}/{}", HELM_RELEASE.0, HELM_RELEASE.1),
-                        reason: reason.clone(),
-                        message: message.clone(),
+                        reason,
+                        message: c.message.clone().unwrap_or_default(),
                     });
                 }
-                release_ready = status == "True" && observed_current(release);
+                release_ready = c.is_true() && observed_current(release);
             }
         }
         for failure in warning_events(client, since).await {
@@ -384,23 +376,6 @@ async fn warning_events(client: &kube::Client, since: std::time::SystemTime) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_the_ready_condition() {
-        let object = json!({"status": {"conditions": [
-            {"type": "Reconciling", "status": "True", "reason": "Progressing", "message": "x"},
-            {"type": "Ready", "status": "False", "reason": "BuildFailed", "message": "kustomize build failed"},
-        ]}});
-        assert_eq!(
-            ready_condition(&object),
-            Some((
-                "False".into(),
-                "BuildFailed".into(),
-                "kustomize build failed".into()
-            ))
-        );
-        assert_eq!(ready_condition(&json!({})), None);
-    }
 
     #[test]
     fn generation_must_be_observed() {

@@ -18,7 +18,6 @@ use serde_json::{Value, json};
 
 use crate::error::Error;
 use crate::k8s::apply;
-use crate::profile::settings::SecretSettings;
 use crate::profile::{GitopsSourceKind, SecretSource, Settings};
 use crate::ui::Ui;
 
@@ -228,28 +227,15 @@ pub async fn sync(
     })
 }
 
-/// Namespace and name of the ExternalSecret (and its target Secret) for a
-/// profile secret with `sync`: `sync.secretName`, else the secret's name
-/// with `/` replaced by `-`.
-pub fn profile_external_secret_name(secret: &SecretSettings) -> Option<(String, String)> {
-    let sync = secret.sync.as_ref()?;
-    let name = sync
-        .secret_name
-        .clone()
-        .unwrap_or_else(|| secret.name.replace('/', "-").to_ascii_lowercase());
-    Some((sync.namespace.clone(), name))
-}
-
 /// ExternalSecrets for the profile's secrets that ask to be synced: JSON
 /// secrets become one key per field, others a single `value` key.
 pub fn profile_external_secrets(settings: &Settings) -> Vec<Value> {
     let mut out = Vec::new();
     for secret in &settings.secrets {
-        let (Some(sync), Some((namespace, name))) =
-            (&secret.sync, profile_external_secret_name(secret))
-        else {
+        let Some(sync) = &secret.sync else {
             continue;
         };
+        let (namespace, name) = crate::verify::profile_external_secret_name(secret);
         let json_object = matches!(secret.source, SecretSource::Json(_))
             || secret.format == crate::profile::schema::SecretFormat::Json;
         let data = if json_object {

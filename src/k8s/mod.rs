@@ -194,16 +194,43 @@ pub async fn wait_deployments_available(
     }
 }
 
-/// A client for the stack's cluster, from its kubeconfig file.
+/// A client for the stack's cluster, from its kubeconfig file. A stack
+/// without one is unhealthy (exit 4), with the command that creates it.
 pub async fn stack_client(settings: &crate::profile::Settings) -> Result<kube::Client, Error> {
     let path = crate::state::kubeconfig_path(&settings.name);
-    let yaml = std::fs::read_to_string(&path).map_err(|_| {
-        Error::user(format!(
-            "stack `{}` has no cluster (no kubeconfig at {})",
-            settings.name,
-            path.display()
-        ))
-        .with_hint("bring it up with `devstack up` (or `devstack cluster up`)")
-    })?;
+    let yaml = match std::fs::read_to_string(&path) {
+        Ok(yaml) => yaml,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::unhealthy(format!(
+                "stack `{}` has no cluster (no kubeconfig at {})",
+                settings.name,
+                path.display()
+            ))
+            .with_hint("create the stack with `devstack up`"));
+        }
+        Err(e) => {
+            return Err(Error::internal(format!(
+                "cannot read the kubeconfig {}: {}",
+                path.display(),
+                e.kind()
+            )));
+        }
+    };
     client_from_kubeconfig(&yaml).await
+}
+
+/// An API for any kind by apiVersion and kind, namespaced or cluster-wide.
+pub fn dynamic_api(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> Api<kube::api::DynamicObject> {
+    use kube::discovery::ApiResource;
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, kind));
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
 }

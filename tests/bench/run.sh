@@ -57,6 +57,44 @@ if docker image inspect "$(grep -o 'rancher/k3s:[^"]*' src/versions.rs)" >/dev/n
   done
 fi
 
+# GitOps and the main job (needs the whole kit: node image, Flux, ESO).
+flux_nudge=(); flux_plain=(); up_cold=(); up_warm=(); verify_sync=(); verify_rotate=(); verify_recreate=(); down_ms=(); naive_script=()
+ms_of() { jq -r "$1" "$work/out.json"; }
+if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' "$bundle/index.json" >/dev/null; then
+  main_profile() { # $1 = layout
+    sed -e "s/^name: ci$/name: $stack/" -e "s/^  port: 4566$/  port: $port/" \
+        -e "s/^  layout: chain$/  layout: $1/" profiles/ci.yaml >"$work/profile.yaml"
+    printf 'images:\n  bundle: %s\n' "$bundle" >>"$work/profile.yaml"
+  }
+  main_profile chain
+  for r in $(seq 1 "$runs"); do
+    # Flux install start to ClusterSecretStore Ready, with and without nudges.
+    for mode in nudge plain; do
+      ds localstack up; ds cluster up
+      flag=; [ $mode = plain ] && flag=--no-nudge
+      ds sync $flag --json >"$work/out.json"
+      v=$(ms_of .elapsedMs)
+      if [ $mode = nudge ]; then flux_nudge+=("$v"); else flux_plain+=("$v"); fi
+      ds down
+    done
+    # The main job: cold up to a verified round trip, warm up, verify latencies, down.
+    t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); up_cold+=($((t1 - t0)))
+    verify_sync+=("$(ms_of '.verify.checks[] | select(.name=="sync") | .latencyMs')")
+    verify_rotate+=("$(ms_of '.verify.checks[] | select(.name=="rotate") | .latencyMs')")
+    verify_recreate+=("$(ms_of '.verify.checks[] | select(.name=="recreate") | .latencyMs')")
+    t0=$(now_ms); ds up --no-verify; t1=$(now_ms); up_warm+=($((t1 - t0)))
+    t0=$(now_ms); ds down; t1=$(now_ms); down_ms+=($((t1 - t0)))
+    # The same stack by a plain sequential script with the naive layout: one
+    # command after another, no concurrency, no nudges, same images and preload.
+    main_profile naive
+    t0=$(now_ms)
+    ds localstack up && ds seed && ds cluster up && ds sync --no-nudge && ds verify
+    t1=$(now_ms); naive_script+=($((t1 - t0)))
+    ds down
+    main_profile chain
+  done
+fi
+
 echo "devstack bench ($runs runs, medians; $(nproc) cores; $(docker version -f '{{.Server.Version}}') engine)"
 printf 'localstack cold start-to-healthy   %6s ms\n' "$(printf '%s\n' "${cold[@]}" | median)"
 printf 'localstack warm reuse (up again)   %6s ms\n' "$(printf '%s\n' "${warm[@]}" | median)"
@@ -67,4 +105,17 @@ if [ ${#k3s_up[@]} -gt 0 ]; then
   printf 'k3s cluster delete                %6s ms\n' "$(printf '%s\n' "${k3s_down[@]}" | median)"
 else
   echo "k3s cluster: SKIPPED (no kit node image or bundle; run make kit)"
+fi
+if [ ${#up_cold[@]} -gt 0 ]; then
+  med() { printf '%s\n' "$@" | median; }
+  printf 'flux install to ClusterSecretStore Ready, nudged   %6s ms\n' "$(med "${flux_nudge[@]}")"
+  printf 'flux install to ClusterSecretStore Ready, Flux alone %4s ms\n' "$(med "${flux_plain[@]}")"
+  printf 'up, cold, to verified round trip   %6s ms\n' "$(med "${up_cold[@]}")"
+  printf 'up, warm (healthy stack)           %6s ms\n' "$(med "${up_warm[@]}")"
+  printf 'verify: sync %s ms, rotate %s ms, recreate %s ms\n' "$(med "${verify_sync[@]}")" "$(med "${verify_rotate[@]}")" "$(med "${verify_recreate[@]}")"
+  printf 'down                               %6s ms\n' "$(med "${down_ms[@]}")"
+  printf 'sequential script, naive layout    %6s ms (%.2fx devstack up)\n' "$(med "${naive_script[@]}")" \
+    "$(awk -v a="$(med "${naive_script[@]}")" -v b="$(med "${up_cold[@]}")" 'BEGIN {print a/b}')"
+else
+  echo "gitops and up: SKIPPED (the bundle lacks Flux or ESO; run make kit)"
 fi
