@@ -36,7 +36,7 @@ fi
 if want docker; then
   banner "kit: LocalStack image (cached after the first build)"
   if bash tests/kit/build.sh localstack; then
-    group docker cargo test --test localstack_docker --test seed_docker --test gitops_docker
+    group docker env DEVSTACK_TEST_DOWN_ALL=1 cargo test --test localstack_docker --test seed_docker --test gitops_docker --test down_all_docker
   else
     failed+=("docker (LocalStack image build failed)")
   fi
