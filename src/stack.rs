@@ -414,21 +414,24 @@ async fn preflight(docker: &bollard::Docker, settings: &Settings) -> Result<(), 
     Ok(())
 }
 
-/// The chain's Flux objects that do not exist (drift `up` repairs).
+/// The chain's Flux objects that do not exist or are being deleted (drift
+/// `up` repairs).
 async fn missing_flux_objects(client: &kube::Client) -> BTreeSet<String> {
+    let gone = |found: Result<Option<kube::api::DynamicObject>, kube::Error>| match found {
+        Ok(None) => true,
+        Ok(Some(object)) => object.metadata.deletion_timestamp.is_some(),
+        // Flux not installed, or the API unreachable: nothing to say yet.
+        Err(_) => false,
+    };
     let mut missing = BTreeSet::new();
     let ks = gitops::chain::kustomizations(client);
     for name in std::iter::once(gitops::ROOT_KUSTOMIZATION).chain(gitops::CHAIN) {
-        if matches!(ks.get_opt(name).await, Ok(None)) {
+        if gone(ks.get_opt(name).await) {
             missing.insert(format!("Kustomization {}/{name}", gitops::FLUX_NAMESPACE));
         }
     }
-    if matches!(
-        gitops::chain::helm_releases(client)
-            .get_opt(gitops::HELM_RELEASE.1)
-            .await,
-        Ok(None)
-    ) {
+    let releases = gitops::chain::helm_releases(client);
+    if gone(releases.get_opt(gitops::HELM_RELEASE.1).await) {
         missing.insert(format!(
             "HelmRelease {}/{}",
             gitops::HELM_RELEASE.0,

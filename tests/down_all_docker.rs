@@ -14,7 +14,9 @@ fn down_all_removes_every_labelled_stack_and_nothing_else() {
         return;
     }
     if std::env::var_os("DEVSTACK_TEST_DOWN_ALL").is_none() {
-        eprintln!("SKIPPED: set DEVSTACK_TEST_DOWN_ALL=1 to let this test remove every devstack stack here");
+        eprintln!(
+            "SKIPPED: set DEVSTACK_TEST_DOWN_ALL=1 to let this test remove every devstack stack here"
+        );
         return;
     }
     require_image(LOCALSTACK_IMAGE);
@@ -48,5 +50,9 @@ fn down_all_removes_every_labelled_stack_and_nothing_else() {
     assert!(bystander_left, "an unlabelled container must be left alone");
 
     let again = first.run(&first_profile, &["down", "--all"]);
-    assert!(again.ok().stderr.contains("no devstack stacks"), "{}", again.stderr);
+    assert!(
+        again.ok().stderr.contains("no devstack stacks"),
+        "{}",
+        again.stderr
+    );
 }
