@@ -381,17 +381,7 @@ async fn wait_healthy(
         }
         match health(&client, &url).await {
             Ok(services) => {
-                let missing: Vec<&String> = settings
-                    .localstack
-                    .services
-                    .iter()
-                    .filter(|s| {
-                        !matches!(
-                            services.get(*s).map(String::as_str),
-                            Some("available" | "running")
-                        )
-                    })
-                    .collect();
+                let missing = unavailable_services(settings, &services);
                 if missing.is_empty() {
                     return Ok(services);
                 }
@@ -425,6 +415,25 @@ async fn wait_healthy(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// The profile's services that LocalStack's health report does not give as
+/// `available` or `running`.
+pub fn unavailable_services<'a>(
+    settings: &'a Settings,
+    health: &BTreeMap<String, String>,
+) -> Vec<&'a String> {
+    settings
+        .localstack
+        .services
+        .iter()
+        .filter(|s| {
+            !matches!(
+                health.get(*s).map(String::as_str),
+                Some("available" | "running")
+            )
+        })
+        .collect()
 }
 
 /// Service name -> state from LocalStack's health endpoint.

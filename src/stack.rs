@@ -231,19 +231,7 @@ impl Stack {
             |step: Arc<Step>| async move {
                 let options = cluster::UpOptions { retain: true };
                 let provisioned = cluster::provision(docker, settings, options, &step).await?;
-                let info = &provisioned.info;
-                let what = if info.created {
-                    "created"
-                } else if info.repaired.is_empty() {
-                    "reused"
-                } else {
-                    "repaired"
-                };
-                let summary = format!(
-                    "{what}, {} node(s), API {}",
-                    info.nodes.len(),
-                    info.api_server
-                );
+                let summary = provisioned.info.summary();
                 Ok((provisioned, summary))
             },
         );

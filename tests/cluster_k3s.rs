@@ -132,10 +132,7 @@ fn k3s_cluster_end_to_end() {
         "busybox preloaded from the local image store: {images}"
     );
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async {
         let config = std::fs::read_to_string(&kubeconfig_path).unwrap();
         let client = devstack::k8s::client_from_kubeconfig(&config)

@@ -32,10 +32,7 @@ fn publishing_makes_the_bucket_hold_exactly_the_tree() {
     let profile = stack.profile("");
     stack.run(&profile, &["localstack", "up"]).ok();
     let settings = settings(&profile);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async {
         use devstack::gitops::{manifests, source};
         let tree = manifests::prepare(

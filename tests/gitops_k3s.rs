@@ -59,13 +59,6 @@ fn get_json(
     })
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn client(rt: &tokio::runtime::Runtime, stack: &TestStack) -> kube::Client {
     let config = std::fs::read_to_string(
         stack
@@ -287,8 +280,7 @@ fn chain_installs_race_free_and_sync_applies_edits() {
     let healed = stack.run(&profile, &["sync", "--json"]).ok().json();
     assert_eq!(healed["chain"]["levels"].as_array().unwrap().len(), 4);
 
-    stack.run(&profile, &["cluster", "down"]).ok();
-    stack.run(&profile, &["localstack", "down"]).ok();
+    stack.run(&profile, &["down"]).ok();
     assert!(stack.containers().is_empty());
 }
 
@@ -318,6 +310,5 @@ fn naive_layout_shows_the_race() {
             .contains("external-secrets-crs")),
         "the custom resources level is the one that races: {report}"
     );
-    stack.run(&profile, &["cluster", "down"]).ok();
-    stack.run(&profile, &["localstack", "down"]).ok();
+    stack.run(&profile, &["down"]).ok();
 }

@@ -35,13 +35,6 @@ fn all_sources_profile(stack: &TestStack, literal: &str) -> std::path::PathBuf {
     ))
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn seeding_creates_updates_leaves_unchanged_and_rotates_without_leaking_values() {
     if !require_docker() {
@@ -62,7 +55,7 @@ fn seeding_creates_updates_leaves_unchanged_and_rotates_without_leaking_values()
     let dry = run(&profile, &["seed", "--dry-run", "--json", "-vv"]);
     assert_eq!(dry.ok().json()["created"], 5);
     let settings = settings(&profile);
-    let rt = rt();
+    let rt = runtime();
     assert!(
         rt.block_on(secret_names(&settings)).is_empty(),
         "dry run must write nothing"
@@ -178,7 +171,7 @@ fn bad_input_is_a_clear_error_and_writes_nothing() {
     let base = stack.profile("");
     stack.run(&base, &["localstack", "up"]).ok();
     let settings = settings(&base);
-    let rt = rt();
+    let rt = runtime();
 
     let cases: [(&str, &str, &str); 4] = [
         (

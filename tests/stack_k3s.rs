@@ -115,10 +115,7 @@ fn up_verify_status_down_with_drift_repair() {
     assert_eq!(report["verify"]["passed"], true, "{report}");
 
     // Drift: a Kustomization of the chain deleted.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let settings = settings(&profile);
     rt.block_on(async {
         let client = devstack::k8s::stack_client(&settings).await.unwrap();

@@ -31,6 +31,24 @@ pub struct ClusterInfo {
     pub repaired: Vec<String>,
 }
 
+impl ClusterInfo {
+    /// `created`, `reused` or `repaired`, with the node count and API server.
+    pub fn summary(&self) -> String {
+        let what = if self.created {
+            "created"
+        } else if self.repaired.is_empty() {
+            "reused"
+        } else {
+            "repaired"
+        };
+        format!(
+            "{what}, {} node(s), API {}",
+            self.nodes.len(),
+            self.api_server
+        )
+    }
+}
+
 /// Options for `up` that are not settings.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UpOptions {

@@ -68,18 +68,7 @@ pub async fn up(
     };
     let info = &provisioned.info;
     let path = &provisioned.kubeconfig_path;
-    let what = if info.created {
-        "created"
-    } else if info.repaired.is_empty() {
-        "reused"
-    } else {
-        "repaired"
-    };
-    step.done(format!(
-        "{what}, {} node(s), API {}",
-        info.nodes.len(),
-        info.api_server
-    ));
+    step.done(info.summary());
     for repair in &info.repaired {
         ctx.ui.info(format!("  repaired: {repair}"));
     }

@@ -185,16 +185,8 @@ async fn localstack_row(settings: &Settings) -> StatusRow {
     };
     match health {
         Ok(services) => {
-            let bad: Vec<String> = settings
-                .localstack
-                .services
-                .iter()
-                .filter(|s| {
-                    !matches!(
-                        services.get(*s).map(String::as_str),
-                        Some("available" | "running")
-                    )
-                })
+            let bad: Vec<String> = localstack::unavailable_services(settings, &services)
+                .into_iter()
                 .map(|s| {
                     format!(
                         "{s} {}",

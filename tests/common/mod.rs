@@ -276,3 +276,11 @@ pub fn require_cluster_kit() -> bool {
     eprintln!("SKIPPED: {why}");
     false
 }
+
+/// A runtime for the async library calls a test makes.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
