@@ -129,6 +129,7 @@ impl Ui {
             bar,
             started: Instant::now(),
             finished: false,
+            last_progress: Default::default(),
         }
     }
 
@@ -205,6 +206,9 @@ pub struct Step {
     bar: Option<ProgressBar>,
     started: Instant,
     finished: bool,
+    /// The last sub-state printed as a plain line, so polls that report the
+    /// same state do not repeat it.
+    last_progress: std::sync::Mutex<String>,
 }
 
 impl Step {
@@ -216,7 +220,17 @@ impl Step {
     pub fn progress(&self, message: impl Display) {
         match &self.bar {
             Some(bar) => bar.set_message(format!("{} — {message}", self.title)),
-            None => self.ui.detail(format!("{}: {message}", self.title)),
+            None => {
+                let message = message.to_string();
+                let mut last = self
+                    .last_progress
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                if *last != message {
+                    self.ui.detail(format!("{}: {message}", self.title));
+                    *last = message;
+                }
+            }
         }
     }
 

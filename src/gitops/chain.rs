@@ -21,11 +21,13 @@ use crate::ui::Step;
 
 pub const RECONCILE_ANNOTATION: &str = "reconcile.fluxcd.io/requestedAt";
 
-/// Ready reasons that mean "not yet", not "failed".
+/// Ready reasons that mean "not yet", not "failed": waiting for a
+/// dependency or for a source (the HelmRelease's chart) to be fetched.
 const WAITING_REASONS: &[&str] = &[
     "Progressing",
     "ProgressingWithRetry",
     "DependencyNotReady",
+    "SourceNotReady",
     "Succeeded",
     "ReconciliationSucceeded",
 ];
