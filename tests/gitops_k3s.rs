@@ -23,7 +23,7 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
 
 fn gitops_profile(stack: &TestStack, gitops: &str) -> std::path::PathBuf {
     stack.profile(&format!(
-        "cluster:\n  provider: k3s\n  kubeconfig: {{merge: false}}\nimages:\n  bundle: {}\ngitops:\n{gitops}\ntimeouts:\n  cluster: 4m\n  flux: 4m\n  eso: 8m\n",
+        "cluster:\n  provider: k3s\n  kubeconfig: {{merge: false}}\nimages:\n  bundle: {}\ngitops:\n{gitops}\n",
         bundle_dir().display()
     ))
 }

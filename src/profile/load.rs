@@ -140,7 +140,7 @@ pub fn position_of(location: &serde_saphyr::Location) -> Position {
 }
 
 pub fn raw_message(err: &serde_saphyr::Error) -> String {
-    match err {
+    let text = match err {
         serde_saphyr::Error::Message { msg, .. } => msg.clone(),
         other => {
             let text = other.to_string();
@@ -152,7 +152,12 @@ pub fn raw_message(err: &serde_saphyr::Error) -> String {
                 .trim()
                 .to_string()
         }
-    }
+    };
+    // The parser's advice to its own API users means nothing to a user.
+    text.split(", set DuplicateKeyPolicy")
+        .next()
+        .unwrap_or(&text)
+        .to_string()
 }
 
 /// Turns a serde/YAML error into a positioned, helpful one.

@@ -273,3 +273,19 @@ fn unknown_profile_reference_suggests_a_shipped_one() {
     assert_eq!(err.kind(), crate::Kind::User);
     assert!(err.hint().unwrap().contains("`dev`"));
 }
+
+#[test]
+fn duplicate_keys_are_reported_without_parser_advice() {
+    let err = err_of(&format!("{HEADER}name: x\nname: y\n"));
+    assert!(
+        err.message.contains("duplicate mapping key"),
+        "{}",
+        err.message
+    );
+    assert!(
+        !err.message.contains("DuplicateKeyPolicy"),
+        "{}",
+        err.message
+    );
+    assert_eq!(err.position.map(|p| p.line), Some(4));
+}
