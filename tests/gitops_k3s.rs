@@ -59,20 +59,6 @@ fn get_json(
     })
 }
 
-fn client(rt: &tokio::runtime::Runtime, stack: &TestStack) -> kube::Client {
-    let config = std::fs::read_to_string(
-        stack
-            .dir
-            .path()
-            .join("state/stacks")
-            .join(&stack.name)
-            .join("kubeconfig"),
-    )
-    .unwrap();
-    rt.block_on(devstack::k8s::client_from_kubeconfig(&config))
-        .unwrap()
-}
-
 /// The chain from a fresh cluster: Ready with zero failed reconciliations;
 /// a second sync changes nothing; an edited manifest is applied; a broken
 /// one is a clear error naming the object.
@@ -138,7 +124,7 @@ fn chain_installs_race_free_and_sync_applies_edits() {
     );
 
     let rt = runtime();
-    let client = client(&rt, &stack);
+    let client = kube_client(&rt, &stack);
     let store = get_json(
         &rt,
         &client,

@@ -116,9 +116,8 @@ fn up_verify_status_down_with_drift_repair() {
 
     // Drift: a Kustomization of the chain deleted.
     let rt = runtime();
-    let settings = settings(&profile);
+    let client = kube_client(&rt, &stack);
     rt.block_on(async {
-        let client = devstack::k8s::stack_client(&settings).await.unwrap();
         devstack::gitops::chain::kustomizations(&client)
             .delete("external-secrets-crs", &Default::default())
             .await
@@ -243,7 +242,8 @@ fn two_stacks_side_by_side_through_the_library() {
         .build()
         .unwrap();
     rt.block_on(async {
-        // SAFETY: set before any thread of this test reads it.
+        // SAFETY: tests in this binary run one at a time (--test-threads=1);
+        // the library reads its state directory from the environment.
         unsafe { std::env::set_var("DEVSTACK_HOME", second.dir.path().join("state")) };
         let stack = devstack::stack::Stack::from_profile(
             Some(second_profile.to_str().unwrap()),
@@ -267,6 +267,9 @@ fn two_stacks_side_by_side_through_the_library() {
         let down = stack.down().await.unwrap();
         assert!(down.cluster && down.localstack, "{down:?}");
     });
+    drop(rt);
+    // SAFETY: the runtime and its threads are gone.
+    unsafe { std::env::remove_var("DEVSTACK_HOME") };
     assert!(second.containers().is_empty());
     assert!(
         !first.containers().is_empty(),

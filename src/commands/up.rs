@@ -12,11 +12,6 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
         handle_interrupt: true,
     };
     let report = stack.up(options).await?;
-    if ctx.ui.json() {
-        ctx.ui
-            .emit_json(&serde_json::to_value(&report).expect("report serializes"));
-        return Ok(0);
-    }
     let what = if report.created {
         "created"
     } else if report.repaired.is_empty() {
@@ -38,5 +33,9 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
     ctx.ui.info(format!(
         "next:\n  eval \"$(devstack{profile} env)\"        # KUBECONFIG, AWS_ENDPOINT_URL, test credentials\n  kubectl get externalsecrets -A\n  devstack{profile} status\n  devstack{profile} verify\n  devstack{profile} down"
     ));
+    if ctx.ui.json() {
+        ctx.ui
+            .emit_json(&serde_json::to_value(&report).expect("report serializes"));
+    }
     Ok(0)
 }

@@ -2,7 +2,9 @@
 # `make bench`: speed figures, measured with the release binary against the
 # real Docker engine and LocalStack image. Not a test: it reports numbers.
 #
-#   BENCH_RUNS   repetitions per figure (default 5); medians are reported
+#   BENCH_RUNS         repetitions per figure (default 5); medians are reported
+#   BENCH_STACK_RUNS   repetitions of the whole-stack figures (default BENCH_RUNS;
+#                      each takes minutes, the naive script over ten)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${BENCH_RUNS:-5}
@@ -67,7 +69,7 @@ if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' 
     printf 'images:\n  bundle: %s\n' "$bundle" >>"$work/profile.yaml"
   }
   main_profile chain
-  for r in $(seq 1 "$runs"); do
+  for r in $(seq 1 "${BENCH_STACK_RUNS:-$runs}"); do
     # Flux install start to ClusterSecretStore Ready, with and without nudges.
     for mode in nudge plain; do
       ds localstack up; ds cluster up

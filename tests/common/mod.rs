@@ -284,3 +284,18 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// A kube client for a test stack's cluster, from the kubeconfig `devstack`
+/// wrote under the stack's DEVSTACK_HOME.
+pub fn kube_client(rt: &tokio::runtime::Runtime, stack: &TestStack) -> kube::Client {
+    let path = stack
+        .dir
+        .path()
+        .join("state/stacks")
+        .join(&stack.name)
+        .join("kubeconfig");
+    let config =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    rt.block_on(devstack::k8s::client_from_kubeconfig(&config))
+        .unwrap()
+}
