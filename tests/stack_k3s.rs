@@ -139,6 +139,20 @@ fn up_verify_status_down_with_drift_repair() {
     assert!(repaired(&report).contains("started"), "{report}");
     assert_eq!(report["verify"]["passed"], true, "{report}");
 
+    // The push direction too: a PushSecret writes into LocalStack.
+    let pushed = stack.run(&profile, &["verify", "--push-secret", "--json"]);
+    assert_no_secret(&pushed);
+    let report = pushed.ok().json();
+    assert_eq!(report["passed"], true, "{report}");
+    assert!(
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "push" && c["passed"] == true),
+        "{report}"
+    );
+
     // verify with LocalStack stopped: a clear failure, fast.
     assert!(docker(&["stop", "-t", "1", &localstack]).status.success());
     let failed = stack.run(&profile, &["verify"]);
