@@ -5,8 +5,6 @@
 mod common;
 
 use common::*;
-use kube::api::{Api, DynamicObject};
-use kube::discovery::ApiResource;
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -28,20 +26,6 @@ fn gitops_profile(stack: &TestStack, gitops: &str) -> std::path::PathBuf {
     ))
 }
 
-fn dynamic(
-    client: &kube::Client,
-    api_version: &str,
-    kind: &str,
-    ns: Option<&str>,
-) -> Api<DynamicObject> {
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let resource = ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, kind));
-    match ns {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    }
-}
-
 fn get_json(
     rt: &tokio::runtime::Runtime,
     client: &kube::Client,
@@ -51,7 +35,7 @@ fn get_json(
     name: &str,
 ) -> Option<serde_json::Value> {
     rt.block_on(async {
-        dynamic(client, api_version, kind, ns)
+        devstack::k8s::dynamic_api(client, api_version, kind, ns)
             .get_opt(name)
             .await
             .unwrap()
@@ -125,15 +109,18 @@ fn chain_installs_race_free_and_sync_applies_edits() {
 
     let rt = runtime();
     let client = kube_client(&rt, &stack);
-    let store = get_json(
-        &rt,
-        &client,
-        "external-secrets.io/v1",
-        "ClusterSecretStore",
-        None,
-        "localstack",
-    )
-    .expect("the ClusterSecretStore exists");
+    let store_object = |rt: &tokio::runtime::Runtime| {
+        get_json(
+            rt,
+            &client,
+            "external-secrets.io/v1",
+            "ClusterSecretStore",
+            None,
+            "localstack",
+        )
+        .expect("the ClusterSecretStore exists")
+    };
+    let store = store_object(&rt);
     let ready = devstack::gitops::chain::ready_condition(&store);
     assert!(ready.is_some_and(|c| c.is_true()), "{store}");
     let facts = get_json(
@@ -215,15 +202,7 @@ fn chain_installs_race_free_and_sync_applies_edits() {
     assert_ne!(edited, original);
     std::fs::write(&store_file, &edited).unwrap();
     stack.run(&profile, &["sync"]).ok();
-    let store = get_json(
-        &rt,
-        &client,
-        "external-secrets.io/v1",
-        "ClusterSecretStore",
-        None,
-        "localstack",
-    )
-    .unwrap();
+    let store = store_object(&rt);
     assert_eq!(
         store["metadata"]["labels"]["edited-by"], "devstack-test",
         "{store}"
