@@ -103,9 +103,13 @@ probe values never appear in output. Exit 4 when a check fails."
     #[command(
         long_about = "Show the health of every part of the stack: the cluster and its nodes, \
 LocalStack, the Flux controllers, the Kustomization chain, the ESO HelmRelease, the \
-ClusterSecretStore and every ExternalSecret. Exit 4 when anything is unhealthy."
+ClusterSecretStore and every ExternalSecret. A Flux object re-applying a revision it already \
+applied is shown as reconciling: healthy, but not settled. Exit 4 when anything is unhealthy. \
+`--wait` waits until the stack is settled (everything Ready, nothing reconciling), for scripts: \
+exit 0 when settled, 4 when something is still failing at the deadline, 5 when it is healthy \
+but still reconciling at the deadline."
     )]
-    Status,
+    Status(StatusArgs),
     /// Print shell exports for using the stack from other tools
     Env(EnvArgs),
     /// Install Flux if needed, publish the GitOps manifests and wait until the External Secrets chain is Ready
@@ -134,9 +138,9 @@ pub enum ProfileCommand {
 pub enum LocalstackCommand {
     /// Start LocalStack (reuse, restart or recreate as needed) and wait until healthy
     Up {
-        /// LocalStack host port, overriding the profile [env: DEVSTACK_LOCALSTACK_PORT]
+        /// LocalStack host port (a number, or `auto` for a free one), overriding the profile [env: DEVSTACK_LOCALSTACK_PORT]
         #[arg(long)]
-        port: Option<u16>,
+        port: Option<crate::profile::HostPort>,
         /// LocalStack image, overriding the profile [env: DEVSTACK_LOCALSTACK_IMAGE]
         #[arg(long)]
         image: Option<String>,
@@ -189,6 +193,13 @@ pub struct UpArgs {
     /// Skip the round trip at the end (default: the profile's `verify.onUp`)
     #[arg(long)]
     pub no_verify: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Wait until the stack is settled, at most DURATION (e.g. 90s, 5m; default 5m)
+    #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "5m")]
+    pub wait: Option<crate::profile::HumanDuration>,
 }
 
 #[derive(Debug, Args)]

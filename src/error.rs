@@ -15,6 +15,8 @@ pub enum Kind {
     Prerequisite,
     /// The stack exists but is not healthy (status, verify).
     Unhealthy,
+    /// Something devstack waited for did not happen within its deadline.
+    Timeout,
     /// Interrupted by Ctrl-C / SIGTERM.
     Interrupted,
     /// Anything unexpected: an API failed, a bug.
@@ -28,6 +30,7 @@ impl Kind {
             Kind::User => 2,
             Kind::Prerequisite => 3,
             Kind::Unhealthy => 4,
+            Kind::Timeout => 5,
             Kind::Interrupted => 130,
         }
     }
@@ -60,6 +63,9 @@ impl Error {
     pub fn unhealthy(message: impl Into<String>) -> Self {
         Self::new(Kind::Unhealthy, message)
     }
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::new(Kind::Timeout, message)
+    }
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(Kind::Internal, message)
     }
@@ -80,6 +86,20 @@ impl Error {
     /// Prefixes the message with what was being done, keeping kind and hint.
     pub fn context(mut self, what: impl fmt::Display) -> Self {
         self.message = format!("{what}: {}", self.message);
+        self
+    }
+
+    /// Makes every `devstack ...` command quoted in the message and hint
+    /// carry `flags` (the ones that select the stack), so that a command
+    /// pasted from an error reaches the same stack. Library code names
+    /// plain commands; the CLI adds its flags once, here.
+    pub fn with_command_flags(mut self, flags: &str) -> Self {
+        if flags.is_empty() {
+            return self;
+        }
+        let with_flags = |text: &str| text.replace("`devstack ", &format!("`devstack{flags} "));
+        self.message = with_flags(&self.message);
+        self.hint = self.hint.as_deref().map(with_flags);
         self
     }
 

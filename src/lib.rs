@@ -15,6 +15,7 @@ pub mod docker;
 pub mod envvars;
 pub mod error;
 pub mod gitops;
+pub mod health;
 pub mod hostinfo;
 pub mod k8s;
 pub mod localstack;

@@ -18,7 +18,8 @@ use crate::docker::{self, LABEL_SPEC_HASH};
 use crate::envvars;
 use crate::error::{Error, Kind};
 use crate::hostinfo;
-use crate::profile::Settings;
+use crate::profile::{HostPort, Settings};
+use crate::state::StackRecord;
 
 pub const CONTAINER_PORT: u16 = 4566;
 pub const ROLE: &str = "localstack";
@@ -89,12 +90,13 @@ struct Spec {
 }
 
 impl Spec {
+    /// The desired container for `settings`, whose host port is known.
     fn from_settings(settings: &Settings) -> Self {
         let ls = &settings.localstack;
         Spec {
             image: ls.image.clone(),
             bind_address: ls.bind_address.to_string(),
-            port: ls.port,
+            port: ls.host_port().unwrap_or_default(),
             services: ls.services.clone(),
             env: ls.env.clone(),
             auth_token: ls.auth_token_present,
@@ -168,12 +170,46 @@ fn client_host(bind: IpAddr) -> String {
     }
 }
 
+/// The URL clients on this host use. With `port: auto` the port is known
+/// once the stack's LocalStack exists (see [`require_port`]); before that
+/// the URL names port 0, which no client can reach, never another stack.
 pub fn endpoint_url(settings: &Settings) -> String {
     format!(
         "http://{}:{}",
         client_host(settings.localstack.bind_address),
-        settings.localstack.port
+        settings.localstack.host_port().unwrap_or(0)
     )
+}
+
+/// The LocalStack host port, or a clear error when the stack has not
+/// created its LocalStack yet (only `port: auto` can be unknown).
+pub fn require_port(settings: &Settings) -> Result<u16, Error> {
+    settings.localstack.host_port().ok_or_else(|| {
+        Error::unhealthy(format!(
+            "stack `{}` has no LocalStack yet: its port (`localstack.port: auto`) is chosen when LocalStack is created",
+            settings.name
+        ))
+        .with_hint("run `devstack up` (or `devstack localstack up`) first")
+    })
+}
+
+/// The host port this run gives LocalStack: the fixed one; for `auto`, the
+/// port of the stack's existing container, else the one recorded for the
+/// stack when it is still free, else a free one.
+fn choose_port(settings: &Settings, existing: Option<&Spec>) -> Result<u16, Error> {
+    if let HostPort::Fixed(port) = settings.localstack.port {
+        return Ok(port);
+    }
+    if let Some(spec) = existing.filter(|s| s.port != 0) {
+        return Ok(spec.port);
+    }
+    if let Some(port) = settings.localstack.bound_port
+        && hostinfo::port_is_free(settings.localstack.bind_address, port)
+    {
+        return Ok(port);
+    }
+    hostinfo::free_port()
+        .map_err(|e| Error::internal(format!("pick a free port for LocalStack: {e}")))
 }
 
 /// Brings LocalStack to the desired state and waits until it is healthy.
@@ -184,19 +220,24 @@ pub async fn up(
 ) -> Result<UpReport, Error> {
     let name = container_name(settings);
     let network = network_name(settings);
-    let spec = Spec::from_settings(settings);
     let started = Instant::now();
 
     docker::ensure_network(docker, &settings.name, &network).await?;
 
     let existing = docker::inspect(docker, &name).await?;
+    let existing_labels = existing
+        .as_ref()
+        .and_then(|c| c.config.as_ref())
+        .and_then(|c| c.labels.clone());
+    let old: Option<Spec> = existing_labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_SPEC))
+        .and_then(|s| serde_json::from_str(s).ok());
+    let mut bound = settings.with_localstack_port(choose_port(settings, old.as_ref())?);
+    let mut spec = Spec::from_settings(&bound);
     let action = match existing {
         Some(container) => {
-            let labels = container
-                .config
-                .as_ref()
-                .and_then(|c| c.labels.clone())
-                .unwrap_or_default();
+            let labels = existing_labels.unwrap_or_default();
             let ours = labels.get(docker::LABEL_MANAGED_BY).map(String::as_str)
                 == Some(docker::MANAGED_BY_VALUE)
                 && labels.get(docker::LABEL_STACK) == Some(&settings.name);
@@ -214,27 +255,41 @@ pub async fn up(
                 .and_then(|s| s.running)
                 .unwrap_or(false);
             if labels.get(LABEL_SPEC_HASH) != Some(&spec.hash()) {
-                let old: Option<Spec> = labels
-                    .get(LABEL_SPEC)
-                    .and_then(|s| serde_json::from_str(s).ok());
                 let why = spec.differences(old.as_ref());
                 progress(&format!("recreating: {why}"));
                 docker::remove_container(docker, &name).await?;
-                create_and_start(docker, settings, &spec).await?;
+                create_on_free_port(docker, &mut bound, &mut spec).await?;
                 Action::Recreated(why)
             } else if running {
                 Action::Reused
             } else {
                 progress("restarting stopped container");
-                start(docker, settings, &name).await?;
-                Action::Restarted
+                match start(docker, &bound, &name).await {
+                    Ok(()) => Action::Restarted,
+                    // Something took an `auto` port while the stack was
+                    // stopped: LocalStack keeps no state, so move it.
+                    Err(e)
+                        if e.kind() == Kind::Prerequisite
+                            && settings.localstack.port == HostPort::Auto =>
+                    {
+                        progress("its port was taken: recreating on a free port");
+                        docker::remove_container(docker, &name).await?;
+                        bound = settings.with_localstack_port(choose_port(settings, None)?);
+                        spec = Spec::from_settings(&bound);
+                        create_on_free_port(docker, &mut bound, &mut spec).await?;
+                        Action::Recreated("its host port was taken by another process".into())
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
         None => {
-            create_and_start(docker, settings, &spec).await?;
+            create_on_free_port(docker, &mut bound, &mut spec).await?;
             Action::Created
         }
     };
+    StackRecord::update(&settings.name, |r| r.ports.localstack = Some(spec.port))?;
+    let settings = &bound;
 
     progress("waiting for services to report available");
     let services = wait_healthy(docker, settings, started).await?;
@@ -249,22 +304,48 @@ pub async fn up(
 
 fn port_taken_error(settings: &Settings) -> Error {
     let ls = &settings.localstack;
-    let holder = hostinfo::port_holder(ls.port)
+    let port = ls.host_port().unwrap_or_default();
+    let holder = hostinfo::port_holder(port)
         .map(|h| format!(" (held by {h})"))
         .unwrap_or_default();
     Error::prerequisite(format!(
-        "LocalStack cannot publish {}:{}: the port is already in use{holder}",
-        ls.bind_address, ls.port
+        "LocalStack cannot publish {}:{port}: the port is already in use{holder}",
+        ls.bind_address
     ))
     .with_hint(format!(
-        "stop what holds the port, or pick another: `localstack.port` in the profile, --port, or {}",
+        "stop what holds the port, or let devstack pick a free one: `localstack.port: auto` in the profile (the default), `--port auto`, or {}=auto",
         envvars::DEVSTACK_LOCALSTACK_PORT
     ))
 }
 
+/// Creates and starts the container; with `port: auto`, a port taken
+/// between choosing and binding it (another stack starting at the same
+/// moment) is replaced by a fresh free port, a few times.
+async fn create_on_free_port(
+    docker: &Docker,
+    bound: &mut Settings,
+    spec: &mut Spec,
+) -> Result<(), Error> {
+    let auto = bound.localstack.port == HostPort::Auto;
+    let mut attempts = 0;
+    loop {
+        match create_and_start(docker, bound, spec).await {
+            Err(e) if auto && e.kind() == Kind::Prerequisite && attempts < 3 => {
+                attempts += 1;
+                let port = hostinfo::free_port().map_err(|e| {
+                    Error::internal(format!("pick a free port for LocalStack: {e}"))
+                })?;
+                *bound = bound.with_localstack_port(port);
+                *spec = Spec::from_settings(bound);
+            }
+            result => return result,
+        }
+    }
+}
+
 async fn create_and_start(docker: &Docker, settings: &Settings, spec: &Spec) -> Result<(), Error> {
     let ls = &settings.localstack;
-    if !hostinfo::port_is_free(ls.bind_address, ls.port) {
+    if !hostinfo::port_is_free(ls.bind_address, spec.port) {
         return Err(port_taken_error(settings));
     }
     let bundle = match &settings.images.bundle {
@@ -301,7 +382,7 @@ async fn create_and_start(docker: &Docker, settings: &Settings, spec: &Spec) -> 
                 port_key,
                 Some(vec![PortBinding {
                     host_ip: Some(ls.bind_address.to_string()),
-                    host_port: Some(ls.port.to_string()),
+                    host_port: Some(spec.port.to_string()),
                 }]),
             )])),
             network_mode: Some(network_name(settings)),
@@ -402,7 +483,7 @@ async fn wait_healthy(
         if started.elapsed() >= timeout {
             let logs = docker::tail_logs(docker, &name, LOG_LINES_ON_ERROR).await;
             return Err(Error::new(
-                Kind::Internal,
+                Kind::Timeout,
                 format!(
                     "LocalStack was not healthy within {} ({last_state}); last log lines:\n{}",
                     settings.timeouts.localstack,
@@ -487,10 +568,27 @@ pub async fn describe(docker: &Docker, settings: &Settings) -> Result<Endpoint, 
         .and_then(|n| n.get(&network_name(settings)))
         .and_then(|e| e.ip_address.clone())
         .filter(|ip| !ip.is_empty());
+    // The container's own binding is the truth; the settings say what it
+    // should be when there is no container.
+    let bound = container
+        .as_ref()
+        .and_then(|c| c.host_config.as_ref())
+        .and_then(|h| h.port_bindings.as_ref())
+        .and_then(|b| b.get(&format!("{CONTAINER_PORT}/tcp")).cloned().flatten())
+        .and_then(|b| b.first().and_then(|b| b.host_port.clone()))
+        .and_then(|p| p.parse::<u16>().ok());
+    let with_port;
+    let settings = match bound {
+        Some(port) => {
+            with_port = settings.with_localstack_port(port);
+            &with_port
+        }
+        None => settings,
+    };
     Ok(Endpoint {
         container: name,
         url: endpoint_url(settings),
-        host_port: settings.localstack.port,
+        host_port: settings.localstack.host_port().unwrap_or_default(),
         network_ip,
     })
 }

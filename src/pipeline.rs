@@ -66,7 +66,7 @@ impl Runner {
         let result = match limit {
             Some((limit, setting)) => match tokio::time::timeout(limit, work).await {
                 Ok(result) => result,
-                Err(_) => Err(Error::unhealthy(format!(
+                Err(_) => Err(Error::timeout(format!(
                     "{title} did not finish within {}s",
                     limit.as_secs()
                 ))

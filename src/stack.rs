@@ -22,6 +22,7 @@ use serde::Serialize;
 use crate::cluster::{self, Provisioned};
 use crate::error::Error;
 use crate::gitops::{self, DeliverOptions, DeliverReport};
+use crate::health::StatusReport;
 use crate::localstack::{self, Action};
 use crate::pipeline::{Runner, StepRecord};
 use crate::profile::{Overrides, Settings};
@@ -49,6 +50,8 @@ pub struct UpReport {
     pub created: bool,
     /// What was found drifted and repaired (empty on a healthy stack).
     pub repaired: Vec<String>,
+    /// Host ports the stack uses (LocalStack, API server).
+    pub ports: state::Ports,
     pub steps: Vec<StepRecord>,
     pub localstack: localstack::UpReport,
     pub cluster: Provisioned,
@@ -87,6 +90,14 @@ impl Stack {
         }
     }
 
+    /// The settings with what the stack's record knows now (the ports
+    /// `auto` chose), which an `up` of this same object may have just set.
+    fn current(&self) -> Settings {
+        let mut settings = self.settings.clone();
+        state::attach_record(&mut settings);
+        settings
+    }
+
     /// A profile file or shipped profile name (`None`: the default profile).
     pub fn from_profile(profile: Option<&str>, overrides: &Overrides) -> Result<Self, Error> {
         Ok(Self::new(crate::profile::select(profile, overrides)?))
@@ -108,11 +119,37 @@ impl Stack {
 
     /// `KUBECONFIG`, `AWS_ENDPOINT_URL`, region and test credentials.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        crate::commands::env::exports(&self.settings)
+        exports(&self.current())
     }
 
     pub async fn kube_client(&self) -> Result<kube::Client, Error> {
         crate::k8s::stack_client(&self.settings).await
+    }
+
+    /// The health model: every part of the stack, healthy, reconciling,
+    /// unhealthy or missing, by the same rules `devstack status` uses.
+    pub async fn status(&self) -> StatusReport {
+        crate::health::collect(&self.current()).await
+    }
+
+    /// Waits until the stack is settled (everything Ready, nothing
+    /// reconciling) or `limit` passes; returns the last report either way.
+    pub async fn wait_settled(&self, limit: std::time::Duration) -> StatusReport {
+        let started = Instant::now();
+        loop {
+            let report = self.status().await;
+            if report.settled || started.elapsed() >= limit {
+                return report;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    }
+
+    /// Holds this stack's lock for a run that changes it, telling the user
+    /// when another run holds it first.
+    async fn lock(&self, command: &str) -> Result<state::StackLock, Error> {
+        let ui = self.ui.clone();
+        state::StackLock::acquire(&self.settings.name, command, &move |m| ui.info(m)).await
     }
 
     /// Whether any labelled container of this stack exists.
@@ -132,7 +169,21 @@ impl Stack {
     /// with `handle_interrupt`) unless `retain`.
     pub async fn up(&self, options: UpOptions) -> Result<UpReport, Error> {
         let docker = docker::connect().await?;
-        let existed = self.exists(&docker).await?;
+        let locked = async {
+            let lock = self.lock("up").await?;
+            // Only now is what exists this run's to judge: a run that held
+            // the lock may just have created (or removed) the stack.
+            let existed = self.exists(&docker).await?;
+            Ok::<_, Error>((lock, existed))
+        };
+        let (_lock, existed) = if options.handle_interrupt {
+            tokio::select! {
+                result = locked => result?,
+                _ = tokio::signal::ctrl_c() => return Err(Error::interrupted()),
+            }
+        } else {
+            locked.await?
+        };
         let run = self.converge(&docker, existed, options);
         let result = if options.handle_interrupt {
             tokio::select! {
@@ -207,19 +258,21 @@ impl Stack {
                     },
                 )
                 .await?;
+            // From here on every client uses the port LocalStack was given.
+            let bound = settings.with_localstack_port(report.endpoint.host_port);
             let seeded = runner
                 .step(
                     format!("Seeding {} secret(s)", settings.secrets.len()),
                     Some((seed::default_timeout(settings), "timeouts.seed")),
                     |_| async {
-                        let client = crate::aws::secrets_manager(settings);
-                        let report = seed::seed(settings, &client, SeedOptions::default()).await?;
+                        let client = crate::aws::secrets_manager(&bound);
+                        let report = seed::seed(&bound, &client, SeedOptions::default()).await?;
                         let summary = seed::summary(&report);
                         Ok((report, summary))
                     },
                 )
                 .await?;
-            Ok::<_, Error>((report, seeded))
+            Ok::<_, Error>((report, seeded, bound))
         };
         let cluster_up = runner.step(
             format!(
@@ -235,8 +288,9 @@ impl Stack {
                 Ok((provisioned, summary))
             },
         );
-        let ((localstack, seeded), provisioned) =
+        let ((localstack, seeded, bound), provisioned) =
             tokio::try_join!(localstack_and_seed, cluster_up)?;
+        let settings = &bound;
 
         if existed {
             match &localstack.action {
@@ -312,6 +366,7 @@ impl Stack {
         }
         Ok(UpReport {
             stack: settings.name.clone(),
+            ports: state::StackRecord::load(&settings.name).ports,
             created: !existed,
             repaired,
             steps: runner.records(),
@@ -327,13 +382,14 @@ impl Stack {
     /// The round trip against a running stack.
     pub async fn verify(&self, options: VerifyOptions) -> Result<VerifyReport, Error> {
         let client = self.kube_client().await?;
-        crate::verify::run(&self.settings, &client, options, &self.ui).await
+        crate::verify::run(&self.current(), &client, options, &self.ui).await
     }
 
     /// Removes the stack's cluster, LocalStack, network, volumes, kubeconfig
     /// context and state, by labels. Idempotent.
     pub async fn down(&self) -> Result<DownReport, Error> {
         let docker = docker::connect().await?;
+        let _lock = self.lock("down").await?;
         self.remove(&docker).await
     }
 
@@ -351,6 +407,31 @@ impl Stack {
             state,
         })
     }
+}
+
+/// Variables for using the stack from other tools; no secret values.
+pub fn exports(settings: &Settings) -> Vec<(&'static str, String)> {
+    let endpoint = localstack::endpoint_url(settings);
+    let region = settings.localstack.region.clone();
+    let mut vars = vec![
+        ("DEVSTACK_STACK", settings.name.clone()),
+        ("AWS_ENDPOINT_URL", endpoint),
+        ("AWS_REGION", region.clone()),
+        ("AWS_DEFAULT_REGION", region),
+        (
+            "AWS_ACCESS_KEY_ID",
+            crate::aws::TEST_ACCESS_KEY_ID.to_string(),
+        ),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            crate::aws::TEST_SECRET_ACCESS_KEY.to_string(),
+        ),
+    ];
+    let kubeconfig = state::kubeconfig_path(&settings.name);
+    if kubeconfig.is_file() {
+        vars.push(("KUBECONFIG", kubeconfig.display().to_string()));
+    }
+    vars
 }
 
 /// Names of every stack with a labelled container, network or volume here.

@@ -1,8 +1,10 @@
-//! Per-stack files on the host (kubeconfig), under the state directory.
+//! Per-stack files on the host, under the state directory: the kubeconfig,
+//! the record of the stack's host ports, and the lock one run holds.
 
 use std::path::PathBuf;
 
 use crate::envvars;
+use crate::error::Error;
 
 /// `$DEVSTACK_HOME`, else `$XDG_STATE_HOME/devstack`, else `~/.local/state/devstack`.
 pub fn home() -> PathBuf {
@@ -23,4 +25,181 @@ pub fn stack_dir(stack: &str) -> PathBuf {
 /// The stack's own kubeconfig file (mode 0600).
 pub fn kubeconfig_path(stack: &str) -> PathBuf {
     stack_dir(stack).join("kubeconfig")
+}
+
+/// Host ports a stack was created with: `auto` ports are chosen then, so
+/// this record is where `env`, `status` and later runs learn them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ports {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub localstack: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_server: Option<u16>,
+}
+
+/// What devstack records about a stack next to its kubeconfig.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StackRecord {
+    #[serde(default)]
+    pub ports: Ports,
+}
+
+/// `up` records LocalStack and the cluster concurrently: one writer at a
+/// time in this process (other processes are kept out by [`StackLock`]).
+static RECORD_WRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl StackRecord {
+    pub fn path(stack: &str) -> PathBuf {
+        stack_dir(stack).join("stack.json")
+    }
+
+    /// The record, or an empty one when the stack has none (yet).
+    pub fn load(stack: &str) -> StackRecord {
+        std::fs::read(Self::path(stack))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
+    /// Read, change and atomically replace the record.
+    pub fn update(stack: &str, change: impl FnOnce(&mut StackRecord)) -> Result<(), Error> {
+        let _guard = RECORD_WRITE.lock().unwrap_or_else(|e| e.into_inner());
+        let mut record = Self::load(stack);
+        let before = record.clone();
+        change(&mut record);
+        if record == before && Self::path(stack).exists() {
+            return Ok(());
+        }
+        let path = Self::path(stack);
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(stack_dir(stack))?;
+            let tmp = path.with_extension("json.tmp");
+            std::fs::write(
+                &tmp,
+                serde_json::to_vec_pretty(&record).expect("record serializes"),
+            )?;
+            std::fs::rename(&tmp, &path)
+        };
+        write().map_err(|e| {
+            Error::internal(format!("cannot write {}: {e}", path.display())).with_hint(format!(
+                "check that {} is writable (or set {})",
+                home().display(),
+                envvars::DEVSTACK_HOME
+            ))
+        })
+    }
+}
+
+/// Fills in what the stack's record knows and the profile cannot: the
+/// LocalStack port `auto` chose when the stack was created.
+pub fn attach_record(settings: &mut crate::profile::Settings) {
+    if settings.localstack.port == crate::profile::HostPort::Auto {
+        settings.localstack.bound_port = StackRecord::load(&settings.name).ports.localstack;
+    }
+}
+
+/// An exclusive lock on one stack for the length of a run that changes it
+/// (`up`, `down`), so two runs never create the same containers. It is an
+/// `flock` on a file outside the stack's directory (which `down` removes):
+/// the kernel releases it when the process exits, even on a crash.
+pub struct StackLock {
+    _file: std::fs::File,
+}
+
+impl StackLock {
+    pub fn path(stack: &str) -> PathBuf {
+        home().join("locks").join(format!("{stack}.lock"))
+    }
+
+    /// Takes the lock, waiting for another run to finish first; `waiting` is
+    /// told once who holds it.
+    pub async fn acquire(
+        stack: &str,
+        command: &str,
+        waiting: &dyn Fn(String),
+    ) -> Result<StackLock, Error> {
+        use std::io::{Read, Seek, Write};
+        use std::os::fd::AsRawFd;
+        let path = Self::path(stack);
+        let open = || -> std::io::Result<std::fs::File> {
+            std::fs::create_dir_all(path.parent().expect("lock path has a parent"))?;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+        };
+        let mut file = open().map_err(|e| {
+            Error::internal(format!(
+                "cannot open the stack lock {}: {e}",
+                path.display()
+            ))
+            .with_hint(format!(
+                "check that {} is writable (or set {})",
+                home().display(),
+                envvars::DEVSTACK_HOME
+            ))
+        })?;
+        let mut told = false;
+        loop {
+            // SAFETY: flock on a descriptor this function owns.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                break;
+            }
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(Error::internal(format!(
+                    "cannot lock {}: {err}",
+                    path.display()
+                )));
+            }
+            if !told {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                waiting(format!(
+                    "waiting for another devstack run on stack `{stack}` to finish ({})",
+                    if holder.is_empty() {
+                        "starting"
+                    } else {
+                        holder
+                    }
+                ));
+                told = true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let _ = file.set_len(0);
+        let _ = file.rewind();
+        let _ = write!(file, "`devstack {command}`, pid {}", std::process::id());
+        let _ = file.flush();
+        Ok(StackLock { _file: file })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_port_records_round_trip() {
+        let record = StackRecord {
+            ports: Ports {
+                localstack: Some(4566),
+                api_server: None,
+            },
+        };
+        let json = serde_json::to_value(&record).unwrap();
+        assert_eq!(json, serde_json::json!({"ports": {"localstack": 4566}}));
+        let back: StackRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(back, record);
+        assert_eq!(
+            serde_json::from_str::<StackRecord>("{}").unwrap(),
+            StackRecord::default()
+        );
+    }
 }

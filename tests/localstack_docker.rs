@@ -212,3 +212,67 @@ fn doctor_names_the_holder_of_a_taken_port() {
     assert!(check["hint"].as_str().is_some());
     assert_eq!(run.code, 3);
 }
+
+/// `port: auto` (the default): two stacks of one profile each get a free
+/// port, keep it across a restart, and report it through `env`.
+#[test]
+fn auto_ports_let_stacks_of_one_profile_run_side_by_side() {
+    if !require_docker() {
+        return;
+    }
+    require_image(LOCALSTACK_IMAGE);
+    let first = TestStack::new("auto1");
+    let second = TestStack::new("auto2");
+    let profile = first.dir.path().join("shared.yaml");
+    std::fs::write(
+        &profile,
+        "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: shared\ntimeouts:\n  localstack: 120s\n",
+    )
+    .unwrap();
+    // Before LocalStack exists an `auto` port is unknown: `env` says how
+    // to get one instead of printing an address of no stack.
+    let early = first.run(&profile, &["env", "--name", &first.name]);
+    assert_eq!(early.code, 4, "{}", early.all());
+    assert!(
+        early.stderr.contains(&format!(
+            "hint: run `devstack -p {} --name {} up`",
+            profile.display(),
+            first.name
+        )),
+        "{}",
+        early.stderr
+    );
+
+    let port_of = |stack: &TestStack| -> u64 {
+        let run = stack.run(
+            &profile,
+            &["localstack", "up", "--json", "--name", &stack.name],
+        );
+        run.ok().json()["endpoint"]["hostPort"].as_u64().unwrap()
+    };
+    let (a, b) = (port_of(&first), port_of(&second));
+    assert_ne!(a, b, "each stack has its own port");
+    assert_eq!(port_of(&first), a, "a reused container keeps its port");
+    let container = format!("devstack-{}-localstack", first.name);
+    assert!(docker(&["stop", "-t", "1", &container]).status.success());
+    assert_eq!(port_of(&first), a, "a restarted container keeps its port");
+
+    let env = first.run(&profile, &["env", "--name", &first.name]);
+    assert!(
+        env.ok()
+            .stdout
+            .contains(&format!("AWS_ENDPOINT_URL='http://127.0.0.1:{a}'")),
+        "{}",
+        env.stdout
+    );
+    let record = std::fs::read_to_string(
+        first
+            .dir
+            .path()
+            .join("state/stacks")
+            .join(&first.name)
+            .join("stack.json"),
+    )
+    .unwrap();
+    assert!(record.contains(&format!("\"localstack\": {a}")), "{record}");
+}

@@ -36,7 +36,7 @@ fi
 if want docker; then
   banner "kit: LocalStack image (cached after the first build)"
   if bash tests/kit/build.sh localstack; then
-    group docker env DEVSTACK_TEST_DOWN_ALL=1 cargo test --test localstack_docker --test seed_docker --test gitops_docker --test down_all_docker
+    group docker env DEVSTACK_TEST_DOWN_ALL=1 cargo test --test localstack_docker --test seed_docker --test gitops_docker --test down_all_docker --test exit_codes
   else
     failed+=("docker (LocalStack image build failed)")
   fi
@@ -55,7 +55,7 @@ if want cluster; then
       # --nocapture: a skipped Kind end-to-end test must say so in the log.
       # One test at a time: each brings up whole clusters on a 2-core machine.
       group cluster env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --test cluster_k3s --test cluster_kind \
-        --test gitops_k3s --test stack_k3s -- --nocapture --test-threads=1
+        --test gitops_k3s --test stack_k3s --test contract_k3s -- --nocapture --test-threads=1
     elif [ $rc -eq 124 ]; then
       skip cluster "the offline kit did not finish building within ${budget}s (a cold build on a new machine); run \`make kit\` once and later runs use the cache"
     else

@@ -20,7 +20,6 @@ fn ci_profile(stack: &TestStack) -> std::path::PathBuf {
     .unwrap();
     let text = ci
         .replace("name: ci\n", &format!("name: {}\n", stack.name))
-        .replace("  port: 4566\n", &format!("  port: {}\n", stack.port))
         .replace(
             "secrets:\n",
             &format!(
@@ -267,11 +266,22 @@ fn two_stacks_side_by_side_through_the_library() {
         let report = stack.up(Default::default()).await.unwrap();
         assert!(report.created);
         assert!(report.verify.as_ref().is_some_and(|v| v.passed));
+        // Both stacks come from one profile (`port: auto`): each got its
+        // own LocalStack port, and the library reports the one it chose.
+        let port = report.ports.localstack.expect("LocalStack port recorded");
         let env = stack.env();
         assert!(
             env.iter()
-                .any(|(k, v)| *k == "AWS_ENDPOINT_URL" && v.ends_with(&second.port.to_string()))
+                .any(|(k, v)| *k == "AWS_ENDPOINT_URL" && v.ends_with(&format!(":{port}"))),
+            "{env:?}"
         );
+        let first_port =
+            first.run(&first_profile, &["status", "--json"]).json()["ports"]["localstack"]
+                .as_u64()
+                .expect("status reports the first stack's port");
+        assert_ne!(first_port, u64::from(port), "parallel stacks share no port");
+        let status = stack.status().await;
+        assert!(status.healthy && status.settled, "{status:?}");
         assert!(stack.kube_client().await.is_ok());
 
         // The other stack is untouched by this one, and still verifies.

@@ -73,55 +73,43 @@ pub async fn up(
     let server = node_name(settings, "server", 0);
     let started = Instant::now();
 
-    let (api_port, created, repaired) = if let Some((_, _, _, labels)) =
-        existing.iter().find(|n| n.0 == server)
-    {
-        let api_port: u16 = labels
-            .get(LABEL_API_PORT)
-            .and_then(|p| p.parse().ok())
-            .ok_or_else(|| {
-                Error::internal(format!("node {server} lacks its {LABEL_API_PORT} label"))
-                    .with_hint(
-                        "remove the stack with `devstack cluster down` and bring it up again",
-                    )
-            })?;
-        let mut repaired = Vec::new();
-        for (name, _, running, _) in &existing {
-            if !running {
-                step.progress(format!("starting stopped node {name}"));
-                docker
-                    .start_container(
-                        name,
-                        None::<bollard::query_parameters::StartContainerOptions>,
-                    )
-                    .await
-                    .map_err(|e| docker::engine_error(format!("start node {name}"), e))?;
-                repaired.push(format!("started stopped node {name}"));
+    let (api_port, created, repaired) =
+        if let Some((_, _, _, labels)) = existing.iter().find(|n| n.0 == server) {
+            let api_port: u16 = labels
+                .get(LABEL_API_PORT)
+                .and_then(|p| p.parse().ok())
+                .ok_or_else(|| {
+                    Error::internal(format!("node {server} lacks its {LABEL_API_PORT} label"))
+                        .with_hint(
+                            "remove the stack with `devstack cluster down` and bring it up again",
+                        )
+                })?;
+            let mut repaired = Vec::new();
+            for (name, _, running, _) in &existing {
+                if !running {
+                    step.progress(format!("starting stopped node {name}"));
+                    docker
+                        .start_container(
+                            name,
+                            None::<bollard::query_parameters::StartContainerOptions>,
+                        )
+                        .await
+                        .map_err(|e| docker::engine_error(format!("start node {name}"), e))?;
+                    repaired.push(format!("started stopped node {name}"));
+                }
             }
-        }
-        (api_port, false, repaired)
-    } else {
-        if !existing.is_empty() {
-            // Agents without their server cannot join anything: start over.
-            remove_nodes(docker, settings).await?;
-        }
-        let api_port = match settings.cluster.api_server_port {
-            0 => crate::hostinfo::free_port()
-                .map_err(|e| Error::internal(format!("pick a free port: {e}")))?,
-            port => port,
+            (api_port, false, repaired)
+        } else {
+            if !existing.is_empty() {
+                // Agents without their server cannot join anything: start over.
+                remove_nodes(docker, settings).await?;
+            }
+            let api_port = super::choose_api_port(settings)?;
+            match create_nodes(docker, settings, api_port, step).await {
+                Ok(()) => (api_port, true, Vec::new()),
+                Err(err) => return Err(rollback(docker, settings, options, err).await),
+            }
         };
-        if !crate::hostinfo::port_is_free(std::net::IpAddr::from([127, 0, 0, 1]), api_port) {
-            let holder = crate::hostinfo::port_holder(api_port)
-                .map(|h| format!(" (held by {h})"))
-                .unwrap_or_default();
-            return Err(Error::prerequisite(format!("the API server port 127.0.0.1:{api_port} is already in use{holder}"))
-                .with_hint("stop what holds it, or set `cluster.apiServerPort` to another port (0 picks a free one)"));
-        }
-        match create_nodes(docker, settings, api_port, step).await {
-            Ok(()) => (api_port, true, Vec::new()),
-            Err(err) => return Err(rollback(docker, settings, options, err).await),
-        }
-    };
 
     let finish = async {
         step.progress("waiting for the kubeconfig");
@@ -431,7 +419,7 @@ async fn wait_images_imported(
         step.progress(format!("importing images ({} left)", missing.len()));
         if started.elapsed() >= timeout {
             return Err(Error::new(
-                Kind::Internal,
+                Kind::Timeout,
                 format!(
                     "preloaded images were not imported within {}s: {}",
                     timeout.as_secs(),
@@ -521,7 +509,7 @@ async fn read_kubeconfig(
         }
         if started.elapsed() >= timeout {
             return Err(Error::new(
-                Kind::Internal,
+                Kind::Timeout,
                 format!(
                     "K3s node {server} did not write its kubeconfig within {}s",
                     timeout.as_secs()

@@ -272,7 +272,7 @@ async fn run_kind(kind: &Path, args: &[&OsStr], timeout: Duration) -> Result<Out
                 .with_source(e)
                 .with_hint(format!("reinstall kind: {INSTALL_HINT}")),
         ),
-        Err(_) => Err(Error::internal(format!(
+        Err(_) => Err(Error::timeout(format!(
             "`{}` did not finish within {}",
             display_command(args),
             HumanDuration(timeout)
@@ -678,21 +678,7 @@ pub async fn up(
         return converge(docker, settings, &kind, false, repaired, step).await;
     }
 
-    let api_port = match settings.cluster.api_server_port {
-        0 => crate::hostinfo::free_port().map_err(|e| {
-            Error::internal("cannot pick a free port for the API server").with_source(e)
-        })?,
-        port => port,
-    };
-    if !crate::hostinfo::port_is_free(std::net::IpAddr::from([127, 0, 0, 1]), api_port) {
-        let holder = crate::hostinfo::port_holder(api_port)
-            .map(|h| format!(" (held by {h})"))
-            .unwrap_or_default();
-        return Err(Error::prerequisite(format!(
-            "the API server port 127.0.0.1:{api_port} is already in use{holder}"
-        ))
-        .with_hint("stop what holds it, or set `cluster.apiServerPort` to another port (0 picks a free one)"));
-    }
+    let api_port = super::choose_api_port(settings)?;
     // kind would pull the node image itself, but only devstack knows the
     // offline bundle.
     step.progress(format!("node image {}", settings.cluster.image));

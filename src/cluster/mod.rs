@@ -56,6 +56,32 @@ pub struct UpOptions {
     pub retain: bool,
 }
 
+/// The API server's host port for a new cluster: the profile's, which
+/// must be free, or a free one for `auto`.
+pub fn choose_api_port(settings: &Settings) -> Result<u16, Error> {
+    let port = match settings.cluster.api_server_port {
+        crate::profile::HostPort::Auto => crate::hostinfo::free_port().map_err(|e| {
+            Error::internal("cannot pick a free port for the API server").with_source(e)
+        })?,
+        crate::profile::HostPort::Fixed(port) => port,
+    };
+    if !crate::hostinfo::port_is_free(std::net::IpAddr::from([127, 0, 0, 1]), port) {
+        let holder = crate::hostinfo::port_holder(port)
+            .map(|h| format!(" (held by {h})"))
+            .unwrap_or_default();
+        return Err(Error::prerequisite(format!(
+            "the API server port 127.0.0.1:{port} is already in use{holder}"
+        ))
+        .with_hint("stop what holds it, or set `cluster.apiServerPort: auto` (the default) to get a free one"));
+    }
+    Ok(port)
+}
+
+/// The port of an `https://host:port` API server URL.
+fn url_port(url: &str) -> Option<u16> {
+    url.rsplit(':').next()?.trim_end_matches('/').parse().ok()
+}
+
 /// Kubernetes node container name `devstack-<stack>-<role><index>`.
 pub fn node_name(settings: &Settings, role: &str, index: usize) -> String {
     format!("{}-{role}-{index}", settings.resource_prefix())
@@ -154,6 +180,12 @@ pub async fn provision(
             .merge_kubeconfig
             .then(|| kubeconfig::merge_into_user(&info.kubeconfig, settings.cluster.switch_context))
             .transpose()
+    });
+    let written = written.and_then(|merged_into| {
+        crate::state::StackRecord::update(&settings.name, |r| {
+            r.ports.api_server = url_port(&info.api_server)
+        })?;
+        Ok(merged_into)
     });
     match written {
         Ok(merged_into) => Ok(Provisioned {

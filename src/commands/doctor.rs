@@ -313,17 +313,17 @@ async fn binary_checks(settings: &Settings) -> Vec<Check> {
 
 /// Ports the profile publishes on the host.
 pub fn required_ports(settings: &Settings) -> Vec<(String, IpAddr, u16)> {
-    let mut ports = vec![(
-        "localstack".to_string(),
-        settings.localstack.bind_address,
-        settings.localstack.port,
-    )];
-    if settings.cluster.api_server_port != 0 {
+    let mut ports = Vec::new();
+    // `auto` ports are chosen free at creation: nothing to check.
+    if let Some(port) = settings.localstack.port.fixed() {
         ports.push((
-            "api-server".into(),
-            IpAddr::from([127, 0, 0, 1]),
-            settings.cluster.api_server_port,
+            "localstack".to_string(),
+            settings.localstack.bind_address,
+            port,
         ));
+    }
+    if let Some(port) = settings.cluster.api_server_port.fixed() {
+        ports.push(("api-server".into(), IpAddr::from([127, 0, 0, 1]), port));
     }
     for mapping in &settings.cluster.ports {
         let addr = mapping

@@ -1,11 +1,14 @@
 use crate::cli::{EnvArgs, ShellKind};
 use crate::commands::Context;
 use crate::error::Error;
-use crate::{aws, docker, localstack, state};
+use crate::{docker, localstack};
 
 pub async fn run(ctx: &Context, args: EnvArgs) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
-    let vars = exports(&settings);
+    // Without a port there is no endpoint to export: say how to get one
+    // rather than print an address of no stack (or of another one).
+    localstack::require_port(&settings)?;
+    let vars = crate::stack::exports(&settings);
     // Telling the user is useful; failing is not: the exports are right
     // either way once the stack runs.
     if let Ok(docker) = docker::connect().await
@@ -14,8 +17,9 @@ pub async fn run(ctx: &Context, args: EnvArgs) -> Result<i32, Error> {
             .is_none()
     {
         ctx.ui.warn(format!(
-            "stack `{}` has no LocalStack running; start it with `devstack up` or `devstack localstack up`",
-            settings.name
+            "stack `{}` has no LocalStack running; start it with `devstack{flags} up` or `devstack{flags} localstack up`",
+            settings.name,
+            flags = settings.cli_flags()
         ));
     }
     let format = if ctx.ui.json() {
@@ -25,28 +29,6 @@ pub async fn run(ctx: &Context, args: EnvArgs) -> Result<i32, Error> {
     };
     println!("{}", render(&vars, format));
     Ok(0)
-}
-
-/// Variables for using the stack from other tools; no secret values.
-pub fn exports(settings: &crate::profile::Settings) -> Vec<(&'static str, String)> {
-    let endpoint = localstack::endpoint_url(settings);
-    let region = settings.localstack.region.clone();
-    let mut vars = vec![
-        ("DEVSTACK_STACK", settings.name.clone()),
-        ("AWS_ENDPOINT_URL", endpoint),
-        ("AWS_REGION", region.clone()),
-        ("AWS_DEFAULT_REGION", region),
-        ("AWS_ACCESS_KEY_ID", aws::TEST_ACCESS_KEY_ID.to_string()),
-        (
-            "AWS_SECRET_ACCESS_KEY",
-            aws::TEST_SECRET_ACCESS_KEY.to_string(),
-        ),
-    ];
-    let kubeconfig = state::kubeconfig_path(&settings.name);
-    if kubeconfig.is_file() {
-        vars.push(("KUBECONFIG", kubeconfig.display().to_string()));
-    }
-    vars
 }
 
 pub fn render(vars: &[(&str, String)], format: ShellKind) -> String {

@@ -25,7 +25,8 @@ pub struct Context {
 }
 
 impl Context {
-    /// Settings for commands that act on a stack, with the global overrides.
+    /// Settings for commands that act on a stack, with the global overrides
+    /// and what the stack's record knows (the ports `auto` chose).
     pub fn settings(&self, extra: impl FnOnce(&mut Overrides)) -> Result<Settings, Error> {
         let mut overrides = Overrides {
             name: self.global.name.clone(),
@@ -34,7 +35,9 @@ impl Context {
             ..Overrides::default()
         };
         extra(&mut overrides);
-        crate::profile::select(self.global.profile.as_deref(), &overrides)
+        let mut settings = crate::profile::select(self.global.profile.as_deref(), &overrides)?;
+        crate::state::attach_record(&mut settings);
+        Ok(settings)
     }
 }
 
@@ -43,7 +46,7 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         ui,
         global: cli.global,
     };
-    match cli.command {
+    let result = match cli.command {
         Command::Up(args) => up::run(&ctx, args).await,
         Command::Down(args) => down::run(&ctx, args).await,
         Command::Doctor => doctor::run(&ctx).await,
@@ -52,8 +55,13 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         Command::Cluster(cmd) => cluster::run(&ctx, cmd).await,
         Command::Seed(args) => seed::run(&ctx, args).await,
         Command::Verify(args) => verify::run(&ctx, args).await,
-        Command::Status => status::run(&ctx).await,
+        Command::Status(args) => status::run(&ctx, args).await,
         Command::Env(args) => env::run(&ctx, args).await,
         Command::Sync(args) => sync::run(&ctx, args).await,
-    }
+    };
+    result.map_err(|err| match ctx.settings(|_| {}) {
+        Ok(settings) => err.with_command_flags(&settings.cli_flags()),
+        // The profile itself is what failed: its error names no command.
+        Err(_) => err,
+    })
 }

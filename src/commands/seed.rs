@@ -11,6 +11,7 @@ pub async fn run(ctx: &Context, args: SeedArgs) -> Result<i32, Error> {
             settings.profile
         ));
     }
+    crate::localstack::require_port(&settings)?;
     let client = crate::aws::secrets_manager(&settings);
     let options = SeedOptions {
         rotate: args.rotate,
@@ -32,7 +33,7 @@ pub async fn run(ctx: &Context, args: SeedArgs) -> Result<i32, Error> {
         }
         Err(_) => {
             step.fail("timed out");
-            return Err(Error::internal(format!(
+            return Err(Error::timeout(format!(
                 "seeding did not finish within {}",
                 settings.timeouts.seed
             ))

@@ -24,18 +24,17 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
         report.stack,
         crate::ui::format_duration(std::time::Duration::from_millis(report.elapsed_ms))
     ));
-    let profile = ctx
-        .global
-        .profile
-        .as_deref()
-        .map(|p| format!(" -p {p}"))
-        .unwrap_or_default();
-    ctx.ui.info(format!(
-        "next:\n  eval \"$(devstack{profile} env)\"        # KUBECONFIG, AWS_ENDPOINT_URL, test credentials\n  kubectl get externalsecrets -A\n  devstack{profile} status\n  devstack{profile} verify\n  devstack{profile} down"
-    ));
+    ctx.ui.info(next_commands(&stack.settings().cli_flags()));
     if ctx.ui.json() {
         ctx.ui
             .emit_json(&serde_json::to_value(&report).expect("report serializes"));
     }
     Ok(0)
+}
+
+/// What to run next, each command carrying the flags that reach this stack.
+pub fn next_commands(flags: &str) -> String {
+    format!(
+        "next:\n  eval \"$(devstack{flags} env)\"        # KUBECONFIG, AWS_ENDPOINT_URL, test credentials\n  kubectl get externalsecrets -A\n  devstack{flags} status\n  devstack{flags} verify\n  devstack{flags} down"
+    )
 }

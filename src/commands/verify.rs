@@ -8,6 +8,7 @@ use crate::verify::{self, VerifyOptions};
 
 pub async fn run(ctx: &Context, args: VerifyArgs) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
+    crate::localstack::require_port(&settings)?;
     let client = crate::k8s::stack_client(&settings).await?;
     // Ctrl-C stops the checks; the probe objects are still removed.
     let cancel = CancellationToken::new();

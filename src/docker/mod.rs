@@ -342,7 +342,7 @@ pub async fn exec_in(docker: &Docker, node: &str, cmd: &[&str]) -> Result<(i64, 
         Ok((code, stdout))
     };
     tokio::time::timeout(EXEC_TIMEOUT, run).await.map_err(|_| {
-        Error::internal(format!(
+        Error::timeout(format!(
             "{} did not finish within {}",
             what(),
             crate::profile::HumanDuration(EXEC_TIMEOUT)

@@ -115,7 +115,7 @@ pub async fn refresh_source(
             let why = condition
                 .map(|c| c.summary())
                 .unwrap_or_else(|| "no status yet".into());
-            return Err(Error::unhealthy(format!(
+            return Err(Error::timeout(format!(
                 "{kind} {FLUX_NAMESPACE}/{name} did not fetch within {}s ({why})",
                 timeout.as_secs()
             ))
@@ -181,14 +181,30 @@ pub struct WaitOptions {
 struct Level {
     name: &'static str,
     ready_at: Option<Duration>,
-    nudged: bool,
+    /// The reconcile devstack requested of this level, if any: the level is
+    /// settled only once Flux reports it handled (`lastHandledReconcileAt`).
+    requested: Option<String>,
+}
+
+/// Whether Flux has finished the reconcile requested with `token` (none
+/// requested: nothing to finish).
+pub fn handled(object: &Value, token: Option<&str>) -> bool {
+    token.is_none_or(|t| object["status"]["lastHandledReconcileAt"].as_str() == Some(t))
 }
 
 /// Waits until the root Kustomization, each level of the chain and the
-/// HelmRelease are Ready for their sources' current revisions.
+/// HelmRelease are Ready for their sources' current revisions and have
+/// finished every reconcile devstack asked for. `root_request` is the token
+/// of the reconcile the caller requested of the root Kustomization.
+///
+/// Each level is nudged only once the level below has finished its own
+/// requested reconcile and is Ready: a level reconciled while its dependency
+/// is mid-reconcile fails its dependency check and waits for Flux's 30 s
+/// requeue, which is how a careless nudge unsettles a healthy chain.
 pub async fn wait_ready(
     client: &kube::Client,
     options: WaitOptions,
+    root_request: Option<String>,
     step: &Step,
 ) -> Result<ChainReport, Error> {
     let started = Instant::now();
@@ -200,9 +216,10 @@ pub async fn wait_ready(
         .map(|name| Level {
             name,
             ready_at: None,
-            nudged: false,
+            requested: None,
         })
         .collect();
+    levels[0].requested = root_request;
     let mut failures = BTreeSet::new();
     loop {
         let mut blocking: Option<String> = None;
@@ -245,17 +262,19 @@ pub async fn wait_ready(
             let ready = condition.as_ref().is_some_and(Condition::is_true)
                 && observed_current(&object)
                 && current.is_some()
-                && object["status"]["lastAppliedRevision"].as_str() == current.as_deref();
+                && object["status"]["lastAppliedRevision"].as_str() == current.as_deref()
+                && handled(&object, levels[i].requested.as_deref());
             if ready {
                 if levels[i].ready_at.is_none() {
                     levels[i].ready_at = Some(started.elapsed());
                     step.progress(format!("{name} Ready"));
                     if options.nudge
                         && let Some(next) = levels.get_mut(i + 1)
-                        && next.ready_at.is_none()
+                        && next.requested.is_none()
                     {
-                        // The next level may not exist until this one applied it.
-                        next.nudged = request_reconcile(&ks, next.name).await.is_ok();
+                        // The next level may not exist until this one applied
+                        // it; then Flux reconciles it on creation anyway.
+                        next.requested = request_reconcile(&ks, next.name).await.ok();
                     }
                 }
             } else {
@@ -300,7 +319,7 @@ pub async fn wait_ready(
                     HELM_RELEASE.0, HELM_RELEASE.1
                 )
             });
-            return Err(Error::unhealthy(format!(
+            return Err(Error::timeout(format!(
                 "the External Secrets chain was not Ready within {}s: {what}",
                 options.timeout.as_secs()
             ))
@@ -314,7 +333,7 @@ pub async fn wait_ready(
             .map(|l| LevelTiming {
                 name: l.name.to_string(),
                 ready_after_ms: l.ready_at.unwrap_or_default().as_millis() as u64,
-                nudged: l.nudged,
+                nudged: l.requested.is_some(),
             })
             .collect(),
         failures: failures.into_iter().collect(),
@@ -323,7 +342,7 @@ pub async fn wait_ready(
 }
 
 /// The artifact revision of the source a Kustomization reads.
-async fn source_revision(client: &kube::Client, kustomization: &Value) -> Option<String> {
+pub async fn source_revision(client: &kube::Client, kustomization: &Value) -> Option<String> {
     let source = &kustomization["spec"]["sourceRef"];
     let kind = source["kind"].as_str()?;
     let name = source["name"].as_str()?;

@@ -147,10 +147,13 @@ pub async fn sync(
         }
         chain::request_reconcile(&chain::kustomizations(client), ROOT_KUSTOMIZATION).await
     };
-    if let Err(e) = applied.await {
-        step.fail("source not ready");
-        return Err(e);
-    }
+    let root_request = match applied.await {
+        Ok(token) => token,
+        Err(e) => {
+            step.fail("source not ready");
+            return Err(e);
+        }
+    };
     let source_desc = match settings.gitops.source {
         GitopsSourceKind::Local => format!("s3://{}", source::BUCKET),
         GitopsSourceKind::Git => format!(
@@ -182,7 +185,7 @@ pub async fn sync(
         nudge: options.nudge && settings.gitops.layout == crate::profile::GitopsLayout::Chain,
         fail_fast: settings.gitops.layout == crate::profile::GitopsLayout::Chain,
     };
-    let chain_report = match chain::wait_ready(client, wait, &step).await {
+    let chain_report = match chain::wait_ready(client, wait, Some(root_request), &step).await {
         Ok(r) => r,
         Err(e) => {
             step.fail("not Ready");

@@ -135,7 +135,7 @@ pub async fn wait_crds_established(
             }
             if started.elapsed() >= timeout {
                 return Err(Error::new(
-                    Kind::Internal,
+                    Kind::Timeout,
                     format!(
                         "CRD {name} was not Established within {}s",
                         timeout.as_secs()

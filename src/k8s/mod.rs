@@ -65,7 +65,7 @@ pub async fn wait_nodes_ready(
         }
         if started.elapsed() >= timeout {
             return Err(Error::new(
-                Kind::Internal,
+                Kind::Timeout,
                 format!("the cluster was not Ready within {}s ({last})", timeout.as_secs()),
             )
             .with_hint("raise `timeouts.cluster` in the profile; `docker logs <node>` shows the node's log"));
@@ -182,7 +182,7 @@ pub async fn wait_deployments_available(
         }
         if started.elapsed() >= timeout {
             return Err(Error::new(
-                Kind::Internal,
+                Kind::Timeout,
                 format!(
                     "Deployments in {namespace} not Available within {}s: {}",
                     timeout.as_secs(),

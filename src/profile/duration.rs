@@ -44,6 +44,13 @@ impl fmt::Display for HumanDuration {
     }
 }
 
+impl std::str::FromStr for HumanDuration {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        parse_duration(text).map(HumanDuration)
+    }
+}
+
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if let Ok(secs) = text.parse::<u64>() {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 pub use duration::HumanDuration;
 pub use load::{LoadedProfile, ProfileError};
-pub use schema::{GitopsLayout, GitopsSourceKind, Provider};
+pub use schema::{GitopsLayout, GitopsSourceKind, HostPort, Provider};
 pub use secret::SecretString;
 pub use settings::{Overrides, SecretSource, Settings};
 
@@ -38,7 +38,11 @@ pub fn select(profile_arg: Option<&str>, overrides: &Overrides) -> Result<Settin
         .map(str::to_string)
         .or_else(|| envvars::get(envvars::DEVSTACK_PROFILE));
     match chosen {
-        Some(reference) => Settings::resolve(load_reference(&reference)?, overrides),
+        Some(reference) => {
+            let mut settings = Settings::resolve(load_reference(&reference)?, overrides)?;
+            settings.profile_reference = Some(reference);
+            Ok(settings)
+        }
         None if Path::new(LOCAL_PROFILE_FILE).is_file() => {
             Settings::resolve(load::load_file(Path::new(LOCAL_PROFILE_FILE))?, overrides)
         }

@@ -81,8 +81,9 @@ pub struct ClusterSpec {
     pub servers: Option<u8>,
     /// Worker nodes (kind) / agent nodes (k3s).
     pub agents: Option<u8>,
-    /// Host port of the API server; 0 or absent picks a free port.
-    pub api_server_port: Option<u16>,
+    /// Host port of the API server: a number, or `auto` (also 0 or absent)
+    /// for a free port chosen at creation.
+    pub api_server_port: Option<HostPort>,
     #[serde(default)]
     pub ports: Vec<PortMappingSpec>,
     /// Registry mirrors for the nodes' containerd: registry host -> endpoints.
@@ -103,6 +104,87 @@ pub struct PortMappingSpec {
     pub protocol: String,
     #[serde(default = "default_bind_address")]
     pub bind_address: String,
+}
+
+/// A host port: fixed, or chosen free when the stack is created, so that
+/// parallel stacks of one profile never collide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostPort {
+    #[default]
+    Auto,
+    Fixed(u16),
+}
+
+impl HostPort {
+    pub fn fixed(self) -> Option<u16> {
+        match self {
+            HostPort::Auto => None,
+            HostPort::Fixed(port) => Some(port),
+        }
+    }
+}
+
+impl std::fmt::Display for HostPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostPort::Auto => f.write_str("auto"),
+            HostPort::Fixed(port) => write!(f, "{port}"),
+        }
+    }
+}
+
+impl std::str::FromStr for HostPort {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim() {
+            "auto" | "0" => Ok(HostPort::Auto),
+            other => other.parse::<u16>().map(HostPort::Fixed).map_err(|_| {
+                format!("`{other}` is not a port: use a number from 1 to 65535 or `auto`")
+            }),
+        }
+    }
+}
+
+impl Serialize for HostPort {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            HostPort::Auto => s.serialize_str("auto"),
+            HostPort::Fixed(port) => s.serialize_u16(*port),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for HostPort {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = HostPort;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a port number from 1 to 65535, or `auto`")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<HostPort, E> {
+                match u16::try_from(v) {
+                    Ok(0) => Ok(HostPort::Auto),
+                    Ok(port) => Ok(HostPort::Fixed(port)),
+                    Err(_) => Err(E::invalid_value(serde::de::Unexpected::Unsigned(v), &self)),
+                }
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<HostPort, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::invalid_value(serde::de::Unexpected::Signed(v), &self)),
+                }
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<HostPort, E> {
+                if v == "auto" {
+                    Ok(HostPort::Auto)
+                } else {
+                    Err(E::invalid_value(serde::de::Unexpected::Str(v), &self))
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 fn default_protocol() -> String {
@@ -126,7 +208,9 @@ pub struct KubeconfigSpec {
 pub struct LocalStackSpec {
     pub image: Option<String>,
     pub services: Option<Vec<String>>,
-    pub port: Option<u16>,
+    /// Host port: a number, or `auto` (the default) for a free port chosen
+    /// at creation and recorded with the stack.
+    pub port: Option<HostPort>,
     pub bind_address: Option<String>,
     pub region: Option<String>,
     /// Environment variable holding the auth token (default LOCALSTACK_AUTH_TOKEN).

@@ -41,7 +41,7 @@ pub const BUILTIN_PROFILE_NAME: &str = "devstack";
 pub struct Overrides {
     pub name: Option<String>,
     pub provider: Option<Provider>,
-    pub localstack_port: Option<u16>,
+    pub localstack_port: Option<HostPort>,
     pub localstack_image: Option<String>,
     pub bundle: Option<PathBuf>,
 }
@@ -62,6 +62,10 @@ pub struct Settings {
     pub name: String,
     /// Profile file or shipped profile this came from.
     pub profile: String,
+    /// The profile as the user named it (`--profile` or DEVSTACK_PROFILE),
+    /// for commands printed back to them.
+    #[serde(skip)]
+    pub profile_reference: Option<String>,
     #[serde(skip)]
     pub base_dir: PathBuf,
     pub cluster: ClusterSettings,
@@ -85,8 +89,8 @@ pub struct ClusterSettings {
     pub image: String,
     pub servers: u8,
     pub agents: u8,
-    /// 0 = pick a free port at creation.
-    pub api_server_port: u16,
+    /// `auto`: a free port chosen at creation (kept in the kubeconfig).
+    pub api_server_port: HostPort,
     pub ports: Vec<PortMappingSpec>,
     pub registry_mirrors: BTreeMap<String, Vec<String>>,
     pub merge_kubeconfig: bool,
@@ -99,7 +103,13 @@ pub struct ClusterSettings {
 pub struct LocalStackSettings {
     pub image: String,
     pub services: Vec<String>,
-    pub port: u16,
+    /// As configured; the port in use is recorded with the stack
+    /// ([`crate::state::StackRecord`]) and reported by `env` and `status`.
+    pub port: HostPort,
+    /// The port this stack's LocalStack was given when `port` is `auto`
+    /// (from the stack's record; `None` before it is created).
+    #[serde(skip)]
+    pub bound_port: Option<u16>,
     pub bind_address: IpAddr,
     pub region: String,
     pub auth_token_env: String,
@@ -222,6 +232,54 @@ impl Settings {
 
     pub fn kube_context(&self) -> String {
         format!("devstack-{}", self.name)
+    }
+
+    /// These settings with LocalStack's host port known.
+    pub fn with_localstack_port(&self, port: u16) -> Settings {
+        let mut settings = self.clone();
+        settings.localstack.bound_port = Some(port);
+        settings
+    }
+
+    /// The global flags that select this stack, as a user would type them
+    /// after `devstack` (e.g. ` -p ci --name job1`), so that a printed
+    /// command reaches this stack when pasted. Values that came from a flag
+    /// or an environment variable are repeated; a profile picked up from
+    /// `./devstack.yaml` or the built-in default needs no flag.
+    pub fn cli_flags(&self) -> String {
+        let mut flags = String::new();
+        if let Some(profile) = &self.profile_reference {
+            flags.push_str(&format!(" -p {}", shell_word(profile)));
+        }
+        let decided_outside_profile =
+            |key: &str| matches!(self.origins.get(key), Some(Origin::Flag | Origin::Env));
+        if decided_outside_profile("name") {
+            flags.push_str(&format!(" --name {}", shell_word(&self.name)));
+        }
+        if decided_outside_profile("cluster.provider") {
+            flags.push_str(&format!(" --provider {}", self.cluster.provider.as_str()));
+        }
+        flags
+    }
+}
+
+impl LocalStackSettings {
+    /// The host port in use: the fixed one, or the one chosen for `auto`.
+    pub fn host_port(&self) -> Option<u16> {
+        self.port.fixed().or(self.bound_port)
+    }
+}
+
+/// A word a POSIX shell reads back unchanged.
+fn shell_word(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@+,".contains(c))
+    {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
     }
 }
 
@@ -380,7 +438,7 @@ pub(crate) fn resolve_with_env(
         image,
         servers,
         agents: agents.unwrap_or(0),
-        api_server_port: api_port.unwrap_or(0),
+        api_server_port: api_port.unwrap_or_default(),
         ports,
         registry_mirrors: mirrors,
         merge_kubeconfig: kubeconfig.as_ref().and_then(|k| k.merge).unwrap_or(true),
@@ -405,14 +463,10 @@ pub(crate) fn resolve_with_env(
         &mut origins,
         "localstack.port",
         overrides.localstack_port,
-        env_parsed::<u16>(env, envvars::DEVSTACK_LOCALSTACK_PORT)?,
+        env_parsed::<HostPort>(env, envvars::DEVSTACK_LOCALSTACK_PORT)?,
         ls.as_ref().and_then(|l| l.port),
-        4566,
+        HostPort::Auto,
     );
-    if ls_port == 0 {
-        return Err(Error::user("LocalStack port 0 is not a valid host port")
-            .with_hint("set `localstack.port` to a free port such as 4566"));
-    }
     let services: Vec<String> = ls
         .as_ref()
         .and_then(|l| l.services.clone())
@@ -448,6 +502,7 @@ pub(crate) fn resolve_with_env(
         image: ls_image,
         services,
         port: ls_port,
+        bound_port: None,
         bind_address,
         region: ls
             .as_ref()
@@ -679,6 +734,7 @@ pub(crate) fn resolve_with_env(
     Ok(Settings {
         name,
         profile: origin_name.clone(),
+        profile_reference: None,
         base_dir: base_dir.clone(),
         cluster,
         localstack,

@@ -2,7 +2,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use super::load::{Position, parse_for_test};
-use super::schema::Provider;
+use super::schema::{HostPort, Provider};
 use super::settings::{Origin, Overrides, SecretSource, resolve_with_env};
 
 const HEADER: &str = "apiVersion: devstack.dev/v1alpha1\nkind: Profile\n";
@@ -138,29 +138,38 @@ fn precedence_is_flag_then_env_then_profile_then_default() {
     .into();
 
     let s = resolve(&text, &Overrides::default(), &none).unwrap();
-    assert_eq!((s.name.as_str(), s.localstack.port), ("from-profile", 5000));
+    assert_eq!(
+        (s.name.as_str(), s.localstack.port),
+        ("from-profile", HostPort::Fixed(5000))
+    );
     assert_eq!(s.origins["name"], Origin::Profile);
     assert_eq!(s.origins["cluster.provider"], Origin::Default);
     assert_eq!(s.cluster.provider, Provider::K3s);
 
     let s = resolve(&text, &Overrides::default(), &env).unwrap();
-    assert_eq!((s.name.as_str(), s.localstack.port), ("from-env", 6000));
+    assert_eq!(
+        (s.name.as_str(), s.localstack.port),
+        ("from-env", HostPort::Fixed(6000))
+    );
     assert_eq!(s.origins["localstack.port"], Origin::Env);
 
     let flags = Overrides {
         name: Some("from-flag".into()),
-        localstack_port: Some(7000),
+        localstack_port: Some(HostPort::Fixed(7000)),
         provider: Some(Provider::Kind),
         ..Overrides::default()
     };
     let s = resolve(&text, &flags, &env).unwrap();
-    assert_eq!((s.name.as_str(), s.localstack.port), ("from-flag", 7000));
+    assert_eq!(
+        (s.name.as_str(), s.localstack.port),
+        ("from-flag", HostPort::Fixed(7000))
+    );
     assert_eq!(s.cluster.provider, Provider::Kind);
     assert_eq!(s.cluster.image, crate::versions::KIND_NODE_IMAGE);
     assert_eq!(s.origins["name"], Origin::Flag);
 
     let s = resolve(&format!("{HEADER}name: x\n"), &Overrides::default(), &none).unwrap();
-    assert_eq!(s.localstack.port, 4566);
+    assert_eq!(s.localstack.port, HostPort::Auto);
     assert_eq!(s.origins["localstack.port"], Origin::Default);
 }
 
@@ -288,4 +297,65 @@ fn duplicate_keys_are_reported_without_parser_advice() {
         err.message
     );
     assert_eq!(err.position.map(|p| p.line), Some(4));
+}
+
+#[test]
+fn host_ports_are_numbers_or_auto() {
+    let port = |yaml: &str| {
+        let text = format!(
+            "{HEADER}name: p\nlocalstack:\n  port: {yaml}\ncluster:\n  provider: k3s\n  apiServerPort: {yaml}\n"
+        );
+        resolve(&text, &Overrides::default(), &HashMap::new())
+            .map(|s| (s.localstack.port, s.cluster.api_server_port))
+    };
+    assert_eq!(port("auto").unwrap(), (HostPort::Auto, HostPort::Auto));
+    assert_eq!(
+        port("0").unwrap(),
+        (HostPort::Auto, HostPort::Auto),
+        "0 keeps meaning a free port"
+    );
+    assert_eq!(
+        port("4566").unwrap(),
+        (HostPort::Fixed(4566), HostPort::Fixed(4566))
+    );
+    for bad in ["automatic", "70000", "-1"] {
+        let err = port(bad).expect_err(bad);
+        assert!(
+            err.message().contains("localstack"),
+            "{bad}: {}",
+            err.message()
+        );
+    }
+    let env: HashMap<&str, &str> = [("DEVSTACK_LOCALSTACK_PORT", "auto")].into();
+    let text = format!("{HEADER}name: p\nlocalstack:\n  port: 4566\n");
+    let s = resolve(&text, &Overrides::default(), &env).unwrap();
+    assert_eq!(s.localstack.port, HostPort::Auto);
+    assert_eq!("auto".parse::<HostPort>(), Ok(HostPort::Auto));
+    assert!("x".parse::<HostPort>().is_err());
+    assert_eq!(serde_json::to_value(HostPort::Auto).unwrap(), "auto");
+    assert_eq!(serde_json::to_value(HostPort::Fixed(1)).unwrap(), 1);
+}
+
+#[test]
+fn printed_commands_repeat_the_flags_that_select_the_stack() {
+    let text = format!("{HEADER}name: from-profile\n");
+    let none = HashMap::new();
+    let s = resolve(&text, &Overrides::default(), &none).unwrap();
+    assert_eq!(
+        s.cli_flags(),
+        "",
+        "a profile found on its own needs no flag"
+    );
+    let flags = Overrides {
+        name: Some("job1".into()),
+        ..Overrides::default()
+    };
+    let mut s = resolve(&text, &flags, &none).unwrap();
+    s.profile_reference = Some("ci".into());
+    assert_eq!(s.cli_flags(), " -p ci --name job1");
+    s.profile_reference = Some("my dir/p.yaml".into());
+    assert_eq!(s.cli_flags(), " -p 'my dir/p.yaml' --name job1");
+    let env: HashMap<&str, &str> = [("DEVSTACK_PROVIDER", "kind")].into();
+    let s = resolve(&text, &Overrides::default(), &env).unwrap();
+    assert_eq!(s.cli_flags(), " --provider kind");
 }

@@ -189,11 +189,17 @@ impl Run {
 }
 
 pub fn run_devstack(cwd: &Path, profile: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let profile = profile.to_str().expect("profile path is UTF-8");
+    let mut args = args.to_vec();
+    args.extend(["--profile", profile]);
+    run_devstack_raw(cwd, &args, env)
+}
+
+/// devstack with exactly these arguments, its state under `cwd/state`.
+pub fn run_devstack_raw(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_devstack"));
     cmd.current_dir(cwd)
         .args(args)
-        .arg("--profile")
-        .arg(profile)
         .env("DEVSTACK_HOME", cwd.join("state"))
         .env("CI", "true")
         .env_remove("DEVSTACK_PROFILE")

@@ -1,0 +1,750 @@
+//! The stack's health model, one set of rules for `up`, `status` and the
+//! library API: one row per part of the stack — cluster and nodes,
+//! LocalStack, Flux controllers, the Kustomization chain, the ESO
+//! HelmRelease, the ClusterSecretStore and every ExternalSecret — each
+//! healthy, reconciling, unhealthy or missing. Nothing missing is a crash:
+//! it is a row.
+//!
+//! "Reconciling" is a Flux object re-applying a revision it has already
+//! applied (a requested or periodic reconcile in flight, or a level waiting
+//! for its dependency's reconcile): healthy, but not settled. Scripts that
+//! need a quiet stack wait for [`StatusReport::settled`].
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DynamicObject, ListParams};
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::gitops::{
+    CHAIN, CLUSTER_SECRET_STORE, FLUX_NAMESPACE, HELM_RELEASE, ROOT_KUSTOMIZATION,
+};
+use crate::k8s::conditions::{self, one_line};
+use crate::k8s::dynamic_api;
+use crate::profile::Settings;
+use crate::verify::{ESO_GROUP, ESO_VERSION, profile_external_secret_name};
+use crate::{docker, localstack, state};
+
+const KUSTOMIZATION_API: &str = "kustomize.toolkit.fluxcd.io/v1";
+const HELM_RELEASE_API: &str = "helm.toolkit.fluxcd.io/v2";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Health {
+    Healthy,
+    /// Healthy, but Flux is re-applying a revision it already applied.
+    Reconciling,
+    Unhealthy,
+    Missing,
+}
+
+impl Health {
+    /// Whether the part works (reconciling included).
+    pub fn is_ok(self) -> bool {
+        matches!(self, Health::Healthy | Health::Reconciling)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusRow {
+    /// `cluster`, `node`, `localstack`, `flux`, `kustomization`,
+    /// `helmrelease`, `clustersecretstore`, `externalsecret`.
+    pub component: String,
+    /// The object (`namespace/name` for namespaced ones).
+    pub name: String,
+    pub health: Health,
+    /// Healthy or reconciling: the part works.
+    pub healthy: bool,
+    /// Short state: `Ready`, `running`, `missing`, the failing reason...
+    pub state: String,
+    /// One line of detail: the condition message, versions, addresses.
+    pub detail: String,
+    /// What to do about an unhealthy row.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+impl StatusRow {
+    pub fn new(
+        component: &str,
+        name: impl Into<String>,
+        health: Health,
+        state: impl Into<String>,
+    ) -> Self {
+        StatusRow {
+            component: component.into(),
+            name: name.into(),
+            health,
+            healthy: health.is_ok(),
+            state: state.into(),
+            detail: String::new(),
+            hint: None,
+        }
+    }
+    pub fn detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = one_line(&detail.into());
+        self
+    }
+    /// What to do about it; kept only on a row that is not healthy.
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        if !self.healthy {
+            self.hint = Some(hint.into());
+        }
+        self
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    pub stack: String,
+    /// Every part works (some may still be reconciling).
+    pub healthy: bool,
+    /// Every part is healthy and nothing is reconciling: what scripts wait for.
+    pub settled: bool,
+    /// Host ports the stack uses, as recorded when it was created.
+    pub ports: crate::state::Ports,
+    pub rows: Vec<StatusRow>,
+}
+
+impl StatusReport {
+    /// The first row that keeps the stack from being settled, with how many
+    /// more there are: `kustomization flux-system/x Progressing (and 2 more)`.
+    pub fn first_problem(&self, include_reconciling: bool) -> Option<String> {
+        let bad: Vec<&StatusRow> = self
+            .rows
+            .iter()
+            .filter(|r| {
+                r.health != Health::Healthy
+                    && (include_reconciling || r.health != Health::Reconciling)
+            })
+            .collect();
+        let first = bad.first()?;
+        Some(format!(
+            "{} {} {}{}",
+            first.component,
+            first.name,
+            first.state,
+            match bad.len() {
+                1 => String::new(),
+                n => format!(" (and {} more)", n - 1),
+            }
+        ))
+    }
+
+    /// The stack's verdict as an error: `None` when healthy.
+    pub fn to_error(&self) -> Option<Error> {
+        let problem = self.first_problem(false)?;
+        let mut err = Error::unhealthy(format!("stack `{}` is not healthy: {problem}", self.stack));
+        let hint = self
+            .rows
+            .iter()
+            .filter(|r| !r.healthy)
+            .find_map(|r| r.hint.clone());
+        if let Some(hint) = hint {
+            err = err.with_hint(hint);
+        }
+        Some(err)
+    }
+}
+
+/// Every row, LocalStack and the cluster looked at concurrently.
+pub async fn collect(settings: &Settings) -> StatusReport {
+    let (mut rows, localstack) = tokio::join!(cluster_rows(settings), localstack_row(settings));
+    // The cluster and its nodes first, then LocalStack, then what runs in
+    // the cluster.
+    let split = rows
+        .iter()
+        .take_while(|r| matches!(r.component.as_str(), "cluster" | "node"))
+        .count();
+    let in_cluster = rows.split_off(split);
+    rows.push(localstack);
+    rows.extend(in_cluster);
+    StatusReport {
+        stack: settings.name.clone(),
+        healthy: rows.iter().all(|r| r.healthy),
+        settled: rows.iter().all(|r| r.health == Health::Healthy),
+        ports: crate::state::StackRecord::load(&settings.name).ports,
+        rows,
+    }
+}
+
+async fn localstack_row(settings: &Settings) -> StatusRow {
+    let name = localstack::container_name(settings);
+    let up = "`devstack localstack up` starts or repairs it";
+    let docker = match docker::connect().await {
+        Ok(d) => d,
+        Err(e) => {
+            return StatusRow::new("localstack", name, Health::Unhealthy, "Docker unreachable")
+                .detail(e.message())
+                .hint(e.hint().unwrap_or("start the Docker engine").to_string());
+        }
+    };
+    let container = match docker::inspect(&docker, &name).await {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            return StatusRow::new("localstack", name, Health::Missing, "missing")
+                .detail("no container")
+                .hint(up);
+        }
+        Err(e) => {
+            return StatusRow::new("localstack", name, Health::Unhealthy, "unknown")
+                .detail(e.message())
+                .hint(up);
+        }
+    };
+    let state = container
+        .state
+        .and_then(|s| s.status)
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let endpoint = match localstack::describe(&docker, settings).await {
+        Ok(e) => e.url,
+        Err(_) => localstack::endpoint_url(settings),
+    };
+    if state != "running" {
+        return StatusRow::new("localstack", name, Health::Unhealthy, state)
+            .detail(format!("at {endpoint}"))
+            .hint(up);
+    }
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(3))
+        .no_proxy()
+        .build();
+    let health = match http {
+        Ok(http) => localstack::health(&http, &format!("{endpoint}/_localstack/health")).await,
+        Err(e) => Err(format!("HTTP client: {e}")),
+    };
+    match health {
+        Ok(services) => {
+            let bad: Vec<String> = localstack::unavailable_services(settings, &services)
+                .into_iter()
+                .map(|s| {
+                    format!(
+                        "{s} {}",
+                        services.get(s).map(String::as_str).unwrap_or("absent")
+                    )
+                })
+                .collect();
+            if bad.is_empty() {
+                StatusRow::new("localstack", name, Health::Healthy, "running").detail(format!(
+                    "{} at {endpoint}",
+                    settings.localstack.services.join(", ")
+                ))
+            } else {
+                StatusRow::new(
+                    "localstack",
+                    name,
+                    Health::Unhealthy,
+                    "services unavailable",
+                )
+                .detail(bad.join(", "))
+                .hint("`devstack localstack logs` shows why; `devstack localstack up` repairs it")
+            }
+        }
+        Err(why) => StatusRow::new("localstack", name, Health::Unhealthy, "not answering")
+            .detail(why)
+            .hint(up),
+    }
+}
+
+/// A row from a kube object read with `get_opt`.
+fn object_row<E: std::fmt::Display>(
+    component: &str,
+    name: String,
+    result: Result<Option<serde_json::Value>, E>,
+    judge: impl Fn(&serde_json::Value) -> (Health, String, String),
+    hint: &str,
+) -> StatusRow {
+    match result {
+        Ok(Some(object)) => {
+            let (health, state, detail) = judge(&object);
+            StatusRow::new(component, name, health, state)
+                .detail(detail)
+                .hint(hint)
+        }
+        Ok(None) => StatusRow::new(component, name, Health::Missing, "missing").hint(hint),
+        Err(e) => StatusRow::new(component, name, Health::Unhealthy, "unreadable")
+            .detail(e.to_string())
+            .hint(hint),
+    }
+}
+
+/// `Ready` condition judged as (health, state, detail).
+fn ready_judgement(object: &serde_json::Value) -> (Health, String, String) {
+    judge_condition(object, "Ready", None)
+}
+
+/// Healthy when condition `type_` is True (and has `reason`, when given),
+/// with the reason as state and the message as detail.
+fn judge_condition(
+    object: &serde_json::Value,
+    type_: &str,
+    reason: Option<&str>,
+) -> (Health, String, String) {
+    match conditions::condition(object, type_) {
+        Some(c) => {
+            let ok = c.is_true() && reason.is_none_or(|r| c.reason.as_deref() == Some(r));
+            let state = match (&c.reason, ok) {
+                (_, true) => type_.to_string(),
+                (Some(reason), false) => reason.clone(),
+                (None, false) => format!("{type_}={}", c.status),
+            };
+            let health = if ok {
+                Health::Healthy
+            } else {
+                Health::Unhealthy
+            };
+            (health, state, c.message.unwrap_or_default())
+        }
+        None => (Health::Unhealthy, "no status yet".into(), String::new()),
+    }
+}
+
+/// Ready reasons of a Flux object that is working, not failing: a reconcile
+/// in flight, or a wait for a dependency that is itself reconciling.
+const IN_FLIGHT_REASONS: &[&str] = &["Progressing", "DependencyNotReady"];
+
+/// A Flux Kustomization or HelmRelease: Ready for its current generation is
+/// healthy; re-applying what it has already applied (`applied_current`: the
+/// last applied revision is the source's current one, or the release's last
+/// attempt is deployed) is reconciling; anything else is judged by Ready.
+pub fn judge_flux(object: &serde_json::Value, applied_current: bool) -> (Health, String, String) {
+    let ready = conditions::condition(object, "Ready");
+    let observed = object["metadata"]["generation"].as_i64()
+        == object["status"]["observedGeneration"].as_i64();
+    match ready {
+        Some(c) if c.is_true() && observed => (
+            Health::Healthy,
+            "Ready".into(),
+            c.message.unwrap_or_default(),
+        ),
+        Some(c)
+            if applied_current
+                && (c.is_true()
+                    || IN_FLIGHT_REASONS.contains(&c.reason.as_deref().unwrap_or_default())) =>
+        {
+            let state = match c.reason.as_deref() {
+                Some("DependencyNotReady") => "Reconciling (waiting for its dependency)",
+                _ => "Reconciling",
+            };
+            (
+                Health::Reconciling,
+                state.into(),
+                c.message.unwrap_or_default(),
+            )
+        }
+        _ => ready_judgement(object),
+    }
+}
+
+/// Whether a HelmRelease's latest release is deployed.
+fn release_deployed(object: &serde_json::Value) -> bool {
+    object["status"]["history"][0]["status"].as_str() == Some("deployed")
+}
+
+fn dynamic_to_json(object: DynamicObject) -> serde_json::Value {
+    object.data
+}
+
+async fn get_json(
+    api: &Api<DynamicObject>,
+    name: &str,
+) -> Result<Option<serde_json::Value>, kube::Error> {
+    api.get_opt(name).await.map(|o| o.map(dynamic_to_json))
+}
+
+async fn cluster_rows(settings: &Settings) -> Vec<StatusRow> {
+    let context = settings.kube_context();
+    let up = "`devstack up` creates or repairs the stack";
+    let path = state::kubeconfig_path(&settings.name);
+    let yaml = match std::fs::read_to_string(&path) {
+        Ok(yaml) => yaml,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return vec![
+                StatusRow::new("cluster", context, Health::Missing, "missing")
+                    .detail(format!("stack `{}` has no cluster", settings.name))
+                    .hint(up),
+            ];
+        }
+        Err(e) => {
+            return vec![
+                StatusRow::new(
+                    "cluster",
+                    context,
+                    Health::Unhealthy,
+                    "unreadable kubeconfig",
+                )
+                .detail(format!("{}: {}", path.display(), e.kind())),
+            ];
+        }
+    };
+    let client = match crate::k8s::client_from_kubeconfig(&yaml).await {
+        Ok(c) => c,
+        Err(e) => {
+            return vec![
+                StatusRow::new("cluster", context, Health::Unhealthy, "bad kubeconfig")
+                    .detail(e.message())
+                    .hint(up),
+            ];
+        }
+    };
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = match nodes.list(&ListParams::default()).await {
+        Ok(list) => list,
+        Err(e) => {
+            return vec![
+                StatusRow::new("cluster", context, Health::Unhealthy, "API unreachable")
+                    .detail(e.to_string())
+                    .hint(format!(
+                        "{up}; `docker ps --filter label={}={}` lists its nodes",
+                        docker::LABEL_STACK,
+                        settings.name
+                    )),
+            ];
+        }
+    };
+    let version = client
+        .apiserver_version()
+        .await
+        .map(|v| v.git_version)
+        .unwrap_or_else(|_| "version unknown".into());
+    let mut rows = vec![
+        StatusRow::new("cluster", context, Health::Healthy, "reachable").detail(format!(
+            "{}, Kubernetes {version}, {} node(s)",
+            settings.cluster.provider.as_str(),
+            list.items.len()
+        )),
+    ];
+    for node in &list.items {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+        let ok = ready.is_some_and(|c| c.status == "True");
+        let kubelet = node
+            .status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| format!("kubelet {}", i.kubelet_version))
+            .unwrap_or_default();
+        let message = ready
+            .filter(|_| !ok)
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default();
+        let detail = [kubelet, message]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+        let health = if ok {
+            Health::Healthy
+        } else {
+            Health::Unhealthy
+        };
+        rows.push(
+            StatusRow::new("node", name, health, if ok { "Ready" } else { "NotReady" })
+                .detail(detail)
+                .hint(format!("{up}; `docker logs <node>` shows the node's log")),
+        );
+    }
+
+    let flux_hint = "`devstack sync` installs Flux and the External Secrets chain";
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), FLUX_NAMESPACE);
+    for component in &settings.flux.components {
+        let result = deployments
+            .get_opt(component)
+            .await
+            .map(|d| d.map(|d| serde_json::to_value(d).unwrap_or_default()));
+        rows.push(object_row(
+            "flux",
+            format!("{FLUX_NAMESPACE}/{component}"),
+            result,
+            |d| judge_condition(d, "Available", None),
+            flux_hint,
+        ));
+    }
+
+    let kustomizations = dynamic_api(
+        &client,
+        KUSTOMIZATION_API,
+        "Kustomization",
+        Some(FLUX_NAMESPACE),
+    );
+    for name in std::iter::once(ROOT_KUSTOMIZATION).chain(CHAIN) {
+        let object = get_json(&kustomizations, name).await;
+        let current = match &object {
+            Ok(Some(o)) => crate::gitops::chain::source_revision(&client, o).await,
+            _ => None,
+        };
+        let applied_current = |o: &serde_json::Value| {
+            current.is_some() && o["status"]["lastAppliedRevision"].as_str() == current.as_deref()
+        };
+        rows.push(object_row(
+            "kustomization",
+            format!("{FLUX_NAMESPACE}/{name}"),
+            object,
+            |o| judge_flux(o, applied_current(o)),
+            flux_hint,
+        ));
+    }
+
+    let (release_ns, release) = HELM_RELEASE;
+    let releases = dynamic_api(&client, HELM_RELEASE_API, "HelmRelease", Some(release_ns));
+    rows.push(object_row(
+        "helmrelease",
+        format!("{release_ns}/{release}"),
+        get_json(&releases, release).await,
+        |o| judge_flux(o, release_deployed(o)),
+        flux_hint,
+    ));
+
+    let eso_api = format!("{ESO_GROUP}/{ESO_VERSION}");
+    let stores = dynamic_api(&client, &eso_api, "ClusterSecretStore", None);
+    rows.push(object_row(
+        "clustersecretstore",
+        CLUSTER_SECRET_STORE.to_string(),
+        get_json(&stores, CLUSTER_SECRET_STORE).await,
+        ready_judgement,
+        "`devstack status` rows above show whether the chain delivered it; `devstack sync` converges it",
+    ));
+
+    rows.extend(external_secret_rows(&client, settings, &eso_api).await);
+    rows
+}
+
+async fn external_secret_rows(
+    client: &kube::Client,
+    settings: &Settings,
+    eso_api: &str,
+) -> Vec<StatusRow> {
+    let hint = "`devstack seed` writes the profile's secrets; `devstack verify` proves the path";
+    let all = dynamic_api(client, eso_api, "ExternalSecret", None);
+    let mut rows = Vec::new();
+    let mut seen = Vec::new();
+    match all.list(&ListParams::default()).await {
+        Ok(list) => {
+            for es in list.items {
+                let ns = es.metadata.namespace.clone().unwrap_or_default();
+                let name = es.metadata.name.clone().unwrap_or_default();
+                seen.push((ns.clone(), name.clone()));
+                rows.push(object_row::<kube::Error>(
+                    "externalsecret",
+                    format!("{ns}/{name}"),
+                    Ok(Some(es.data)),
+                    |o| judge_condition(o, "Ready", Some(crate::verify::REASON_SECRET_SYNCED)),
+                    hint,
+                ));
+            }
+        }
+        // No ExternalSecret kind served: ESO's CRDs are absent, which the
+        // store row already reports; the profile's ones are missing below.
+        Err(kube::Error::Api(s)) if s.is_not_found() => {}
+        Err(e) => rows.push(
+            StatusRow::new("externalsecret", "*", Health::Unhealthy, "unreadable")
+                .detail(e.to_string()),
+        ),
+    }
+    for secret in settings.secrets.iter().filter(|s| s.sync.is_some()) {
+        let (ns, name) = profile_external_secret_name(secret);
+        if !seen.contains(&(ns.clone(), name.clone())) {
+            rows.push(
+                StatusRow::new(
+                    "externalsecret",
+                    format!("{ns}/{name}"),
+                    Health::Missing,
+                    "missing",
+                )
+                .detail(format!("declared by the profile for `{}`", secret.name))
+                .hint("`devstack up` creates the profile's ExternalSecrets"),
+            );
+        }
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn conditions_decide_rows() {
+        let ready = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded", "message": "Applied revision: x"}
+        ]}});
+        assert_eq!(
+            ready_judgement(&ready),
+            (
+                Health::Healthy,
+                "Ready".into(),
+                "Applied revision: x".into()
+            )
+        );
+        let failing = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "False", "reason": "SecretSyncedError", "message": "could not get secret data from provider"}
+        ]}});
+        assert_eq!(
+            judge_condition(&failing, "Ready", Some("SecretSynced")),
+            (
+                Health::Unhealthy,
+                "SecretSyncedError".into(),
+                "could not get secret data from provider".into()
+            )
+        );
+        // Ready but for another reason is not synced.
+        let deleted = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "SecretDeleted"}
+        ]}});
+        assert_eq!(
+            judge_condition(&deleted, "Ready", Some("SecretSynced")).0,
+            Health::Unhealthy
+        );
+        assert_eq!(
+            ready_judgement(&json!({})),
+            (Health::Unhealthy, "no status yet".into(), String::new())
+        );
+        let available =
+            json!({"status": {"conditions": [{"type": "Available", "status": "True"}]}});
+        assert_eq!(
+            judge_condition(&available, "Available", None).0,
+            Health::Healthy
+        );
+    }
+
+    #[test]
+    fn object_rows_report_missing_and_errors_without_crashing() {
+        let missing = object_row::<String>(
+            "helmrelease",
+            "a/b".into(),
+            Ok(None),
+            ready_judgement,
+            "fix it",
+        );
+        assert_eq!(missing.health, Health::Missing);
+        assert!(!missing.healthy);
+        assert_eq!(missing.hint.as_deref(), Some("fix it"));
+        let broken = object_row::<String>(
+            "helmrelease",
+            "a/b".into(),
+            Err("timeout".into()),
+            ready_judgement,
+            "fix it",
+        );
+        assert_eq!(broken.health, Health::Unhealthy);
+        assert_eq!(broken.detail, "timeout");
+        let fine = object_row::<String>(
+            "helmrelease",
+            "a/b".into(),
+            Ok(Some(
+                json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+            )),
+            ready_judgement,
+            "fix it",
+        );
+        assert!(fine.healthy);
+        assert!(fine.hint.is_none(), "healthy rows carry no hint");
+        let json = serde_json::to_value(&fine).unwrap();
+        assert_eq!(json["health"], "healthy");
+        assert!(json.get("hint").is_none());
+    }
+
+    fn kustomization(
+        generation: i64,
+        observed: i64,
+        ready: serde_json::Value,
+    ) -> serde_json::Value {
+        json!({"metadata": {"generation": generation},
+               "status": {"observedGeneration": observed, "conditions": [ready]}})
+    }
+
+    #[test]
+    fn flux_objects_reapplying_an_applied_revision_are_reconciling() {
+        let ready = json!({"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded"});
+        let progressing = json!({"type": "Ready", "status": "Unknown", "reason": "Progressing",
+                                 "message": "Reconciliation in progress"});
+        let waiting = json!({"type": "Ready", "status": "False", "reason": "DependencyNotReady",
+                             "message": "dependency 'flux-system/external-secrets-crds' is not ready"});
+        let failed = json!({"type": "Ready", "status": "False", "reason": "ReconciliationFailed",
+                            "message": "apply failed"});
+
+        assert_eq!(
+            judge_flux(&kustomization(2, 2, ready.clone()), true).0,
+            Health::Healthy
+        );
+        // Ready counts even when the source moved on: a new revision is the
+        // chain's business, not a failure.
+        assert_eq!(
+            judge_flux(&kustomization(2, 2, ready), false).0,
+            Health::Healthy
+        );
+        let (health, state, _) = judge_flux(&kustomization(2, 2, progressing.clone()), true);
+        assert_eq!(
+            (health, state.as_str()),
+            (Health::Reconciling, "Reconciling")
+        );
+        assert_eq!(
+            judge_flux(&kustomization(2, 2, waiting.clone()), true).0,
+            Health::Reconciling
+        );
+        // Progressing towards a revision never applied is not healthy yet.
+        assert_eq!(
+            judge_flux(&kustomization(2, 2, progressing), false).0,
+            Health::Unhealthy
+        );
+        assert_eq!(
+            judge_flux(&kustomization(2, 2, waiting), false).0,
+            Health::Unhealthy
+        );
+        // A failure is a failure, whatever was applied before.
+        let (health, state, _) = judge_flux(&kustomization(2, 2, failed), true);
+        assert_eq!(
+            (health, state.as_str()),
+            (Health::Unhealthy, "ReconciliationFailed")
+        );
+        assert_eq!(judge_flux(&json!({}), true).0, Health::Unhealthy);
+        assert!(Health::Reconciling.is_ok() && !Health::Missing.is_ok());
+    }
+
+    #[test]
+    fn reports_tell_settled_from_healthy() {
+        let row = |health| StatusRow::new("kustomization", "flux-system/x", health, "s");
+        let report = |rows: Vec<StatusRow>| StatusReport {
+            stack: "t".into(),
+            healthy: rows.iter().all(|r| r.healthy),
+            settled: rows.iter().all(|r| r.health == Health::Healthy),
+            ports: Default::default(),
+            rows,
+        };
+        let reconciling = report(vec![row(Health::Healthy), row(Health::Reconciling)]);
+        assert!(reconciling.healthy && !reconciling.settled);
+        assert!(reconciling.to_error().is_none());
+        assert_eq!(
+            reconciling.first_problem(true).as_deref(),
+            Some("kustomization flux-system/x s")
+        );
+        let broken = report(vec![
+            row(Health::Reconciling),
+            row(Health::Missing).hint("`devstack up` repairs it"),
+            row(Health::Unhealthy),
+        ]);
+        let err = broken
+            .to_error()
+            .unwrap()
+            .with_command_flags(" -p ci --name x");
+        assert_eq!(
+            err.message(),
+            "stack `t` is not healthy: kustomization flux-system/x s (and 1 more)"
+        );
+        assert_eq!(err.hint(), Some("`devstack -p ci --name x up` repairs it"));
+    }
+
+    #[allow(dead_code)]
+    fn collect_is_send(settings: &Settings) {
+        fn send<T: Send>(_: &T) {}
+        send(&collect(settings));
+    }
+}
