@@ -97,9 +97,9 @@ impl Error {
         if flags.is_empty() {
             return self;
         }
-        let with_flags = |text: &str| text.replace("`devstack ", &format!("`devstack{flags} "));
-        self.message = with_flags(&self.message);
-        self.hint = self.hint.as_deref().map(with_flags);
+        let quoted = format!("`devstack{flags} ");
+        self.message = self.message.replace("`devstack ", &quoted);
+        self.hint = self.hint.map(|hint| hint.replace("`devstack ", &quoted));
         self
     }
 

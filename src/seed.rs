@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Kind};
 use crate::profile::schema::{Charset, GenerateSpec, SecretFormat};
-use crate::profile::settings::SecretSettings;
+use crate::profile::settings::{SECRET_SIZE_HINT, SecretSettings, check_secret_size};
 use crate::profile::{SecretSource, SecretString, Settings};
 
 #[derive(Debug, Clone, Copy)]
@@ -81,12 +81,10 @@ fn resolve_all(secrets: &[SecretSettings]) -> Result<Vec<Desired>, Error> {
 fn resolve_one(secret: &SecretSettings) -> Result<Desired, Error> {
     let name = &secret.name;
     let value = match &secret.source {
-        SecretSource::Literal(v) => v.clone(),
-        SecretSource::Json(map) => {
-            let object: BTreeMap<&str, &str> =
-                map.iter().map(|(k, v)| (k.as_str(), v.expose())).collect();
-            SecretString::new(serde_json::to_string(&object).expect("string map serializes"))
-        }
+        SecretSource::Literal(_) | SecretSource::Json(_) => secret
+            .source
+            .inline_value()
+            .expect("value and json sources are known from the profile"),
         SecretSource::Env(var) => match std::env::var(var) {
             Ok(v) => SecretString::new(v),
             Err(_) => {
@@ -112,6 +110,13 @@ fn resolve_one(secret: &SecretSettings) -> Result<Desired, Error> {
         },
         SecretSource::Generate(spec) => return Ok(Desired::Generate(*spec)),
     };
+    if let Err(why) = check_secret_size(&value) {
+        return Err(Error::user(format!(
+            "secret `{name}`: the value from {} {why}",
+            describe_source(&secret.source)
+        ))
+        .with_hint(SECRET_SIZE_HINT));
+    }
     if secret.format == SecretFormat::Json {
         match serde_json::from_str::<serde_json::Value>(value.expose()) {
             Ok(serde_json::Value::Object(_)) => {}
@@ -131,6 +136,17 @@ fn resolve_one(secret: &SecretSettings) -> Result<Desired, Error> {
         }
     }
     Ok(Desired::Value(value))
+}
+
+/// Where a value comes from, for messages: never the value itself.
+fn describe_source(source: &SecretSource) -> String {
+    match source {
+        SecretSource::Literal(_) => "`value`".into(),
+        SecretSource::Json(_) => "`json`".into(),
+        SecretSource::Env(var) => format!("fromEnv {var}"),
+        SecretSource::File(path) => format!("fromFile {}", path.display()),
+        SecretSource::Generate(_) => "`generate`".into(),
+    }
 }
 
 pub fn generate(spec: &GenerateSpec) -> SecretString {
@@ -420,4 +436,56 @@ pub fn summary(report: &SeedReport) -> String {
 
 pub fn default_timeout(settings: &Settings) -> Duration {
     settings.timeouts.seed.get()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_secret(path: std::path::PathBuf) -> SecretSettings {
+        SecretSettings {
+            name: "app/blob".into(),
+            description: None,
+            tags: BTreeMap::new(),
+            source: SecretSource::File(path),
+            format: SecretFormat::Text,
+            sync: None,
+        }
+    }
+
+    #[test]
+    fn a_file_over_the_secret_string_limit_is_refused_before_any_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.txt");
+        let fits = dir.path().join("fits.txt");
+        // The trailing newline is dropped, so 65,536 bytes plus one still fit.
+        std::fs::write(&fits, format!("{}\n", "x".repeat(65_536))).unwrap();
+        std::fs::write(&big, "y".repeat(65_537)).unwrap();
+
+        let secrets = [file_secret(fits.clone()), file_secret(big.clone())];
+        let err = match resolve_all(&secrets) {
+            Err(err) => err,
+            Ok(_) => panic!("a 65,537-byte value was accepted"),
+        };
+        assert_eq!(err.kind(), Kind::User);
+        assert!(
+            err.message().contains("secret `app/blob`"),
+            "{}",
+            err.message()
+        );
+        assert!(
+            err.message()
+                .contains(&format!("fromFile {}", big.display())),
+            "{}",
+            err.message()
+        );
+        assert!(err.message().contains("65537 bytes"), "{}", err.message());
+        assert!(
+            !err.message().contains("yyyy"),
+            "value leaked: {}",
+            err.message()
+        );
+        assert!(err.hint().unwrap().contains("65,536"));
+        assert!(resolve_all(&secrets[..1]).is_ok());
+    }
 }

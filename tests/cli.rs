@@ -79,6 +79,17 @@ fn profile_errors_render_with_position_and_hint() {
 }
 
 #[test]
+fn profile_validate_reports_every_error_of_a_file() {
+    let (code, stdout, stderr) = devstack(
+        &["profile", "validate", "tests/fixtures/three-mistakes.yaml"],
+        &manifest_dir(),
+    );
+    assert_eq!(code, 2, "user errors exit 2");
+    assert_eq!(stdout, "");
+    insta::assert_snapshot!("profile_validate_three_errors", stderr);
+}
+
+#[test]
 fn unknown_profile_name_suggests_the_closest_shipped_one() {
     let (code, _, stderr) = devstack(&["profile", "show", "--profile", "dve"], &manifest_dir());
     assert_eq!(code, 2);

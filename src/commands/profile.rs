@@ -71,7 +71,7 @@ fn list(ctx: &Context) -> Result<i32, Error> {
     let mut rows = Vec::new();
     for (name, text) in profile::SHIPPED {
         let loaded = load::parse(name, text, std::path::PathBuf::from("."))
-            .map_err(profile::ProfileError::into_error)?;
+            .map_err(profile::ProfileErrors::into_error)?;
         let description = loaded.spec.description.clone().unwrap_or_default();
         rows.push(json!({"name": name, "description": description}));
         ctx.ui.out(format!("{name:<6} {description}"));

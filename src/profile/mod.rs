@@ -12,7 +12,7 @@ mod tests;
 use std::path::{Path, PathBuf};
 
 pub use duration::HumanDuration;
-pub use load::{LoadedProfile, ProfileError};
+pub use load::{LoadedProfile, ProfileError, ProfileErrors};
 pub use schema::{GitopsLayout, GitopsSourceKind, HostPort, Provider};
 pub use secret::SecretString;
 pub use settings::{Overrides, SecretSource, Settings};
@@ -58,8 +58,8 @@ pub fn load_reference(reference: &str) -> Result<LoadedProfile, Error> {
     }
     if let Some((name, text)) = SHIPPED.iter().find(|(name, _)| *name == reference) {
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-        return load::parse(&format!("<shipped profile {name}>"), text, cwd)
-            .map_err(ProfileError::into_error);
+        return load::parse_recovering(&format!("<shipped profile {name}>"), text, cwd)
+            .map_err(ProfileErrors::into_error);
     }
     let names: Vec<String> = SHIPPED.iter().map(|(n, _)| n.to_string()).collect();
     let hint = match load::closest_match(reference, &names) {

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::duration::HumanDuration;
-use super::load::{LoadedProfile, ProfileError, position_of};
+use super::load::{
+    LoadedProfile, Position, ProfileError, ProfileErrors, position_of, position_of_path,
+};
 use super::schema::*;
 use super::secret::SecretString;
 use crate::envvars;
@@ -162,6 +164,24 @@ pub enum SecretSource {
     Generate(GenerateSpec),
 }
 
+impl SecretSource {
+    /// The value as it is stored, for sources the profile alone decides
+    /// (`value`, `json`); the others are read when seeding.
+    pub fn inline_value(&self) -> Option<SecretString> {
+        match self {
+            SecretSource::Literal(value) => Some(value.clone()),
+            SecretSource::Json(map) => {
+                let object: BTreeMap<&str, &str> =
+                    map.iter().map(|(k, v)| (k.as_str(), v.expose())).collect();
+                Some(SecretString::new(
+                    serde_json::to_string(&object).expect("string map serializes"),
+                ))
+            }
+            SecretSource::Env(_) | SecretSource::File(_) | SecretSource::Generate(_) => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretSettings {
@@ -217,7 +237,7 @@ impl Settings {
             "apiVersion: {API_VERSION_V1ALPHA1}\nkind: {KIND_PROFILE}\nname: {BUILTIN_PROFILE_NAME}\n"
         );
         let loaded = super::load::parse("<built-in default>", &text, PathBuf::from("."))
-            .map_err(ProfileError::into_error)?;
+            .map_err(ProfileErrors::into_error)?;
         Settings::resolve(loaded, overrides)
     }
 
@@ -319,6 +339,48 @@ fn env_parsed<T: std::str::FromStr>(env: EnvLookup, name: &str) -> Result<Option
     }
 }
 
+/// A profile's errors, collected so that one run reports all of them.
+struct Problems<'a> {
+    origin: &'a str,
+    /// The text the spec was read from, to find positions in.
+    text: &'a str,
+    errors: Vec<ProfileError>,
+}
+
+impl Problems<'_> {
+    fn at(&mut self, location: &serde_saphyr::Location, message: String, hint: Option<String>) {
+        self.push(Some(position_of(location)), message, hint);
+    }
+
+    /// An error about the node at a dotted path such as `cluster.ports[1].protocol`.
+    fn at_path(&mut self, path: &str, message: String, hint: Option<String>) {
+        self.push(position_of_path(self.text, path), message, hint);
+    }
+
+    fn push(&mut self, position: Option<Position>, message: String, hint: Option<String>) {
+        self.errors.push(ProfileError {
+            origin: self.origin.to_string(),
+            position,
+            message,
+            hint,
+        });
+    }
+
+    fn finish(self) -> Result<(), Error> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ProfileErrors(self.errors).into_error())
+        }
+    }
+}
+
+const BIND_ADDRESS_HINT: &str = "use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)";
+
+/// Resolves every setting. Errors in the profile do not stop resolution: it
+/// goes on with a stand-in value so that the later ones are found too, and
+/// fails at the end with all of them. Errors in flags and environment
+/// variables fail at once, being about this run rather than the file.
 pub(crate) fn resolve_with_env(
     loaded: LoadedProfile,
     overrides: &Overrides,
@@ -327,14 +389,10 @@ pub(crate) fn resolve_with_env(
     let origin_name = loaded.origin.clone();
     let base_dir = loaded.base_dir.clone();
     let spec = loaded.spec;
-    let fail_at = |location: &serde_saphyr::Location, message: String, hint: Option<String>| {
-        ProfileError {
-            origin: origin_name.clone(),
-            position: Some(position_of(location)),
-            message,
-            hint,
-        }
-        .into_error()
+    let mut problems = Problems {
+        origin: &loaded.origin,
+        text: &loaded.text,
+        errors: loaded.structural_errors.clone(),
     };
     let relative = |p: &str| -> PathBuf {
         let path = Path::new(p);
@@ -355,10 +413,14 @@ pub(crate) fn resolve_with_env(
         String::new(),
     );
     if let Err(why) = validate_stack_name(&name) {
-        return Err(match origins["name"] {
-            Origin::Profile => fail_at(&spec.name.referenced, why, Some(NAME_HINT.into())),
-            _ => Error::user(format!("invalid stack name `{name}`: {why}")).with_hint(NAME_HINT),
-        });
+        match origins["name"] {
+            Origin::Profile => problems.at(&spec.name.referenced, why, Some(NAME_HINT.into())),
+            _ => {
+                return Err(
+                    Error::user(format!("invalid stack name `{name}`: {why}")).with_hint(NAME_HINT)
+                );
+            }
+        }
     }
 
     // Cluster
@@ -408,29 +470,39 @@ pub(crate) fn resolve_with_env(
     };
     let servers = servers.unwrap_or(1);
     if servers == 0 {
-        return Err(Error::user(format!(
-            "invalid profile {origin_name}: `cluster.servers` must be at least 1"
-        )));
+        problems.at_path(
+            "cluster.servers",
+            "`cluster.servers` must be at least 1".into(),
+            None,
+        );
     }
     if provider == Provider::K3s && servers > 1 {
-        return Err(Error::user(format!(
-            "invalid profile {origin_name}: `cluster.servers: {servers}` is not supported with provider k3s"
-        ))
-        .with_hint("use one server and add `cluster.agents` for more nodes"));
+        problems.at_path(
+            "cluster.servers",
+            format!("`cluster.servers: {servers}` is not supported with provider k3s"),
+            Some("use one server and add `cluster.agents` for more nodes".into()),
+        );
     }
-    for mapping in &ports {
-        mapping.bind_address.parse::<IpAddr>().map_err(|_| {
-            Error::user(format!(
-                "invalid profile {origin_name}: `cluster.ports` bindAddress `{}` is not an IP address",
-                mapping.bind_address
-            ))
-            .with_hint("use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)")
-        })?;
+    for (index, mapping) in ports.iter().enumerate() {
+        if mapping.bind_address.parse::<IpAddr>().is_err() {
+            problems.at_path(
+                &format!("cluster.ports[{index}].bindAddress"),
+                format!(
+                    "`cluster.ports` bindAddress `{}` is not an IP address",
+                    mapping.bind_address
+                ),
+                Some(BIND_ADDRESS_HINT.into()),
+            );
+        }
         if !matches!(mapping.protocol.as_str(), "tcp" | "udp" | "sctp") {
-            return Err(Error::user(format!(
-                "invalid profile {origin_name}: `cluster.ports` protocol `{}` is not tcp, udp or sctp",
-                mapping.protocol
-            )));
+            problems.at_path(
+                &format!("cluster.ports[{index}].protocol"),
+                format!(
+                    "`cluster.ports` protocol `{}` is not tcp, udp or sctp",
+                    mapping.protocol
+                ),
+                Some("use tcp (the default), udp or sctp".into()),
+            );
         }
     }
     let cluster = ClusterSettings {
@@ -478,22 +550,25 @@ pub(crate) fn resolve_with_env(
         });
     for (required, why) in REQUIRED_LOCALSTACK_SERVICES {
         if !services.iter().any(|s| s == required) {
-            return Err(Error::user(format!(
-                "invalid profile {origin_name}: `localstack.services` lacks `{required}`, which {why}"
-            ))
-            .with_hint(format!("add `{required}` to localstack.services")));
+            problems.at_path(
+                "localstack.services",
+                format!("`localstack.services` lacks `{required}`, which {why}"),
+                Some(format!("add `{required}` to localstack.services")),
+            );
         }
     }
     let bind = ls
         .as_ref()
         .and_then(|l| l.bind_address.clone())
         .unwrap_or_else(default_bind_address);
-    let bind_address: IpAddr = bind.parse().map_err(|_| {
-        Error::user(format!(
-            "invalid profile {origin_name}: `localstack.bindAddress` `{bind}` is not an IP address"
-        ))
-        .with_hint("use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)")
-    })?;
+    let bind_address: IpAddr = bind.parse().unwrap_or_else(|_| {
+        problems.at_path(
+            "localstack.bindAddress",
+            format!("`localstack.bindAddress` `{bind}` is not an IP address"),
+            Some(BIND_ADDRESS_HINT.into()),
+        );
+        IpAddr::from([127, 0, 0, 1])
+    });
     let auth_token_env = ls
         .as_ref()
         .and_then(|l| l.auth_token_env.clone())
@@ -524,25 +599,29 @@ pub(crate) fn resolve_with_env(
                 .map(|s| s.to_string())
                 .collect()
         });
-    for component in &components {
+    for (index, component) in components.iter().enumerate() {
         if !FLUX_COMPONENTS.contains(&component.as_str()) {
             let known: Vec<String> = FLUX_COMPONENTS.iter().map(|s| s.to_string()).collect();
             let hint = match super::load::closest_match(component, &known) {
                 Some(c) => format!("did you mean `{c}`? known: {}", FLUX_COMPONENTS.join(", ")),
                 None => format!("known components: {}", FLUX_COMPONENTS.join(", ")),
             };
-            return Err(Error::user(format!(
-                "invalid profile {origin_name}: unknown Flux component `{component}`"
-            ))
-            .with_hint(hint));
+            problems.at_path(
+                &format!("flux.components[{index}]"),
+                format!("unknown Flux component `{component}`"),
+                Some(hint),
+            );
         }
     }
     for required in REQUIRED_FLUX_COMPONENTS {
         if !components.iter().any(|c| c == required) {
-            return Err(Error::user(format!(
-                "invalid profile {origin_name}: `flux.components` lacks `{required}`, which delivers the External Secrets stack"
-            ))
-            .with_hint(format!("add `{required}` to flux.components")));
+            problems.at_path(
+                "flux.components",
+                format!(
+                    "`flux.components` lacks `{required}`, which delivers the External Secrets stack"
+                ),
+                Some(format!("add `{required}` to flux.components")),
+            );
         }
     }
     let flux = FluxSettings {
@@ -568,10 +647,11 @@ pub(crate) fn resolve_with_env(
         .unwrap_or(GitopsSourceKind::Local);
     let git = g.as_ref().and_then(|g| g.git.as_ref());
     if source == GitopsSourceKind::Git && git.is_none() {
-        return Err(Error::user(format!(
-            "invalid profile {origin_name}: `gitops.source: git` needs `gitops.git.url`"
-        ))
-        .with_hint("add gitops.git with url, branch and path, or use `gitops.source: local`"));
+        problems.at_path(
+            "gitops.source",
+            "`gitops.source: git` needs `gitops.git.url`".into(),
+            Some("add gitops.git with url, branch and path, or use `gitops.source: local`".into()),
+        );
     }
     let gitops = GitopsSettings {
         source,
@@ -614,25 +694,22 @@ pub(crate) fn resolve_with_env(
     // Secrets
     let mut secrets = Vec::new();
     let mut seen = BTreeMap::new();
-    for entry in spec.secrets {
+    for (index, entry) in spec.secrets.into_iter().enumerate() {
         let location = entry.referenced;
         let s = entry.value;
         if let Err(why) = validate_secret_name(&s.name) {
-            return Err(fail_at(
+            problems.at(
                 &location,
                 format!("invalid secret name `{}`: {why}", s.name),
-                Some(
-                    "AWS Secrets Manager names use letters, digits and /_+=.@- (at most 512)"
-                        .into(),
-                ),
-            ));
+                Some(SECRET_NAME_HINT.into()),
+            );
         }
         if seen.insert(s.name.clone(), ()).is_some() {
-            return Err(fail_at(
+            problems.at(
                 &location,
                 format!("secret `{}` is declared twice", s.name),
                 Some("give each secret a unique name".into()),
-            ));
+            );
         }
         let mut sources = Vec::new();
         if let Some(v) = s.value {
@@ -640,11 +717,11 @@ pub(crate) fn resolve_with_env(
         }
         if let Some(j) = s.json {
             if j.is_empty() {
-                return Err(fail_at(
+                problems.at(
                     &location,
                     format!("secret `{}` has an empty `json` object", s.name),
                     Some("add at least one key".into()),
-                ));
+                );
             }
             sources.push(("json", SecretSource::Json(j)));
         }
@@ -656,20 +733,20 @@ pub(crate) fn resolve_with_env(
         }
         if let Some(g) = s.generate {
             if g.length == 0 || g.length > 4096 {
-                return Err(fail_at(
+                problems.at(
                     &location,
                     format!(
                         "secret `{}`: generate.length must be between 1 and 4096",
                         s.name
                     ),
                     None,
-                ));
+                );
             }
             sources.push(("generate", SecretSource::Generate(g)));
         }
         if sources.len() != 1 {
             let found: Vec<&str> = sources.iter().map(|(k, _)| *k).collect();
-            return Err(fail_at(
+            problems.at(
                 &location,
                 if found.is_empty() {
                     format!("secret `{}` has no value source", s.name)
@@ -681,20 +758,31 @@ pub(crate) fn resolve_with_env(
                     )
                 },
                 Some("give exactly one of: value, json, fromEnv, fromFile, generate".into()),
-            ));
+            );
+            continue;
         }
-        let source = sources.pop().expect("exactly one source").1;
+        let (key, source) = sources.pop().expect("exactly one source");
+        if let Some(value) = source.inline_value()
+            && let Err(why) = check_secret_size(&value)
+        {
+            problems.at_path(
+                &format!("secrets[{index}].{key}"),
+                format!("secret `{}`: `{key}` {why}", s.name),
+                Some(SECRET_SIZE_HINT.into()),
+            );
+        }
         let format = match (&source, s.format) {
             (SecretSource::Json(_), _) => SecretFormat::Json,
             (SecretSource::Generate(_), Some(SecretFormat::Json)) => {
-                return Err(fail_at(
+                problems.at(
                     &location,
                     format!(
                         "secret `{}`: a generated value cannot have `format: json`",
                         s.name
                     ),
                     Some("remove `format`, or use `json:` with generated keys written out".into()),
-                ));
+                );
+                SecretFormat::Text
             }
             (_, format) => format.unwrap_or(SecretFormat::Text),
         };
@@ -731,6 +819,7 @@ pub(crate) fn resolve_with_env(
         verify: t.verify.unwrap_or(d.verify),
     };
 
+    problems.finish()?;
     Ok(Settings {
         name,
         profile: origin_name.clone(),
@@ -771,6 +860,28 @@ pub fn validate_stack_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+const SECRET_NAME_HINT: &str =
+    "AWS Secrets Manager names use letters, digits and /_+=.@- (at most 512)";
+
+/// AWS Secrets Manager refuses a larger `SecretString` (CreateSecret, PutSecretValue).
+pub const MAX_SECRET_STRING_BYTES: usize = 65_536;
+
+pub const SECRET_SIZE_HINT: &str =
+    "AWS Secrets Manager refuses a SecretString over 65,536 bytes; store a reference or split it";
+
+/// Why a value cannot be stored, as the end of a sentence naming the secret.
+/// Gives the size only: the value itself must never reach a message.
+pub fn check_secret_size(value: &SecretString) -> Result<(), String> {
+    let bytes = value.expose().len();
+    if bytes > MAX_SECRET_STRING_BYTES {
+        return Err(format!(
+            "is {bytes} bytes, over the {MAX_SECRET_STRING_BYTES}-byte limit of a SecretString"
+        ));
+    }
+    Ok(())
+}
+
+/// AWS Secrets Manager's rules for a secret name (CreateSecret `Name`).
 pub fn validate_secret_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 512 {
         return Err("must be 1 to 512 characters".into());

@@ -7,8 +7,13 @@ use super::settings::{Origin, Overrides, SecretSource, resolve_with_env};
 
 const HEADER: &str = "apiVersion: devstack.dev/v1alpha1\nkind: Profile\n";
 
+/// The one error of a profile with one mistake.
 fn err_of(text: &str) -> super::ProfileError {
-    parse_for_test(text).expect_err("profile should be rejected")
+    let mut errors = parse_for_test(text)
+        .expect_err("profile should be rejected")
+        .0;
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    errors.remove(0)
 }
 
 fn at(line: u64, column: u64) -> Option<Position> {
@@ -46,7 +51,9 @@ fn unknown_key_inside_a_list_item() {
 fn wrong_type_names_the_key_and_position() {
     let text = format!("{HEADER}name: x\nlocalstack:\n  port: lots\n");
     let err = err_of(&text);
-    assert_eq!(err.position, at(5, 9));
+    // A port is a number or `auto`, read by its own visitor: the parser
+    // then reports the key's position.
+    assert_eq!(err.position, at(5, 3));
     assert!(
         err.message.starts_with("wrong type for `localstack.port`"),
         "{}",
@@ -319,11 +326,12 @@ fn host_ports_are_numbers_or_auto() {
         (HostPort::Fixed(4566), HostPort::Fixed(4566))
     );
     for bad in ["automatic", "70000", "-1"] {
-        let err = port(bad).expect_err(bad);
+        let text = format!("{HEADER}name: p\nlocalstack:\n  port: {bad}\n");
+        let err = err_of(&text);
         assert!(
-            err.message().contains("localstack"),
+            err.message.starts_with("wrong type for `localstack.port`"),
             "{bad}: {}",
-            err.message()
+            err.message
         );
     }
     let env: HashMap<&str, &str> = [("DEVSTACK_LOCALSTACK_PORT", "auto")].into();
@@ -358,4 +366,216 @@ fn printed_commands_repeat_the_flags_that_select_the_stack() {
     let env: HashMap<&str, &str> = [("DEVSTACK_PROVIDER", "kind")].into();
     let s = resolve(&text, &Overrides::default(), &env).unwrap();
     assert_eq!(s.cli_flags(), " --provider kind");
+}
+
+/// Loads like `devstack profile validate` does (structural errors do not stop
+/// resolution) and gives each reported error as `line:column: message`.
+fn all_errors(text: &str) -> Vec<String> {
+    let loaded = super::load::parse_recovering("test.yaml", text, PathBuf::from("."))
+        .map_err(super::ProfileErrors::into_error);
+    let err = match loaded.and_then(|l| resolve_with_env(l, &Overrides::default(), &no_env)) {
+        Err(err) => err,
+        Ok(_) => panic!("profile should be rejected"),
+    };
+    assert_eq!(err.kind(), crate::Kind::User);
+    err.message()
+        .lines()
+        .filter_map(|line| line.strip_prefix("test.yaml:"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Shared with the CLI snapshot test.
+const THREE_MISTAKES: &str = include_str!("../../tests/fixtures/three-mistakes.yaml");
+
+#[test]
+fn a_profile_with_three_mistakes_reports_three_errors() {
+    let errors = all_errors(THREE_MISTAKES);
+    assert_eq!(errors.len(), 3, "{errors:#?}");
+    assert!(
+        errors[0].starts_with("9:17: `cluster.ports` protocol `tpc`"),
+        "{}",
+        errors[0]
+    );
+    assert_eq!(errors[1], "11:3: unknown key `prot` in `localstack`");
+    assert!(
+        errors[2].starts_with("13:12: wrong type for `timeouts.cluster`"),
+        "{}",
+        errors[2]
+    );
+}
+
+#[test]
+fn several_errors_render_one_line_and_one_hint_each() {
+    let loaded = super::load::parse_recovering("p.yaml", THREE_MISTAKES, PathBuf::from("."));
+    let err = resolve_with_env(loaded.unwrap(), &Overrides::default(), &no_env).unwrap_err();
+    let lines: Vec<&str> = err.message().lines().collect();
+    assert_eq!(lines[0], "invalid profile p.yaml: 3 errors");
+    assert_eq!(lines.len(), 7, "{}", err.message());
+    assert!(
+        lines[2].starts_with("  hint: use tcp (the default), udp or sctp"),
+        "{}",
+        lines[2]
+    );
+    assert!(
+        lines[4].starts_with("  hint: did you mean `port`?"),
+        "{}",
+        lines[4]
+    );
+    assert!(err.hint().is_none());
+}
+
+#[test]
+fn every_structural_error_is_reported_once_in_file_order() {
+    let text = format!(
+        "{HEADER}name: x\ncluster:\n  prvider: k3s\n  servers: 1\nsecrets:\n  - nmae: a\n    value: v\n  - name: b\n    valeu: w\nlocalstack:\n  port: lots\nsecerts: []\n"
+    );
+    let errors = err_list(&text);
+    let summary: Vec<(u64, &str)> = errors
+        .iter()
+        .map(|e| (e.position.as_ref().unwrap().line, e.message.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (5, "unknown key `prvider` in `cluster`"),
+            (8, "unknown key `nmae` in `secrets[]`"),
+            (11, "unknown key `valeu` in `secrets[]`"),
+            (
+                13,
+                "wrong type for `localstack.port`: invalid value: string \"lots\", expected a port number from 1 to 65535, or `auto`"
+            ),
+            (14, "unknown key `secerts` at the top level"),
+        ],
+        "{errors:#?}"
+    );
+}
+
+fn err_list(text: &str) -> Vec<super::ProfileError> {
+    parse_for_test(text)
+        .expect_err("profile should be rejected")
+        .0
+}
+
+#[test]
+fn a_missing_required_key_is_reported_along_with_the_rest() {
+    let text = format!("{HEADER}name: x\ncluster:\n  servers: 1\nlocalstack:\n  prot: 1\n");
+    let errors = err_list(&text);
+    assert_eq!(errors.len(), 2, "{errors:#?}");
+    assert!(
+        errors[0]
+            .message
+            .contains("missing required key `provider`")
+    );
+    assert!(errors[1].message.contains("unknown key `prot`"));
+    // At the top level nothing can stand in for it: reading stops there.
+    let errors = err_list(&format!("{HEADER}cluster:\n  prvider: k3s\n"));
+    let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(messages.len(), 2, "{messages:#?}");
+    assert!(messages[0].contains("missing required key `name`"));
+    assert!(messages[1].contains("unknown key `prvider`"));
+}
+
+#[test]
+fn structural_and_semantic_errors_are_reported_together() {
+    let text = format!(
+        "{HEADER}name: Bad_Name\nlocalstack:\n  services: [secretsmanager, sts]\n  bindAddress: localhost\n  regoin: us-east-1\nsecrets:\n  - name: a\n    value: v\n    fromEnv: A\n"
+    );
+    let errors = all_errors(&text);
+    assert_eq!(errors.len(), 5, "{errors:#?}");
+    assert!(errors[0].starts_with("3:7: "), "{}", errors[0]);
+    assert!(
+        errors[1].starts_with("5:13: `localstack.services` lacks `s3`"),
+        "{}",
+        errors[1]
+    );
+    assert!(
+        errors[2].starts_with("6:16: `localstack.bindAddress` `localhost`"),
+        "{}",
+        errors[2]
+    );
+    assert!(
+        errors[3].starts_with("7:3: unknown key `regoin`"),
+        "{}",
+        errors[3]
+    );
+    assert!(
+        errors[4].starts_with("9:5: secret `a` has several value sources"),
+        "{}",
+        errors[4]
+    );
+}
+
+#[test]
+fn literal_and_json_values_are_held_to_the_secret_string_limit() {
+    let literal = |bytes: usize| {
+        format!(
+            "{HEADER}name: x\nsecrets:\n  - name: big\n    value: {}\n",
+            "v".repeat(bytes)
+        )
+    };
+    let none = HashMap::new();
+    assert!(resolve(&literal(65_536), &Overrides::default(), &none).is_ok());
+    let err = resolve(&literal(65_537), &Overrides::default(), &none).unwrap_err();
+    assert_eq!(err.kind(), crate::Kind::User);
+    assert!(
+        err.message()
+            .contains("test.yaml:6:12: secret `big`: `value` is 65537 bytes"),
+        "{}",
+        &err.message()[..200.min(err.message().len())]
+    );
+    assert!(!err.message().contains("vvvv"), "value leaked");
+    assert!(err.hint().unwrap().contains("65,536 bytes"));
+
+    // Measured as stored: `{"k":"..."}` adds 8 bytes to the value.
+    let json = format!(
+        "{HEADER}name: x\nsecrets:\n  - name: doc\n    json:\n      k: {}\n",
+        "j".repeat(65_529)
+    );
+    let err = resolve(&json, &Overrides::default(), &none).unwrap_err();
+    assert!(
+        err.message()
+            .contains("secret `doc`: `json` is 65537 bytes"),
+        "{}",
+        &err.message()[..200.min(err.message().len())]
+    );
+}
+
+#[test]
+fn secret_names_follow_the_secrets_manager_rules() {
+    let named = |name: &str| format!("{HEADER}name: x\nsecrets:\n  - name: {name}\n    value: v\n");
+    let none = HashMap::new();
+    assert!(resolve(&named(&"n".repeat(512)), &Overrides::default(), &none).is_ok());
+    assert!(
+        resolve(
+            &named("team/app+db=1.x@y_z-AB"),
+            &Overrides::default(),
+            &none
+        )
+        .is_ok()
+    );
+    let err = resolve(&named(&"n".repeat(513)), &Overrides::default(), &none).unwrap_err();
+    assert!(
+        err.message().contains("must be 1 to 512 characters"),
+        "{}",
+        err.message()
+    );
+    assert!(err.message().contains("test.yaml:5:"), "{}", err.message());
+}
+
+#[test]
+fn positions_of_key_paths() {
+    use super::load::position_of_path;
+    let text = "name: x\ncluster:\n  ports:\n    - hostPort: 1\n      protocol: tcp\n    - hostPort: 2\n      protocol: udp\n  k3sArgs:\n  - --a\nflux:\n  components: [a, b]\nsecrets:\n  -\n    name: s\n";
+    let at = |path: &str| position_of_path(text, path).map(|p| (p.line, p.column));
+    assert_eq!(at("name"), Some((1, 7)));
+    assert_eq!(at("cluster"), Some((2, 1)));
+    assert_eq!(at("cluster.ports[0]"), Some((4, 7)));
+    assert_eq!(at("cluster.ports[1].protocol"), Some((7, 17)));
+    assert_eq!(at("cluster.k3sArgs[0]"), Some((9, 5)));
+    // Flow style is not looked into: the closest enclosing value is given.
+    assert_eq!(at("flux.components[1]"), Some((11, 15)));
+    assert_eq!(at("secrets[0].name"), Some((14, 11)));
+    assert_eq!(at("cluster.ports[2].protocol"), Some((3, 3)));
+    assert_eq!(at("localstack.port"), None);
 }

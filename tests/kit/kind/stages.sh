@@ -204,7 +204,7 @@ kind_image() {
   local stamp ctx base=""
   case $kind in
     net) base=$KIND_NET_BASE ;;
-    local-path) base=$KIT_BASE_IMAGE ;;
+    local-path) base=$KIND_NET_BASE ;;   # shares its Debian layer with kube-proxy and flannel
   esac
   stamp=$(stamp_of "$ref" "$input" "$(cat "$KIND_DIR/images/Dockerfile.$kind" "$KIND_DIR/images/iptables-wrapper.sh" | sha256sum)" \
     "${base:+$(docker image inspect -f '{{.Id}}' "$base")}")
@@ -225,7 +225,6 @@ kind_image() {
 kind_stage_images() {
   local k8s=$1 add=$2 v=$KIND_K8S_VERSION c ctx stamp ref
   host_packages ca-certificates libcap2-bin gcc libc6-dev
-  kit_base_image
   kit_rootfs_image "$KIND_NET_BASE" "ca-certificates,iptables,nftables,conntrack,ipset,iproute2,kmod"
   for c in kube-apiserver kube-controller-manager kube-scheduler; do
     kind_image "registry.k8s.io/$c:$v" static "$(basename "$k8s")" "$k8s/bin/$c"
@@ -238,7 +237,7 @@ kind_stage_images() {
   # CoreDNS and pause: the kit's own image recipes (components/coredns.sh,
   # pause.sh) at the versions kubeadm $v asks for.
   ref=registry.k8s.io/coredns/coredns:v$KIND_COREDNS_VERSION
-  stamp=$(stamp_of "$ref" "$(basename "$add")" "$(cat "$KIT_ROOT/coredns/Dockerfile" | sha256sum)")
+  stamp=$(stamp_of "$ref" "$(basename "$add")" "$(sha256sum <"$KIT_ROOT/coredns/Dockerfile")")
   if ! image_stamp_ok "$ref" "$stamp"; then
     ctx="$KIT_CACHE/build/kind-coredns"; rm -rf "$ctx"; mkdir -p "$ctx"
     cp "$add/bin/coredns" "$ctx/coredns"
@@ -315,15 +314,20 @@ kind_stage_node() {
   kit_rootfs_image "$KIND_NODE_BASE" "$KIND_NODE_PACKAGES"
   ctx="$KIT_CACHE/build/kind-node"
   kind_node_context "$ctx" "$k8s" "$rt"
+  local old_stage; old_stage=$(docker image inspect -f '{{.Id}}' "$stage" 2>/dev/null || true)
   docker_build "$stage" "$stamp" "$ctx" --build-arg "BASE=$KIND_NODE_BASE"
-  # shellcheck disable=SC2046
+  if [ -n "$old_stage" ] && [ "$old_stage" != "$(docker image inspect -f '{{.Id}}' "$stage")" ]; then
+    docker rmi "$old_stage" >/dev/null 2>&1 || true
+  fi
   log "docker save the pod images"
+  # shellcheck disable=SC2046
   docker save $(kind_pod_images) -o "$ctx/images.tar"
   cid=devstack-kit-kind-build-$$-$RANDOM
   # (not --privileged: importing with --no-unpack mounts nothing; no
   # --label: docker commit would copy it into the image, and every kind node
   # container would inherit it)
-  docker run -d --name "$cid" \
+  # --init reaps containerd once it is stopped (sleep as PID 1 would not).
+  docker run -d --init --name "$cid" \
     --entrypoint sleep --security-opt seccomp=unconfined "$stage" infinity >/dev/null \
     || die "cannot start the node build container"
   # shellcheck disable=SC2064
@@ -344,6 +348,7 @@ kind_stage_node() {
   docker exec "$cid" bash -c 'pkill containerd; for i in $(seq 1 50); do pgrep -x containerd >/dev/null || exit 0; sleep 0.2; done; exit 1' \
     || die "containerd did not stop in the build container"
   docker exec "$cid" rm -f /var/log/kit-containerd.log
+  local old_id; old_id=$(docker image inspect -f '{{.Id}}' "$KIND_NODE_IMAGE" 2>/dev/null || true)
   log "docker commit $KIND_NODE_IMAGE"
   docker commit \
     --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
@@ -353,5 +358,8 @@ kind_stage_node() {
     "$cid" "$KIND_NODE_IMAGE" >/dev/null || die "docker commit $KIND_NODE_IMAGE failed"
   docker rm -f -v "$cid" >/dev/null 2>&1 || true
   trap - EXIT
+  # The replaced node image (~1 GB of its own layer) is dead weight; docker
+  # refuses if a container still uses it.
+  [ -z "$old_id" ] || docker rmi "$old_id" >/dev/null 2>&1 || true
   rm -rf "$ctx" "$ctx.log" "$ctx.import.log"
 }

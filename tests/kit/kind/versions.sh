@@ -1,7 +1,7 @@
 # Versions of the kit's kind CLI and Kind node image (sourced by
 # components/kind.sh and test.d/30-kind.sh). Image references are the upstream
 # ones, so the same names work online and offline.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034
 
 # kind CLI (sigs.k8s.io/kind); its images/base/files are the node's systemd
 # units, entrypoint and containerd config.

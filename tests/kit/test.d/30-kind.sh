@@ -113,7 +113,7 @@ log "PASS CoreDNS available after $((SECONDS - t0))s"
 
 # --- pod-to-pod across nodes ---------------------------------------------------------
 "$KIND" load image-archive "$testbox_tar" --name "$CLUSTER" >/dev/null 2>&1 || fail "kind load image-archive"
-nodes=($(kubectl get nodes -o jsonpath='{.items[*].metadata.name}'))
+read -r -a nodes <<<"$(kubectl get nodes -o jsonpath='{.items[*].metadata.name}')"
 for i in 0 1; do
   kubectl apply -f - >/dev/null <<EOF
 apiVersion: v1
