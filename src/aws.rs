@@ -40,7 +40,7 @@ fn timeouts() -> TimeoutConfig {
 pub fn secrets_manager(settings: &Settings) -> aws_sdk_secretsmanager::Client {
     let config = aws_sdk_secretsmanager::Config::builder()
         .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(crate::localstack::endpoint_url(settings))
+        .endpoint_url(settings.localstack.endpoint_url())
         .region(Region::new(settings.localstack.region.clone()))
         .credentials_provider(credentials())
         .retry_config(retry())
@@ -54,7 +54,7 @@ pub fn secrets_manager(settings: &Settings) -> aws_sdk_secretsmanager::Client {
 pub fn s3(settings: &Settings) -> aws_sdk_s3::Client {
     let config = aws_sdk_s3::Config::builder()
         .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(crate::localstack::endpoint_url(settings))
+        .endpoint_url(settings.localstack.endpoint_url())
         .region(Region::new(settings.localstack.region.clone()))
         .credentials_provider(credentials())
         .force_path_style(true)

@@ -22,7 +22,8 @@ use crate::gitops::{
 use crate::k8s::conditions::{self, one_line};
 use crate::k8s::dynamic_api;
 use crate::profile::Settings;
-use crate::verify::{ESO_GROUP, ESO_VERSION, profile_external_secret_name};
+use crate::profile::settings::profile_external_secret_name;
+use crate::verify::{ESO_GROUP, ESO_VERSION};
 use crate::{docker, localstack, state};
 
 const KUSTOMIZATION_API: &str = "kustomize.toolkit.fluxcd.io/v1";
@@ -201,7 +202,7 @@ async fn localstack_row(settings: &Settings) -> StatusRow {
         .unwrap_or_else(|| "unknown".into());
     let endpoint = match localstack::describe(&docker, settings).await {
         Ok(e) => e.url,
-        Err(_) => localstack::endpoint_url(settings),
+        Err(_) => settings.localstack.endpoint_url(),
     };
     if state != "running" {
         return StatusRow::new("localstack", name, Health::Unhealthy, state)

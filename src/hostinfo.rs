@@ -1,8 +1,10 @@
 //! Facts about the host that preflight checks need: free ports and who holds
-//! them, memory, disk and inotify limits. Linux facts come from /proc.
+//! them, memory, disk and inotify limits, the versions of tools on PATH.
+//! Linux facts come from /proc.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::Path;
+use std::time::Duration;
 
 /// Whether a TCP port can be bound on `address` right now.
 pub fn port_is_free(address: IpAddr, port: u16) -> bool {
@@ -101,6 +103,36 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// `TOOL version`-style output, first line, bounded in time.
+pub async fn tool_version(path: &Path, args: &[&str]) -> Option<String> {
+    let output = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::process::Command::new(path).args(args).output(),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .next()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+}
+
+/// Extracts the first `vX.Y.Z` from a version line.
+pub fn parse_semver(text: &str) -> Option<(u64, u64, u64)> {
+    text.split(|c: char| c.is_whitespace() || c == ':' || c == ',' || c == '"')
+        .filter_map(|word| {
+            let word = word.strip_prefix('v').unwrap_or(word);
+            let mut parts = word.split(|c: char| !c.is_ascii_digit());
+            let major = parts.next()?.parse().ok()?;
+            let minor = parts.next()?.parse().ok()?;
+            let patch = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+            Some((major, minor, patch))
+        })
+        .next()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,5 +164,16 @@ mod tests {
     fn formats_sizes() {
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(3 * 1024 * 1024 * 1024), "3.0 GiB");
+    }
+
+    #[test]
+    fn parses_tool_versions() {
+        assert_eq!(
+            parse_semver("kind v0.30.0 go1.24.6 linux/amd64"),
+            Some((0, 30, 0))
+        );
+        assert_eq!(parse_semver("flux: v2.6.4"), Some((2, 6, 4)));
+        assert_eq!(parse_semver("Client Version: v1.33.1"), Some((1, 33, 1)));
+        assert_eq!(parse_semver("no version here"), None);
     }
 }

@@ -3,7 +3,6 @@
 //! stack uses report available.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
@@ -21,7 +20,8 @@ use crate::hostinfo;
 use crate::profile::{HostPort, Settings};
 use crate::state::StackRecord;
 
-pub const CONTAINER_PORT: u16 = 4566;
+/// The port LocalStack listens on inside its container, which pods reach.
+pub const CONTAINER_PORT: u16 = crate::k8s::LOCALSTACK_PORT;
 pub const ROLE: &str = "localstack";
 /// Label holding the spec (as JSON) so a recreate can say what changed.
 const LABEL_SPEC: &str = "dev.devstack.spec";
@@ -157,28 +157,6 @@ pub fn container_name(settings: &Settings) -> String {
 
 pub fn network_name(settings: &Settings) -> String {
     settings.resource_prefix()
-}
-
-/// Address clients on this host use to reach a port bound on `bind`.
-fn client_host(bind: IpAddr) -> String {
-    if bind.is_unspecified() {
-        "127.0.0.1".into()
-    } else if bind.is_ipv6() {
-        format!("[{bind}]")
-    } else {
-        bind.to_string()
-    }
-}
-
-/// The URL clients on this host use. With `port: auto` the port is known
-/// once the stack's LocalStack exists (see [`require_port`]); before that
-/// the URL names port 0, which no client can reach, never another stack.
-pub fn endpoint_url(settings: &Settings) -> String {
-    format!(
-        "http://{}:{}",
-        client_host(settings.localstack.bind_address),
-        settings.localstack.host_port().unwrap_or(0)
-    )
 }
 
 /// The LocalStack host port, or a clear error when the stack has not
@@ -441,7 +419,7 @@ async fn wait_healthy(
 ) -> Result<BTreeMap<String, String>, Error> {
     let name = container_name(settings);
     let timeout = settings.timeouts.localstack.get();
-    let url = format!("{}/_localstack/health", endpoint_url(settings));
+    let url = format!("{}/_localstack/health", settings.localstack.endpoint_url());
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(3))
         .no_proxy()
@@ -587,7 +565,7 @@ pub async fn describe(docker: &Docker, settings: &Settings) -> Result<Endpoint, 
     };
     Ok(Endpoint {
         container: name,
-        url: endpoint_url(settings),
+        url: settings.localstack.endpoint_url(),
         host_port: settings.localstack.host_port().unwrap_or_default(),
         network_ip,
     })

@@ -1,3 +1,6 @@
+//! The `devstack` binary: parse arguments, run the command, map the error
+//! to an exit code.
+
 use clap::Parser;
 
 use devstack::cli::Cli;

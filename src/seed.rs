@@ -175,7 +175,7 @@ pub async fn seed(
 ) -> Result<SeedReport, Error> {
     let started = Instant::now();
     let desired = resolve_all(&settings.secrets)?;
-    let endpoint = crate::localstack::endpoint_url(settings);
+    let endpoint = settings.localstack.endpoint_url();
     let work = settings
         .secrets
         .iter()

@@ -411,7 +411,7 @@ impl Stack {
 
 /// Variables for using the stack from other tools; no secret values.
 pub fn exports(settings: &Settings) -> Vec<(&'static str, String)> {
-    let endpoint = localstack::endpoint_url(settings);
+    let endpoint = settings.localstack.endpoint_url();
     let region = settings.localstack.region.clone();
     let mut vars = vec![
         ("DEVSTACK_STACK", settings.name.clone()),

@@ -30,7 +30,7 @@ use crate::error::Error;
 use crate::gitops::CLUSTER_SECRET_STORE;
 use crate::k8s::{conditions, dynamic_api};
 use crate::profile::schema::{Charset, GenerateSpec};
-use crate::profile::settings::SecretSettings;
+use crate::profile::settings::profile_external_secret_name;
 use crate::profile::{SecretString, Settings};
 use crate::ui::{Step, Ui, format_duration};
 
@@ -169,41 +169,6 @@ fn failure_hint(settings: &Settings, check: &str) -> String {
     }
 }
 
-/// Namespace and name of the ExternalSecret (and of its target Secret) that
-/// stands for a profile secret: the sync spec's namespace (default
-/// `default`) and `secretName`, else the secret's name with `/` replaced by
-/// `-`, made a valid Kubernetes name (lowercase; other characters AWS allows
-/// but Kubernetes does not become `-`).
-pub fn profile_external_secret_name(secret: &SecretSettings) -> (String, String) {
-    let namespace = secret
-        .sync
-        .as_ref()
-        .map(|s| s.namespace.clone())
-        .unwrap_or_else(|| "default".into());
-    let name = match secret.sync.as_ref().and_then(|s| s.secret_name.clone()) {
-        Some(name) => name,
-        None => kube_name(&secret.name),
-    };
-    (namespace, name)
-}
-
-/// A DNS-1123 subdomain from an AWS secret name.
-fn kube_name(name: &str) -> String {
-    let mapped: String = name
-        .chars()
-        .map(|c| match c.to_ascii_lowercase() {
-            c @ ('a'..='z' | '0'..='9' | '.' | '-') => c,
-            _ => '-',
-        })
-        .collect();
-    let trimmed = mapped.trim_matches(|c: char| !c.is_ascii_alphanumeric());
-    let mut out: String = trimmed.chars().take(253).collect();
-    while out.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
-        out.pop();
-    }
-    if out.is_empty() { "secret".into() } else { out }
-}
-
 /// Whether an ExternalSecret (as JSON) reports Ready=True, SecretSynced.
 pub fn external_secret_synced(object: &Value) -> bool {
     conditions::condition(object, "Ready")
@@ -267,7 +232,7 @@ pub async fn run(
 
 /// LocalStack must answer before anything is created.
 async fn preflight_localstack(settings: &Settings) -> Result<(), Error> {
-    let endpoint = crate::localstack::endpoint_url(settings);
+    let endpoint = settings.localstack.endpoint_url();
     let hint = "start it with `devstack localstack up` (or the whole stack with `devstack up`)";
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(3))
@@ -668,7 +633,7 @@ impl Runner<'_> {
     }
 
     fn aws_reason<E: ProvideErrorMetadata, R>(&self, what: &str, err: &SdkError<E, R>) -> String {
-        let endpoint = crate::localstack::endpoint_url(self.settings);
+        let endpoint = self.settings.localstack.endpoint_url();
         match err {
             SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => {
                 format!("cannot {what}: LocalStack at {endpoint} did not answer")
@@ -1054,6 +1019,7 @@ mod tests {
     use super::*;
     use crate::error::Kind;
     use crate::profile::schema::{SecretFormat, SyncSpec};
+    use crate::profile::settings::{SecretSettings, kube_name};
 
     fn secret(name: &str, sync: Option<SyncSpec>) -> SecretSettings {
         SecretSettings {

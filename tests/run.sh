@@ -30,7 +30,7 @@ if want lint; then
 fi
 
 if want unit; then
-  group unit cargo test --lib --bins --test cli
+  group unit cargo test --lib --bins --test cli --test layers
 fi
 
 if want docker; then

@@ -1,3 +1,5 @@
+//! `devstack cluster up|down`: the stack's cluster alone.
+
 use serde_json::json;
 
 use crate::cli::ClusterCommand;

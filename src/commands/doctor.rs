@@ -2,7 +2,6 @@
 
 use std::net::IpAddr;
 use std::path::Path;
-use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::json;
@@ -204,36 +203,6 @@ fn disk_check(root: &Path) -> Check {
     }
 }
 
-/// `TOOL version`-style output, first line, bounded in time.
-pub async fn tool_version(path: &Path, args: &[&str]) -> Option<String> {
-    let output = tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio::process::Command::new(path).args(args).output(),
-    )
-    .await
-    .ok()?
-    .ok()?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    text.lines()
-        .next()
-        .map(|l| l.trim().to_string())
-        .filter(|l| !l.is_empty())
-}
-
-/// Extracts the first `vX.Y.Z` from a version line.
-pub fn parse_semver(text: &str) -> Option<(u64, u64, u64)> {
-    text.split(|c: char| c.is_whitespace() || c == ':' || c == ',' || c == '"')
-        .filter_map(|word| {
-            let word = word.strip_prefix('v').unwrap_or(word);
-            let mut parts = word.split(|c: char| !c.is_ascii_digit());
-            let major = parts.next()?.parse().ok()?;
-            let minor = parts.next()?.parse().ok()?;
-            let patch = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-            Some((major, minor, patch))
-        })
-        .next()
-}
-
 async fn binary_checks(settings: &Settings) -> Vec<Check> {
     let mut out = Vec::new();
     let kind_required = settings.cluster.provider == Provider::Kind;
@@ -266,14 +235,14 @@ async fn binary_checks(settings: &Settings) -> Vec<Check> {
     for (tool, args, required, hint) in tools {
         match which::which(tool) {
             Ok(path) => {
-                let version = tool_version(&path, args).await;
+                let version = hostinfo::tool_version(&path, args).await;
                 let detail = format!(
                     "{} ({})",
                     version.clone().unwrap_or_else(|| "version unknown".into()),
                     path.display()
                 );
                 if tool == "kind" && required {
-                    let parsed = version.as_deref().and_then(parse_semver);
+                    let parsed = version.as_deref().and_then(hostinfo::parse_semver);
                     let (a, b, c) = versions::KIND_MIN_VERSION;
                     match parsed {
                         Some(v) if v < versions::KIND_MIN_VERSION => {
@@ -438,21 +407,5 @@ fn inotify_check(provider: Provider) -> Check {
     match provider {
         Provider::Kind => Check::fail("inotify", format!("{detail} (too low for Kind)"), hint),
         Provider::K3s => Check::warn("inotify", format!("{detail} (low)"), hint),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_tool_versions() {
-        assert_eq!(
-            parse_semver("kind v0.30.0 go1.24.6 linux/amd64"),
-            Some((0, 30, 0))
-        );
-        assert_eq!(parse_semver("flux: v2.6.4"), Some((2, 6, 4)));
-        assert_eq!(parse_semver("Client Version: v1.33.1"), Some((1, 33, 1)));
-        assert_eq!(parse_semver("no version here"), None);
     }
 }

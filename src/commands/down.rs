@@ -1,3 +1,5 @@
+//! `devstack down [--all]`.
+
 use serde_json::json;
 
 use crate::cli::DownArgs;

@@ -1,3 +1,5 @@
+//! `devstack env`: shell exports for using the stack from other tools.
+
 use crate::cli::{EnvArgs, ShellKind};
 use crate::commands::Context;
 use crate::error::Error;

@@ -1,3 +1,5 @@
+//! `devstack localstack up|down|logs|status`: the stack's LocalStack alone.
+
 use futures::StreamExt;
 use serde_json::json;
 
@@ -95,7 +97,7 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
                 .no_proxy()
                 .build()
                 .map_err(|e| Error::internal(format!("HTTP client: {e}")))?;
-            let url = format!("{}/_localstack/health", localstack::endpoint_url(&settings));
+            let url = format!("{}/_localstack/health", settings.localstack.endpoint_url());
             let health = localstack::health(&client, &url).await;
             let healthy = health.as_ref().is_ok_and(|services| {
                 settings.localstack.services.iter().all(|s| {
@@ -109,7 +111,7 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
                 ctx.ui.emit_json(&json!({
                     "container": name,
                     "state": state,
-                    "url": localstack::endpoint_url(&settings),
+                    "url": settings.localstack.endpoint_url(),
                     "healthy": healthy,
                     "services": health.as_ref().ok(),
                 }));
@@ -118,7 +120,7 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
                     "{} {name}: {} at {}",
                     ctx.ui.check_mark(healthy),
                     state.as_deref().unwrap_or("absent"),
-                    localstack::endpoint_url(&settings)
+                    settings.localstack.endpoint_url()
                 ));
                 if let Ok(services) = &health {
                     for s in &settings.localstack.services {

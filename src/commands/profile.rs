@@ -1,3 +1,5 @@
+//! `devstack profile validate|show|list`.
+
 use serde_json::json;
 
 use crate::cli::ProfileCommand;

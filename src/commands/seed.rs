@@ -1,3 +1,5 @@
+//! `devstack seed`: write the profile's secrets to LocalStack.
+
 use crate::cli::SeedArgs;
 use crate::commands::Context;
 use crate::error::Error;
@@ -21,7 +23,7 @@ pub async fn run(ctx: &Context, args: SeedArgs) -> Result<i32, Error> {
     let step = ctx.ui.step(format!(
         "{} secrets in {}",
         if args.dry_run { "Checking" } else { "Seeding" },
-        crate::localstack::endpoint_url(&settings)
+        settings.localstack.endpoint_url()
     ));
     let timeout = seed::default_timeout(&settings);
     let report = match tokio::time::timeout(timeout, seed::seed(&settings, &client, options)).await

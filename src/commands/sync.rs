@@ -1,3 +1,5 @@
+//! `devstack sync`: republish the manifests and wait for the chain.
+
 use serde_json::json;
 
 use crate::cli::SyncArgs;

@@ -1,3 +1,5 @@
+//! `devstack up`: the library's `Stack::up`, rendered, with the next commands.
+
 use crate::cli::UpArgs;
 use crate::commands::Context;
 use crate::error::Error;

@@ -1,3 +1,5 @@
+//! `devstack verify`: the round trip, cancellable with Ctrl-C.
+
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::VerifyArgs;

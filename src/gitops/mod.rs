@@ -238,7 +238,7 @@ pub fn profile_external_secrets(settings: &Settings) -> Vec<Value> {
         let Some(sync) = &secret.sync else {
             continue;
         };
-        let (namespace, name) = crate::verify::profile_external_secret_name(secret);
+        let (namespace, name) = crate::profile::settings::profile_external_secret_name(secret);
         let json_object = matches!(secret.source, SecretSource::Json(_))
             || secret.format == crate::profile::schema::SecretFormat::Json;
         let data = if json_object {

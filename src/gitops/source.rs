@@ -153,7 +153,7 @@ pub async fn publish(settings: &Settings, objects: &Tree) -> Result<PublishRepor
     let unreachable = |what: &str, e: String| {
         Error::prerequisite(format!(
             "cannot {what} in LocalStack S3 at {}: {e}",
-            crate::localstack::endpoint_url(settings)
+            settings.localstack.endpoint_url()
         ))
         .with_hint("start LocalStack with `devstack localstack up` (or `devstack up`); S3 must be in `localstack.services`")
     };

@@ -104,11 +104,13 @@ pub const FIELD_MANAGER: &str = "devstack";
 /// The in-cluster name pods use for LocalStack, on either provider.
 pub const LOCALSTACK_NAMESPACE: &str = "localstack";
 pub const LOCALSTACK_SERVICE: &str = "localstack";
+/// LocalStack's port inside its container and behind the in-cluster Service.
+pub const LOCALSTACK_PORT: u16 = 4566;
 
 pub fn localstack_in_cluster_url() -> String {
     format!(
         "http://{LOCALSTACK_SERVICE}.{LOCALSTACK_NAMESPACE}.svc.cluster.local:{}",
-        crate::localstack::CONTAINER_PORT
+        LOCALSTACK_PORT
     )
 }
 
@@ -116,7 +118,7 @@ pub fn localstack_in_cluster_url() -> String {
 /// on the stack network. Re-run whenever that address may have changed.
 pub async fn route_localstack(client: &kube::Client, container_ip: &str) -> Result<(), Error> {
     use serde_json::json;
-    let port = crate::localstack::CONTAINER_PORT;
+    let port = LOCALSTACK_PORT;
     apply(client, &json!({
         "apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": LOCALSTACK_NAMESPACE, "labels": {"app.kubernetes.io/managed-by": "devstack"}},

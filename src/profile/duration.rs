@@ -1,3 +1,5 @@
+//! Durations as Kubernetes and Flux users write them (`90s`, `5m`, `1m30s`).
+
 use std::fmt;
 use std::time::Duration;
 

@@ -288,6 +288,20 @@ impl LocalStackSettings {
     pub fn host_port(&self) -> Option<u16> {
         self.port.fixed().or(self.bound_port)
     }
+
+    /// The URL clients on this host use. With `port: auto` the port is
+    /// known once the stack's LocalStack exists; before that the URL names
+    /// port 0, which no client can reach, never another stack.
+    pub fn endpoint_url(&self) -> String {
+        let host = if self.bind_address.is_unspecified() {
+            "127.0.0.1".to_string()
+        } else if self.bind_address.is_ipv6() {
+            format!("[{}]", self.bind_address)
+        } else {
+            self.bind_address.to_string()
+        };
+        format!("http://{host}:{}", self.host_port().unwrap_or(0))
+    }
 }
 
 /// A word a POSIX shell reads back unchanged.
@@ -301,6 +315,41 @@ fn shell_word(word: &str) -> String {
     } else {
         format!("'{}'", word.replace('\'', r"'\''"))
     }
+}
+
+/// Namespace and name of the ExternalSecret (and of its target Secret) that
+/// stands for a profile secret: the sync spec's namespace (default
+/// `default`) and `secretName`, else the secret's name with `/` replaced by
+/// `-`, made a valid Kubernetes name (lowercase; other characters AWS allows
+/// but Kubernetes does not become `-`).
+pub fn profile_external_secret_name(secret: &SecretSettings) -> (String, String) {
+    let namespace = secret
+        .sync
+        .as_ref()
+        .map(|s| s.namespace.clone())
+        .unwrap_or_else(|| "default".into());
+    let name = match secret.sync.as_ref().and_then(|s| s.secret_name.clone()) {
+        Some(name) => name,
+        None => kube_name(&secret.name),
+    };
+    (namespace, name)
+}
+
+/// A DNS-1123 subdomain from an AWS secret name.
+pub(crate) fn kube_name(name: &str) -> String {
+    let mapped: String = name
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '.' | '-') => c,
+            _ => '-',
+        })
+        .collect();
+    let trimmed = mapped.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    let mut out: String = trimmed.chars().take(253).collect();
+    while out.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
+        out.pop();
+    }
+    if out.is_empty() { "secret".into() } else { out }
 }
 
 type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;

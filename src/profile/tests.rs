@@ -1,3 +1,6 @@
+//! Unit tests of profile loading and resolution: positions, hints,
+//! precedence, every error in one run, limits.
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 
