@@ -18,7 +18,7 @@ fn usage_errors_exit_2() {
 #[test]
 fn profile_errors_exit_2() {
     let stack = TestStack::new("exit-profile");
-    let profile = stack.profile("timeouts:\n  cluster: soon\n");
+    let profile = stack.profile("flux:\n  componets: [source-controller]\n");
     let run = stack.run(&profile, &["up"]);
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(run.stderr.contains("profile.yaml:"), "{}", run.stderr);
