@@ -209,13 +209,9 @@ async fn localstack_row(settings: &Settings) -> StatusRow {
             .detail(format!("at {endpoint}"))
             .hint(up);
     }
-    let http = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(3))
-        .no_proxy()
-        .build();
-    let health = match http {
-        Ok(http) => localstack::health(&http, &format!("{endpoint}/_localstack/health")).await,
-        Err(e) => Err(format!("HTTP client: {e}")),
+    let health = match localstack::HealthClient::new(&endpoint) {
+        Ok(client) => client.services().await,
+        Err(e) => Err(e.message().to_string()),
     };
     match health {
         Ok(services) => {

@@ -419,12 +419,7 @@ async fn wait_healthy(
 ) -> Result<BTreeMap<String, String>, Error> {
     let name = container_name(settings);
     let timeout = settings.timeouts.localstack.get();
-    let url = format!("{}/_localstack/health", settings.localstack.endpoint_url());
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(3))
-        .no_proxy()
-        .build()
-        .map_err(|e| Error::internal(format!("HTTP client: {e}")))?;
+    let client = HealthClient::new(&settings.localstack.endpoint_url())?;
     let mut last_state;
     loop {
         let state = docker::inspect(docker, &name).await?.and_then(|c| c.state);
@@ -438,7 +433,7 @@ async fn wait_healthy(
             )
             .with_hint(format!("`devstack localstack logs` shows the full log; check the image `{}`", settings.localstack.image)));
         }
-        match health(&client, &url).await {
+        match client.services().await {
             Ok(services) => {
                 let missing = unavailable_services(settings, &services);
                 if missing.is_empty() {
@@ -496,10 +491,35 @@ pub fn unavailable_services<'a>(
 }
 
 /// Service name -> state from LocalStack's health endpoint.
-pub async fn health(
-    client: &reqwest::Client,
-    url: &str,
-) -> Result<BTreeMap<String, String>, String> {
+/// LocalStack's health endpoint (`/_localstack/health`): the one client
+/// `up`, `status`, `verify` and `localstack status` ask, with a short
+/// timeout so a hung LocalStack is reported, not waited on.
+pub struct HealthClient {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl HealthClient {
+    /// For LocalStack at `endpoint` (`http://127.0.0.1:4566`).
+    pub fn new(endpoint: &str) -> Result<Self, Error> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(3))
+            .no_proxy()
+            .build()
+            .map_err(|e| Error::internal(format!("HTTP client: {e}")))?;
+        Ok(HealthClient {
+            http,
+            url: format!("{endpoint}/_localstack/health"),
+        })
+    }
+
+    /// Service name -> state, or why LocalStack did not answer.
+    pub async fn services(&self) -> Result<BTreeMap<String, String>, String> {
+        health(&self.http, &self.url).await
+    }
+}
+
+async fn health(client: &reqwest::Client, url: &str) -> Result<BTreeMap<String, String>, String> {
     let response = client
         .get(url)
         .send()

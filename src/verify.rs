@@ -234,13 +234,10 @@ pub async fn run(
 async fn preflight_localstack(settings: &Settings) -> Result<(), Error> {
     let endpoint = settings.localstack.endpoint_url();
     let hint = "start it with `devstack localstack up` (or the whole stack with `devstack up`)";
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(3))
-        .no_proxy()
-        .build()
-        .map_err(|e| Error::internal(format!("HTTP client: {e}")))?;
-    let url = format!("{endpoint}/_localstack/health");
-    match crate::localstack::health(&http, &url).await {
+    match crate::localstack::HealthClient::new(&endpoint)?
+        .services()
+        .await
+    {
         Err(why) => Err(Error::unhealthy(format!(
             "LocalStack at {endpoint} is not reachable ({why})"
         ))

@@ -92,20 +92,11 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
                 .and_then(|c| c.state)
                 .and_then(|s| s.status)
                 .map(|s| s.to_string());
-            let client = reqwest::Client::builder()
-                .timeout(std::time::Duration::from_secs(3))
-                .no_proxy()
-                .build()
-                .map_err(|e| Error::internal(format!("HTTP client: {e}")))?;
-            let url = format!("{}/_localstack/health", settings.localstack.endpoint_url());
-            let health = localstack::health(&client, &url).await;
+            let health = localstack::HealthClient::new(&settings.localstack.endpoint_url())?
+                .services()
+                .await;
             let healthy = health.as_ref().is_ok_and(|services| {
-                settings.localstack.services.iter().all(|s| {
-                    matches!(
-                        services.get(s).map(String::as_str),
-                        Some("available" | "running")
-                    )
-                })
+                localstack::unavailable_services(&settings, services).is_empty()
             });
             if ctx.ui.json() {
                 ctx.ui.emit_json(&json!({
