@@ -167,6 +167,9 @@ pub enum ClusterCommand {
         /// Keep a half-created cluster on failure or Ctrl-C, for debugging
         #[arg(long)]
         retain: bool,
+        /// Recreate the cluster when it differs from the profile in what cannot change in place
+        #[arg(long)]
+        recreate: bool,
     },
     /// Remove the cluster, its volumes and its kubeconfig context
     Down,
@@ -193,6 +196,9 @@ pub struct UpArgs {
     /// Skip the round trip at the end (default: the profile's `verify.onUp`)
     #[arg(long)]
     pub no_verify: bool,
+    /// Recreate the cluster when it differs from the profile in what cannot change in place (node image, Kubernetes version, Kind node count, ports); LocalStack and its secrets are kept
+    #[arg(long)]
+    pub recreate: bool,
 }
 
 #[derive(Debug, Args)]

@@ -40,6 +40,9 @@ pub struct UpOptions {
     /// Roll back when Ctrl-C / SIGINT arrives (the CLI sets this; a library
     /// caller usually handles signals itself).
     pub handle_interrupt: bool,
+    /// Recreate the cluster when it differs from the profile in what its
+    /// provider cannot change in place; LocalStack is kept.
+    pub recreate: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -236,7 +239,7 @@ impl Stack {
                 "Preflight",
                 Some((settings.timeouts.preflight.get(), "timeouts.preflight")),
                 |_| async {
-                    preflight(docker, settings)
+                    preflight(docker, settings, options.recreate)
                         .await
                         .map(|()| ((), String::new()))
                 },
@@ -282,7 +285,10 @@ impl Stack {
             ),
             None,
             |step: Arc<Step>| async move {
-                let options = cluster::UpOptions { retain: true };
+                let options = cluster::UpOptions {
+                    retain: true,
+                    recreate: options.recreate,
+                };
                 let provisioned = cluster::provision(docker, settings, options, &step).await?;
                 let summary = provisioned.info.summary();
                 Ok((provisioned, summary))
@@ -468,11 +474,20 @@ pub async fn all_stack_names(docker: &bollard::Docker) -> Result<BTreeSet<String
     Ok(names)
 }
 
-async fn preflight(docker: &bollard::Docker, settings: &Settings) -> Result<(), Error> {
+async fn preflight(
+    docker: &bollard::Docker,
+    settings: &Settings,
+    recreate: bool,
+) -> Result<(), Error> {
     docker
         .ping()
         .await
         .map_err(|e| docker::engine_error("ping the Docker engine", e))?;
+    // A change the cluster cannot take in place is refused before anything
+    // (LocalStack included) is touched.
+    cluster::plan(docker, settings)
+        .await?
+        .check(recreate, settings)?;
     crate::cluster::kubeconfig::check_writable(&state::kubeconfig_path(&settings.name))?;
     if settings.cluster.merge_kubeconfig {
         crate::cluster::kubeconfig::check_writable(

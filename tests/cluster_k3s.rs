@@ -325,3 +325,99 @@ fn k3s_engine_going_away_mid_create_is_reported_and_the_next_run_converges() {
     stack.run(&profile, &["cluster", "down"]).ok();
     assert!(stack.containers().is_empty());
 }
+
+/// `up` converges the cluster's shape: K3s agents are added and removed in
+/// place; an image change is refused before anything happens, with the
+/// `--recreate` hint, and `up --recreate` applies it.
+#[test]
+fn k3s_agents_change_in_place_and_an_image_change_needs_recreate() {
+    if !require_cluster_kit() {
+        return;
+    }
+    let stack = TestStack::new("shape");
+    let with = |extra: &str| {
+        stack.profile(&format!(
+            "cluster:\n  provider: k3s\n  kubeconfig: {{merge: false}}\n{extra}images:\n  bundle: {}\n",
+            bundle_dir().display()
+        ))
+    };
+    let nodes = |rt: &tokio::runtime::Runtime| -> Vec<String> {
+        let client = kube_client(rt, &stack);
+        let list = rt
+            .block_on(Api::<Node>::all(client).list(&ListParams::default()))
+            .unwrap();
+        let mut names: Vec<String> = list
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        names.sort();
+        names
+    };
+    let rt = runtime();
+    let profile = with("");
+    stack.run(&profile, &["cluster", "up"]).ok();
+    assert_eq!(nodes(&rt).len(), 1);
+
+    let profile = with("  agents: 1\n");
+    let up = stack.run(&profile, &["cluster", "up", "--json"]);
+    up.ok();
+    assert!(up.all().contains("added agent node"), "{}", up.all());
+    let names = nodes(&rt);
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.iter().any(|n| n.ends_with("-agent-0")), "{names:?}");
+
+    let profile = with("  agents: 0\n");
+    let up = stack.run(&profile, &["cluster", "up", "--json"]);
+    up.ok();
+    assert!(up.all().contains("removed agent node"), "{}", up.all());
+    assert_eq!(nodes(&rt).len(), 1, "the agent's Node object is gone too");
+    assert_eq!(stack.containers().len(), 1, "{:?}", stack.containers());
+
+    // The same image under another name is, to devstack, another image.
+    let retagged = format!("devstack-test/k3s:{}", stack.name);
+    assert!(docker(&["tag", K3S_IMAGE, &retagged]).status.success());
+    struct Untag(String);
+    impl Drop for Untag {
+        fn drop(&mut self) {
+            let _ = docker(&["rmi", &self.0]);
+        }
+    }
+    let _untag = Untag(retagged.clone());
+    let profile = with(&format!("  image: {retagged}\n"));
+    let refused = stack.run(&profile, &["up", "--no-verify"]);
+    assert_eq!(refused.code, 2, "{}", refused.all());
+    assert!(
+        refused
+            .stderr
+            .contains(&format!("image {K3S_IMAGE} -> {retagged}")),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains("`devstack -p "),
+        "the hint names the command with its flags: {}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains(" up --recreate`"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        stack.containers().len() == 1,
+        "nothing was started before the refusal: {:?}",
+        stack.containers()
+    );
+    let recreated = stack.run(&profile, &["cluster", "up", "--recreate"]);
+    recreated.ok();
+    let image = docker(&[
+        "inspect",
+        "-f",
+        "{{.Config.Image}}",
+        &format!("devstack-{}-server-0", stack.name),
+    ]);
+    assert_eq!(String::from_utf8_lossy(&image.stdout).trim(), retagged);
+    stack.run(&profile, &["cluster", "down"]).ok();
+    assert!(stack.containers().is_empty(), "{:?}", stack.containers());
+}

@@ -13,7 +13,9 @@ use bollard::query_parameters::{
 };
 use futures::StreamExt;
 
-use crate::cluster::{ClusterInfo, UpOptions, kubeconfig, node_name, preload};
+use crate::cluster::{
+    Change, ClusterInfo, ClusterProvider, Plan, UpOptions, kubeconfig, node_name, preload,
+};
 use crate::docker;
 use crate::error::{Error, Kind};
 use crate::profile::{Provider, Settings};
@@ -23,6 +25,8 @@ pub const ROLE_SERVER: &str = "k3s-server";
 pub const ROLE_AGENT: &str = "k3s-agent";
 const LABEL_API_PORT: &str = "dev.devstack.api-port";
 const API_PORT: u16 = 6443;
+/// How many of the server's arguments devstack sets before `k3sArgs`.
+const SERVER_FIXED_ARGS: usize = 6;
 const KUBECONFIG_IN_NODE: &str = "/etc/rancher/k3s/k3s.yaml";
 const IMAGES_IN_NODE: &str = "/var/lib/rancher/k3s/agent/images";
 /// The node's state, as named volumes so `down` can find them by label.
@@ -61,6 +65,238 @@ async fn nodes(
     Ok(out)
 }
 
+/// K3s nodes as containers of the Docker engine `docker` talks to.
+pub struct K3s {
+    docker: Docker,
+}
+
+impl K3s {
+    pub fn new(docker: Docker) -> Self {
+        K3s { docker }
+    }
+}
+
+impl ClusterProvider for K3s {
+    fn provider(&self) -> Provider {
+        Provider::K3s
+    }
+
+    fn exists<'a>(
+        &'a self,
+        settings: &'a Settings,
+    ) -> futures::future::BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(async move { Ok(!nodes(&self.docker, settings).await?.is_empty()) })
+    }
+
+    fn plan<'a>(
+        &'a self,
+        settings: &'a Settings,
+    ) -> futures::future::BoxFuture<'a, Result<Plan, Error>> {
+        Box::pin(plan(&self.docker, settings))
+    }
+
+    fn up<'a>(
+        &'a self,
+        settings: &'a Settings,
+        options: UpOptions,
+        step: &'a Step,
+    ) -> futures::future::BoxFuture<'a, Result<ClusterInfo, Error>> {
+        Box::pin(up(&self.docker, settings, options, step))
+    }
+
+    fn delete<'a>(
+        &'a self,
+        settings: &'a Settings,
+    ) -> futures::future::BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(remove_nodes(&self.docker, settings))
+    }
+}
+
+/// Agent index of a node container name `devstack-<stack>-agent-<i>`.
+fn agent_index(settings: &Settings, name: &str) -> Option<usize> {
+    name.strip_prefix(&format!("{}-agent-", settings.resource_prefix()))?
+        .parse()
+        .ok()
+}
+
+/// The running cluster against the settings: the agent count changes in
+/// place; the node image, the server's arguments and a fixed API port need
+/// a new cluster.
+async fn plan(docker: &Docker, settings: &Settings) -> Result<Plan, Error> {
+    let existing = nodes(docker, settings).await?;
+    if existing.is_empty() {
+        return Ok(Plan::default());
+    }
+    let mut changes = Vec::new();
+    let agents = existing.iter().filter(|n| n.1 == ROLE_AGENT).count();
+    let wanted = usize::from(settings.cluster.agents);
+    if agents != wanted {
+        changes.push(Change {
+            what: format!("agents {agents} -> {wanted}"),
+            in_place: true,
+        });
+    }
+    let server = node_name(settings, "server", 0);
+    match docker::inspect(docker, &server).await? {
+        None => changes.push(Change {
+            what: "the server node is missing (the cluster is created again)".into(),
+            in_place: true,
+        }),
+        Some(container) => {
+            let config = container.config.unwrap_or_default();
+            let image = config.image.unwrap_or_default();
+            if image != settings.cluster.image {
+                changes.push(Change {
+                    what: format!("image {image} -> {}", settings.cluster.image),
+                    in_place: false,
+                });
+            }
+            let args = config.cmd.unwrap_or_default();
+            let extra: Vec<&String> = args.iter().skip(SERVER_FIXED_ARGS).collect();
+            if extra != settings.cluster.k3s_args.iter().collect::<Vec<_>>() {
+                changes.push(Change {
+                    what: format!(
+                        "k3sArgs [{}] -> [{}]",
+                        extra
+                            .iter()
+                            .map(|a| a.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                        settings.cluster.k3s_args.join(" ")
+                    ),
+                    in_place: false,
+                });
+            }
+            let port = config
+                .labels
+                .unwrap_or_default()
+                .get(LABEL_API_PORT)
+                .and_then(|p| p.parse::<u16>().ok());
+            if let (Some(have), Some(want)) = (port, settings.cluster.api_server_port.fixed())
+                && have != want
+            {
+                changes.push(Change {
+                    what: format!("apiServerPort {have} -> {want}"),
+                    in_place: false,
+                });
+            }
+        }
+    }
+    Ok(Plan {
+        exists: true,
+        changes,
+    })
+}
+
+/// Adds or removes agent nodes so the running cluster has as many as the
+/// settings ask; returns what it did and the agents it removed (whose Node
+/// objects must go too).
+async fn scale_agents(
+    docker: &Docker,
+    settings: &Settings,
+    existing: &[(String, String, bool, HashMap<String, String>)],
+    step: &Step,
+) -> Result<(Vec<String>, Vec<String>), Error> {
+    let wanted = usize::from(settings.cluster.agents);
+    let mut done = Vec::new();
+    let mut removed = Vec::new();
+    for (name, role, _, _) in existing {
+        if role == ROLE_AGENT && agent_index(settings, name).is_none_or(|i| i >= wanted) {
+            step.progress(format!("removing agent node {name}"));
+            docker::remove_container(docker, name).await?;
+            remove_node_volumes(docker, name).await?;
+            done.push(format!("removed agent node {name}"));
+            removed.push(name.clone());
+        }
+    }
+    let have: Vec<usize> = existing
+        .iter()
+        .filter(|n| n.1 == ROLE_AGENT)
+        .filter_map(|n| agent_index(settings, &n.0))
+        .collect();
+    let missing: Vec<usize> = (0..wanted).filter(|i| !have.contains(i)).collect();
+    if !missing.is_empty() {
+        let server = node_name(settings, "server", 0);
+        // Agents join with the cluster's own token, which the server holds.
+        let token = docker::inspect(docker, &server)
+            .await?
+            .and_then(|c| c.config)
+            .and_then(|c| c.env)
+            .unwrap_or_default()
+            .into_iter()
+            .find_map(|e| e.strip_prefix("K3S_TOKEN=").map(String::from))
+            .ok_or_else(|| {
+                Error::internal(format!(
+                    "node {server} has no K3S_TOKEN to join agents with"
+                ))
+                .with_hint("`devstack up --recreate` creates the cluster again")
+            })?;
+        let wanted_images = preload::wanted_images(settings)?;
+        let tarballs = preload::tarballs(docker, &wanted_images).await?;
+        for index in missing {
+            let agent = node_name(settings, "agent", index);
+            step.progress(format!("adding agent node {agent}"));
+            create_node(
+                docker,
+                settings,
+                &agent,
+                ROLE_AGENT,
+                agent_args(settings, &agent),
+                &token,
+                None,
+                &tarballs,
+            )
+            .await?;
+            done.push(format!("added agent node {agent}"));
+        }
+    }
+    Ok((done, removed))
+}
+
+/// The server's command: devstack's own arguments (SERVER_FIXED_ARGS of
+/// them, which `plan` skips), then the profile's `k3sArgs`.
+fn server_args(settings: &Settings) -> Vec<String> {
+    let server = node_name(settings, "server", 0);
+    let mut args = vec![
+        "server".to_string(),
+        "--disable=traefik,servicelb,metrics-server,local-storage".into(),
+        "--tls-san=127.0.0.1".into(),
+        format!("--tls-san={server}"),
+        format!("--node-name={server}"),
+        format!("--https-listen-port={API_PORT}"),
+    ];
+    debug_assert_eq!(args.len(), SERVER_FIXED_ARGS);
+    args.extend(settings.cluster.k3s_args.iter().cloned());
+    args
+}
+
+fn agent_args(settings: &Settings, agent: &str) -> Vec<String> {
+    vec![
+        "agent".to_string(),
+        format!("--node-name={agent}"),
+        format!(
+            "--server=https://{}:{API_PORT}",
+            node_name(settings, "server", 0)
+        ),
+    ]
+}
+
+/// Removes the named volumes that hold one node's state.
+async fn remove_node_volumes(docker: &Docker, node: &str) -> Result<(), Error> {
+    for (suffix, _) in STATE_PATHS {
+        let volume = format!("{node}-{suffix}");
+        match docker
+            .remove_volume(&volume, Some(RemoveVolumeOptions { force: true }))
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if docker::is_not_found(&e) => {}
+            Err(e) => return Err(docker::engine_error(format!("remove volume {volume}"), e)),
+        }
+    }
+    Ok(())
+}
+
 pub async fn up(
     docker: &Docker,
     settings: &Settings,
@@ -73,6 +309,7 @@ pub async fn up(
     let server = node_name(settings, "server", 0);
     let started = Instant::now();
 
+    let mut removed_agents = Vec::new();
     let (api_port, created, repaired) =
         if let Some((_, _, _, labels)) = existing.iter().find(|n| n.0 == server) {
             let api_port: u16 = labels
@@ -98,6 +335,9 @@ pub async fn up(
                     repaired.push(format!("started stopped node {name}"));
                 }
             }
+            let (scaled, removed) = scale_agents(docker, settings, &existing, step).await?;
+            repaired.extend(scaled);
+            removed_agents = removed;
             (api_port, false, repaired)
         } else {
             if !existing.is_empty() {
@@ -126,6 +366,9 @@ pub async fn up(
         let api_server = format!("https://127.0.0.1:{api_port}");
         let config = kubeconfig::rename_context(&raw, &settings.kube_context(), Some(&api_server))?;
         let client = crate::k8s::client_from_kubeconfig(&config).await?;
+        for agent in &removed_agents {
+            crate::k8s::delete_node(&client, agent).await?;
+        }
         let expected = 1 + settings.cluster.agents as usize;
         crate::k8s::wait_nodes_ready(
             &client,
@@ -211,15 +454,7 @@ async fn create_nodes(
     let token = hex::encode(rand::random::<[u8; 24]>());
     let server = node_name(settings, "server", 0);
 
-    let mut server_args = vec![
-        "server".to_string(),
-        "--disable=traefik,servicelb,metrics-server,local-storage".into(),
-        "--tls-san=127.0.0.1".into(),
-        format!("--tls-san={server}"),
-        format!("--node-name={server}"),
-        format!("--https-listen-port={API_PORT}"),
-    ];
-    server_args.extend(settings.cluster.k3s_args.iter().cloned());
+    let server_args = server_args(settings);
     create_node(
         docker,
         settings,
@@ -233,11 +468,7 @@ async fn create_nodes(
     .await?;
     for index in 0..settings.cluster.agents as usize {
         let agent = node_name(settings, "agent", index);
-        let args = vec![
-            "agent".to_string(),
-            format!("--node-name={agent}"),
-            format!("--server=https://{server}:{API_PORT}"),
-        ];
+        let args = agent_args(settings, &agent);
         create_node(
             docker, settings, &agent, ROLE_AGENT, args, &token, None, &tarballs,
         )
@@ -561,8 +792,4 @@ async fn remove_nodes(docker: &Docker, settings: &Settings) -> Result<bool, Erro
         }
     }
     Ok(removed)
-}
-
-pub async fn down(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
-    remove_nodes(docker, settings).await
 }

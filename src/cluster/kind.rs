@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::bundle::normalize_reference;
 use crate::cluster::preload::{self, PreloadImage};
-use crate::cluster::{ClusterInfo, UpOptions, kubeconfig};
+use crate::cluster::{Change, ClusterInfo, ClusterProvider, Plan, UpOptions, kubeconfig};
 use crate::docker::{self, exec_in};
 use crate::error::Error;
 use crate::hostinfo::{parse_semver, tool_version};
@@ -357,6 +357,8 @@ fn scratch_dir() -> Result<tempfile::TempDir, Error> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct KindNode {
     name: String,
+    /// The node image the container was created from.
+    image: String,
     /// `control-plane`, `worker` or `external-load-balancer`.
     role: String,
     state: Option<ContainerSummaryStateEnum>,
@@ -390,6 +392,7 @@ async fn list_nodes(docker: &Docker, cluster: &str) -> Result<Vec<KindNode>, Err
         .iter()
         .map(|c| KindNode {
             name: docker::container_name_of(c),
+            image: c.image.clone().unwrap_or_default(),
             role: c
                 .labels
                 .as_ref()
@@ -664,16 +667,9 @@ pub async fn up(
 
     let existing = list_nodes(docker, &name).await?;
     if !existing.is_empty() {
-        let have = existing.iter().filter(|n| n.is_kubernetes_node()).count();
-        let want = usize::from(settings.cluster.servers) + usize::from(settings.cluster.agents);
-        if have != want {
-            return Err(Error::user(format!(
-                "kind cluster `{name}` has {have} node(s) but the profile asks for {want} \
-                 ({} control plane(s), {} worker(s))",
-                settings.cluster.servers, settings.cluster.agents
-            ))
-            .with_hint("kind cannot resize a cluster: `devstack cluster down`, then `up` again"));
-        }
+        // Kind cannot change a running cluster's shape: `plan` reports it
+        // and the caller recreates or refuses before this point.
+        plan(docker, settings).await?.check(false, settings)?;
         let repaired = start_stopped(docker, &existing, step).await?;
         return converge(docker, settings, &kind, false, repaired, step).await;
     }
@@ -842,6 +838,98 @@ async fn rollback(kind: &Path, name: &str, options: UpOptions, err: Error) -> Er
                 "delete the leftovers with `kind delete cluster --name {name}`"
             )),
     }
+}
+
+/// Kind clusters, created and deleted with the `kind` CLI, their node
+/// containers on the Docker engine `docker` talks to.
+pub struct Kind {
+    docker: Docker,
+}
+
+impl Kind {
+    pub fn new(docker: Docker) -> Self {
+        Kind { docker }
+    }
+}
+
+impl ClusterProvider for Kind {
+    fn provider(&self) -> Provider {
+        Provider::Kind
+    }
+
+    fn exists<'a>(
+        &'a self,
+        settings: &'a Settings,
+    ) -> futures::future::BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(async move {
+            Ok(!list_nodes(&self.docker, &cluster_name(settings))
+                .await?
+                .is_empty())
+        })
+    }
+
+    fn plan<'a>(
+        &'a self,
+        settings: &'a Settings,
+    ) -> futures::future::BoxFuture<'a, Result<Plan, Error>> {
+        Box::pin(plan(&self.docker, settings))
+    }
+
+    fn up<'a>(
+        &'a self,
+        settings: &'a Settings,
+        options: UpOptions,
+        step: &'a Step,
+    ) -> futures::future::BoxFuture<'a, Result<ClusterInfo, Error>> {
+        Box::pin(up(&self.docker, settings, options, step))
+    }
+
+    fn delete<'a>(
+        &'a self,
+        settings: &'a Settings,
+    ) -> futures::future::BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(down(&self.docker, settings))
+    }
+}
+
+/// The running cluster against the settings. Kind cannot add or remove
+/// nodes or change a node's image in place: every difference needs a new
+/// cluster.
+async fn plan(docker: &Docker, settings: &Settings) -> Result<Plan, Error> {
+    let all = list_nodes(docker, &cluster_name(settings)).await?;
+    if all.is_empty() {
+        return Ok(Plan::default());
+    }
+    let nodes: Vec<&KindNode> = all.iter().filter(|n| n.is_kubernetes_node()).collect();
+    let count = |role: &str| nodes.iter().filter(|n| n.role == role).count();
+    let mut changes = Vec::new();
+    for (role, key, want) in [
+        (ROLE_CONTROL_PLANE, "servers", settings.cluster.servers),
+        (ROLE_WORKER, "agents", settings.cluster.agents),
+    ] {
+        let have = count(role);
+        if have != usize::from(want) {
+            changes.push(Change {
+                what: format!("{key} {have} -> {want}"),
+                in_place: false,
+            });
+        }
+    }
+    let want_image = normalize_reference(&settings.cluster.image);
+    let mut images: Vec<&str> = nodes.iter().map(|n| n.image.as_str()).collect();
+    images.dedup();
+    for image in images {
+        if normalize_reference(image) != want_image {
+            changes.push(Change {
+                what: format!("image {image} -> {}", settings.cluster.image),
+                in_place: false,
+            });
+        }
+    }
+    Ok(Plan {
+        exists: true,
+        changes,
+    })
 }
 
 /// Deletes the kind cluster. Only kind's own containers are touched; the
@@ -1140,6 +1228,7 @@ containerdConfigPatches:
     fn node(name: &str, role: &str) -> KindNode {
         KindNode {
             name: name.into(),
+            image: String::new(),
             role: role.into(),
             state: None,
             networks: Vec::new(),

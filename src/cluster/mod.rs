@@ -6,6 +6,9 @@ pub mod k3s;
 pub mod kind;
 pub mod kubeconfig;
 pub mod preload;
+pub mod provider;
+
+pub use provider::{Change, ClusterProvider, Plan};
 
 use serde::Serialize;
 
@@ -54,6 +57,9 @@ impl ClusterInfo {
 pub struct UpOptions {
     /// Keep a half-created cluster on failure, for debugging.
     pub retain: bool,
+    /// Recreate a running cluster whose differences from the profile cannot
+    /// be applied in place (image, Kubernetes version, Kind node count...).
+    pub recreate: bool,
 }
 
 /// The API server's host port for a new cluster: the profile's, which
@@ -100,10 +106,14 @@ pub async fn up(
     step: &Step,
 ) -> Result<ClusterInfo, Error> {
     let started = std::time::Instant::now();
-    let info = match settings.cluster.provider {
-        Provider::K3s => k3s::up(docker, settings, options, step).await?,
-        Provider::Kind => kind::up(docker, settings, options, step).await?,
-    };
+    let provider = provider::for_settings(docker, settings);
+    let plan = provider.plan(settings).await?;
+    plan.check(options.recreate, settings)?;
+    if plan.needs_recreate() {
+        step.progress("recreating the cluster (--recreate)");
+        provider.delete(settings).await?;
+    }
+    let info = provider.up(settings, options, step).await?;
     // Ready nodes are not yet a usable cluster: pods resolve service names
     // only once CoreDNS serves.
     step.progress("waiting for CoreDNS");
@@ -151,12 +161,26 @@ pub struct Provisioned {
     pub merged_into: Option<std::path::PathBuf>,
 }
 
-/// Whether the stack has any cluster node container, running or not.
+/// Whether the stack has a cluster of any provider, running or not.
 pub async fn exists(docker: &bollard::Docker, settings: &Settings) -> Result<bool, Error> {
-    let k3s_server = node_name(settings, "server", 0);
-    let kind_node = format!("{}-control-plane", settings.resource_prefix());
-    Ok(crate::docker::inspect(docker, &k3s_server).await?.is_some()
-        || crate::docker::inspect(docker, &kind_node).await?.is_some())
+    for kind in [Provider::K3s, Provider::Kind] {
+        let mut other = settings.clone();
+        other.cluster.provider = kind;
+        if provider::for_settings(docker, &other)
+            .exists(&other)
+            .await?
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// How the stack's running cluster differs from the settings.
+pub async fn plan(docker: &bollard::Docker, settings: &Settings) -> Result<Plan, Error> {
+    provider::for_settings(docker, settings)
+        .plan(settings)
+        .await
 }
 
 /// [`up`], then the kubeconfig files. Fails before creating anything when
@@ -247,8 +271,7 @@ pub async fn reroute_after_localstack(
 /// Removes the cluster's containers and volumes; absent is fine. Returns
 /// whether anything was removed.
 pub async fn down(docker: &bollard::Docker, settings: &Settings) -> Result<bool, Error> {
-    match settings.cluster.provider {
-        Provider::K3s => k3s::down(docker, settings).await,
-        Provider::Kind => kind::down(docker, settings).await,
-    }
+    provider::for_settings(docker, settings)
+        .delete(settings)
+        .await
 }

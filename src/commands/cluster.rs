@@ -13,7 +13,9 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
     let docker = docker::connect().await?;
     match cmd {
-        ClusterCommand::Up { retain } => up(ctx, &docker, &settings, UpOptions { retain }).await,
+        ClusterCommand::Up { retain, recreate } => {
+            up(ctx, &docker, &settings, UpOptions { retain, recreate }).await
+        }
         ClusterCommand::Down => {
             let removed = cluster::remove(&docker, &settings).await?;
             ctx.ui.info(if removed {

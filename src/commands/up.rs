@@ -11,6 +11,7 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
     let options = UpOptions {
         retain: args.retain,
         verify: args.no_verify.then_some(false),
+        recreate: args.recreate,
         handle_interrupt: true,
     };
     let report = stack.up(options).await?;

@@ -39,6 +39,16 @@ fn node_ready(node: &Node) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// Deletes a Node object (its machine is gone); absent is fine.
+pub async fn delete_node(client: &kube::Client, name: &str) -> Result<(), Error> {
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    match nodes.delete(name, &Default::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(e) => Err(Error::internal(format!("delete node {name}: {e}"))),
+    }
+}
+
 /// Waits until `expected` nodes exist and all are Ready.
 pub async fn wait_nodes_ready(
     client: &kube::Client,

@@ -1,0 +1,128 @@
+//! The interface every kind of cluster implements, and the plan that says
+//! how a running cluster differs from the profile.
+//!
+//! Nothing here assumes nodes are Docker containers: a provider holds
+//! whatever client it needs (the K3s and Kind providers hold a Docker
+//! client), so a provider for an existing cluster fits the same shape.
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+
+use super::{ClusterInfo, UpOptions};
+use crate::error::Error;
+use crate::profile::{Provider, Settings};
+use crate::ui::Step;
+
+/// One difference between the running cluster and the profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Change {
+    /// `agents 0 -> 1`, `image rancher/k3s:a -> rancher/k3s:b`.
+    pub what: String,
+    /// The provider applies it to the running cluster; otherwise only
+    /// recreating the cluster does.
+    pub in_place: bool,
+}
+
+/// What `up` would change on the running cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// A cluster of this stack exists (running or not).
+    pub exists: bool,
+    pub changes: Vec<Change>,
+}
+
+impl Plan {
+    pub fn needs_recreate(&self) -> bool {
+        self.changes.iter().any(|c| !c.in_place)
+    }
+
+    /// Refuses, before anything happens, a change only a recreate applies,
+    /// unless the caller asked for the recreate.
+    pub fn check(&self, recreate: bool, settings: &Settings) -> Result<(), Error> {
+        if !self.needs_recreate() || recreate {
+            return Ok(());
+        }
+        let changes: Vec<&str> = self
+            .changes
+            .iter()
+            .filter(|c| !c.in_place)
+            .map(|c| c.what.as_str())
+            .collect();
+        Err(Error::user(format!(
+            "the running {} cluster of stack `{}` differs from the profile in what it cannot change in place: {}",
+            settings.cluster.provider.as_str(),
+            settings.name,
+            changes.join(", ")
+        ))
+        .with_hint(
+            "`devstack up --recreate` recreates the cluster (LocalStack and its secrets are kept); or change the profile back",
+        ))
+    }
+}
+
+/// A kind of Kubernetes cluster devstack can run a stack on.
+pub trait ClusterProvider: Send + Sync {
+    fn provider(&self) -> Provider;
+
+    /// Whether the stack has a cluster of this provider, running or not.
+    fn exists<'a>(&'a self, settings: &'a Settings) -> BoxFuture<'a, Result<bool, Error>>;
+
+    /// How the running cluster differs from `settings` (empty when none runs).
+    fn plan<'a>(&'a self, settings: &'a Settings) -> BoxFuture<'a, Result<Plan, Error>>;
+
+    /// Creates the cluster, or converges the running one (starting stopped
+    /// nodes, applying in-place changes), and waits until its nodes are
+    /// Ready and the stack's images are loaded.
+    fn up<'a>(
+        &'a self,
+        settings: &'a Settings,
+        options: UpOptions,
+        step: &'a Step,
+    ) -> BoxFuture<'a, Result<ClusterInfo, Error>>;
+
+    /// Removes the cluster and its state; absent is fine. Returns whether
+    /// anything was removed.
+    fn delete<'a>(&'a self, settings: &'a Settings) -> BoxFuture<'a, Result<bool, Error>>;
+}
+
+/// The provider the settings name.
+pub fn for_settings(docker: &bollard::Docker, settings: &Settings) -> Box<dyn ClusterProvider> {
+    match settings.cluster.provider {
+        Provider::K3s => Box::new(super::k3s::K3s::new(docker.clone())),
+        Provider::Kind => Box::new(super::kind::Kind::new(docker.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_changes_that_need_a_recreate_are_refused() {
+        let settings = crate::profile::Settings::builtin(&Default::default()).unwrap();
+        let change = |what: &str, in_place| Change {
+            what: what.into(),
+            in_place,
+        };
+        let in_place = Plan {
+            exists: true,
+            changes: vec![change("agents 0 -> 1", true)],
+        };
+        assert!(in_place.check(false, &settings).is_ok());
+        let image = Plan {
+            exists: true,
+            changes: vec![change("agents 0 -> 1", true), change("image a -> b", false)],
+        };
+        let err = image.check(false, &settings).unwrap_err();
+        assert_eq!(err.kind(), crate::error::Kind::User);
+        assert!(
+            err.message().ends_with(": image a -> b"),
+            "{}",
+            err.message()
+        );
+        assert!(err.hint().unwrap().contains("`devstack up --recreate`"));
+        assert!(image.check(true, &settings).is_ok());
+    }
+}
