@@ -1,15 +1,53 @@
 //! The runner every multi-step command uses: one progress line per step
-//! with its timing, a bound on each step, and a record of what ran, so the
-//! caller can report timings and decide what to roll back.
+//! with its timing, a bound on each step, a record of what ran, and the one
+//! owner of rollback: steps tell it what they create and how to remove it,
+//! and on an error or a cancellation it undoes exactly that, in reverse.
+//!
+//! Cancellation (Ctrl-C) is a token passed down: a step that must clean up
+//! after itself (the round trip's probes) watches the token and finishes
+//! its cleanup; other steps are abandoned at their next await point and
+//! what they created is undone by the rollback.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::ui::{Step, Ui};
+
+/// Removes one thing a step created.
+pub type Undo = Box<dyn FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send>;
+
+/// What a rollback did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollback {
+    /// Removed, in the order they were removed.
+    pub undone: Vec<String>,
+    /// Could not be removed: (what, why).
+    pub failed: Vec<(String, String)>,
+    /// Not attempted: the rollback itself was stopped (a second Ctrl-C).
+    pub left: Vec<String>,
+}
+
+impl Rollback {
+    pub fn complete(&self) -> bool {
+        self.failed.is_empty() && self.left.is_empty()
+    }
+
+    /// Everything still there, for the user to remove.
+    pub fn remaining(&self) -> Vec<String> {
+        self.failed
+            .iter()
+            .map(|(what, _)| what.clone())
+            .chain(self.left.iter().cloned())
+            .collect()
+    }
+}
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -22,14 +60,73 @@ pub struct StepRecord {
 pub struct Runner {
     ui: Ui,
     records: Mutex<Vec<StepRecord>>,
+    created: Mutex<Vec<(String, Undo)>>,
+    cancel: CancellationToken,
 }
 
 impl Runner {
     pub fn new(ui: &Ui) -> Self {
+        Self::with_cancel(ui, CancellationToken::new())
+    }
+
+    /// A runner whose steps stop when `cancel` is cancelled.
+    pub fn with_cancel(ui: &Ui, cancel: CancellationToken) -> Self {
         Runner {
             ui: ui.clone(),
             records: Mutex::new(Vec::new()),
+            created: Mutex::new(Vec::new()),
+            cancel,
         }
+    }
+
+    /// The token steps that clean up after themselves watch.
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Records something this run created (or is about to create: undo
+    /// must then be harmless when it is not there), with how to remove it.
+    pub fn created(
+        &self,
+        what: impl Into<String>,
+        undo: impl FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send + 'static,
+    ) {
+        if let Ok(mut created) = self.created.lock() {
+            created.push((what.into(), Box::new(undo)));
+        }
+    }
+
+    /// What this run created, in order.
+    pub fn created_names(&self) -> Vec<String> {
+        self.created
+            .lock()
+            .map(|c| c.iter().map(|(what, _)| what.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Undoes everything recorded, newest first. `stop` (a second Ctrl-C)
+    /// abandons the rest, which is then reported as left.
+    pub async fn rollback(&self, stop: &CancellationToken) -> Rollback {
+        let created = self
+            .created
+            .lock()
+            .map(|mut c| std::mem::take(&mut *c))
+            .unwrap_or_default();
+        let mut report = Rollback::default();
+        for (what, undo) in created.into_iter().rev() {
+            if stop.is_cancelled() {
+                report.left.push(what);
+                continue;
+            }
+            tokio::select! {
+                result = undo() => match result {
+                    Ok(()) => report.undone.push(what),
+                    Err(e) => report.failed.push((what, e.message().to_string())),
+                },
+                _ = stop.cancelled() => report.left.push(what),
+            }
+        }
+        report
     }
 
     pub fn ui(&self) -> &Ui {
@@ -60,19 +157,28 @@ impl Runner {
         Fut: Future<Output = Result<(T, String), Error>>,
     {
         let title = title.into();
+        if self.cancel.is_cancelled() {
+            return Err(Error::interrupted());
+        }
         let started = Instant::now();
         let step = Arc::new(self.ui.step(title.clone()));
         let work = work(step.clone());
-        let result = match limit {
-            Some((limit, setting)) => match tokio::time::timeout(limit, work).await {
-                Ok(result) => result,
-                Err(_) => Err(Error::timeout(format!(
-                    "{title} did not finish within {}s",
-                    limit.as_secs()
-                ))
-                .with_hint(format!("raise `{setting}` in the profile"))),
-            },
-            None => work.await,
+        let bounded = async {
+            match limit {
+                Some((limit, setting)) => match tokio::time::timeout(limit, work).await {
+                    Ok(result) => result,
+                    Err(_) => Err(Error::timeout(format!(
+                        "{title} did not finish within {}s",
+                        limit.as_secs()
+                    ))
+                    .with_hint(format!("raise `{setting}` in the profile"))),
+                },
+                None => work.await,
+            }
+        };
+        let result = tokio::select! {
+            result = bounded => result,
+            _ = self.cancel.cancelled() => Err(Error::interrupted()),
         };
         // The work future is gone, so this is the last reference.
         let step = Arc::try_unwrap(step).ok();
@@ -93,12 +199,32 @@ impl Runner {
         }
     }
 
-    /// Times work that prints its own steps.
+    /// Times work that prints its own steps; a cancellation abandons it.
     pub async fn timed<T>(
         &self,
         name: &str,
         work: impl Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
+        let cancel = self.cancel.clone();
+        self.timed_cooperative(name, async move {
+            tokio::select! {
+                result = work => result,
+                _ = cancel.cancelled() => Err(Error::interrupted()),
+            }
+        })
+        .await
+    }
+
+    /// Times work that watches [`Runner::cancel_token`] itself, so that it
+    /// can clean up what it made before it returns (never abandoned).
+    pub async fn timed_cooperative<T>(
+        &self,
+        name: &str,
+        work: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        if self.cancel.is_cancelled() {
+            return Err(Error::interrupted());
+        }
         let started = Instant::now();
         let result = work.await;
         self.record(name, started.elapsed(), result.is_ok());
@@ -162,6 +288,109 @@ mod tests {
                 .map(|r| (r.name.as_str(), r.ok))
                 .collect::<Vec<_>>(),
             [("ok", true), ("bad", false), ("slow", false)]
+        );
+    }
+
+    /// A run of `steps` steps, each creating one thing; step `fail_at`
+    /// fails, or the run is cancelled while step `cancel_at` works. Returns
+    /// what is left in the "world" after the rollback, and the rollback.
+    async fn run_and_roll_back(
+        steps: usize,
+        fail_at: Option<usize>,
+        cancel_at: Option<usize>,
+    ) -> (Vec<String>, Rollback) {
+        let world = Arc::new(Mutex::new(Vec::<String>::new()));
+        let cancel = CancellationToken::new();
+        let runner = Runner::with_cancel(&Ui::silent(), cancel.clone());
+        let mut result = Ok(());
+        for i in 0..steps {
+            let world = world.clone();
+            let thing = format!("thing{i}");
+            {
+                let world = world.clone();
+                let thing = thing.clone();
+                runner.created(thing.clone(), move || {
+                    Box::pin(async move {
+                        world.lock().unwrap().retain(|t| *t != thing);
+                        Ok(())
+                    })
+                });
+            }
+            let cancel = cancel.clone();
+            result = runner
+                .step(format!("step {i}"), None, |_| async move {
+                    world.lock().unwrap().push(thing);
+                    if cancel_at == Some(i) {
+                        cancel.cancel();
+                        // Abandoned here, as a real step is at an await.
+                        std::future::pending::<()>().await;
+                    }
+                    if fail_at == Some(i) {
+                        return Err(Error::internal("broken"));
+                    }
+                    Ok(((), String::new()))
+                })
+                .await;
+            if result.is_err() {
+                break;
+            }
+        }
+        assert!(result.is_err() || (fail_at.is_none() && cancel_at.is_none()));
+        let rollback = runner.rollback(&CancellationToken::new()).await;
+        let left = world.lock().unwrap().clone();
+        (left, rollback)
+    }
+
+    #[tokio::test]
+    async fn an_error_or_a_cancel_at_each_step_undoes_exactly_what_was_created_in_reverse() {
+        for at in 0..4 {
+            for (fail_at, cancel_at) in [(Some(at), None), (None, Some(at))] {
+                let (left, rollback) = run_and_roll_back(4, fail_at, cancel_at).await;
+                assert!(left.is_empty(), "at step {at}: left {left:?}");
+                let expected: Vec<String> = (0..=at).rev().map(|i| format!("thing{i}")).collect();
+                assert_eq!(
+                    rollback.undone, expected,
+                    "fail {fail_at:?} cancel {cancel_at:?}"
+                );
+                assert!(rollback.complete());
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_runner_starts_no_step_and_a_stopped_rollback_reports_what_is_left() {
+        let cancel = CancellationToken::new();
+        let runner = Runner::with_cancel(&Ui::silent(), cancel.clone());
+        for what in ["network", "localstack", "cluster"] {
+            runner.created(what, || Box::pin(async { Ok(()) }));
+        }
+        cancel.cancel();
+        let ran = runner
+            .step("after cancel", None, |_| async { Ok(((), String::new())) })
+            .await;
+        assert_eq!(ran.unwrap_err().kind(), crate::error::Kind::Interrupted);
+        let stop = CancellationToken::new();
+        stop.cancel();
+        let rollback = runner.rollback(&stop).await;
+        assert!(rollback.undone.is_empty());
+        assert_eq!(rollback.left, ["cluster", "localstack", "network"]);
+        assert_eq!(rollback.remaining(), ["cluster", "localstack", "network"]);
+
+        let runner = Runner::new(&Ui::silent());
+        runner.created("a", || {
+            Box::pin(async { Err(Error::internal("engine gone")) })
+        });
+        runner.created("b", || Box::pin(async { Ok(()) }));
+        let rollback = runner.rollback(&CancellationToken::new()).await;
+        assert_eq!(rollback.undone, ["b"]);
+        assert_eq!(
+            rollback.failed,
+            [("a".to_string(), "engine gone".to_string())]
+        );
+        assert!(!rollback.complete());
+        assert!(
+            runner.created_names().is_empty(),
+            "a rollback consumes the record"
         );
     }
 

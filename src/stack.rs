@@ -30,6 +30,7 @@ use crate::seed::{self, SeedOptions, SeedReport};
 use crate::ui::{Step, Ui};
 use crate::verify::{VerifyOptions, VerifyReport};
 use crate::{docker, state};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UpOptions {
@@ -172,67 +173,110 @@ impl Stack {
     /// with `handle_interrupt`) unless `retain`.
     pub async fn up(&self, options: UpOptions) -> Result<UpReport, Error> {
         let docker = docker::connect().await?;
-        let locked = async {
-            let lock = self.lock("up").await?;
-            // Only now is what exists this run's to judge: a run that held
-            // the lock may just have created (or removed) the stack.
-            let existed = self.exists(&docker).await?;
-            Ok::<_, Error>((lock, existed))
-        };
-        let (_lock, existed) = if options.handle_interrupt {
-            tokio::select! {
-                result = locked => result?,
-                _ = tokio::signal::ctrl_c() => return Err(Error::interrupted()),
-            }
-        } else {
-            locked.await?
-        };
-        let run = self.converge(&docker, existed, options);
-        let result = if options.handle_interrupt {
-            tokio::select! {
-                result = run => result,
-                _ = tokio::signal::ctrl_c() => Err(Error::interrupted()),
-            }
-        } else {
-            run.await
-        };
-        match result {
-            Ok(report) => Ok(report),
-            Err(err) if existed => Err(err.context(
-                "the stack existed before this run and was left as it is; run `devstack up` again to converge",
-            )),
-            Err(err) if options.retain => Err(err.context(
-                "the half-created stack is retained (--retain); `devstack up` completes it, `devstack down` removes it",
-            )),
-            Err(err) => {
-                let rollback = self.ui.step("Rolling back");
-                match self.remove(&docker).await {
-                    Ok(_) => {
-                        rollback.done("removed what this run created");
-                        Err(err.context("rolled back"))
-                    }
-                    Err(e) => {
-                        rollback.fail(e.message());
-                        Err(err.context(format!(
-                            "rollback also failed ({}); `devstack down` removes the rest",
-                            e.message()
-                        )))
+        // The first Ctrl-C cancels the run (then rolls back), a second one
+        // stops the rollback.
+        let cancel = CancellationToken::new();
+        let stop = CancellationToken::new();
+        let signals = options.handle_interrupt.then(|| {
+            let (cancel, stop) = (cancel.clone(), stop.clone());
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    cancel.cancel();
+                    if tokio::signal::ctrl_c().await.is_ok() {
+                        stop.cancel();
                     }
                 }
-            }
+            })
+        });
+        let result = self.up_locked(&docker, options, &cancel, &stop).await;
+        if let Some(signals) = signals {
+            signals.abort();
         }
+        result
     }
 
+    async fn up_locked(
+        &self,
+        docker: &bollard::Docker,
+        options: UpOptions,
+        cancel: &CancellationToken,
+        stop: &CancellationToken,
+    ) -> Result<UpReport, Error> {
+        let _lock = tokio::select! {
+            lock = self.lock("up") => lock?,
+            _ = cancel.cancelled() => return Err(Error::interrupted()),
+        };
+        // Only now is what exists this run's to judge: a run that held the
+        // lock may just have created (or removed) the stack.
+        let existed = self.exists(docker).await?;
+        let runner = Runner::with_cancel(&self.ui, cancel.clone());
+        let err = match self.converge(docker, existed, options, &runner).await {
+            Ok(report) => return Ok(report),
+            Err(err) => err,
+        };
+        let created = runner.created_names();
+        if created.is_empty() {
+            return Err(err.context(if existed {
+                "the stack existed before this run and this run created nothing, so nothing was rolled back; run `devstack up` again to converge"
+            } else {
+                "nothing was created"
+            }));
+        }
+        if options.retain {
+            return Err(err.context(format!(
+                "what this run created is retained (--retain: {}); `devstack up` completes it, `devstack down` removes it",
+                created.join(", ")
+            )));
+        }
+        let step = self.ui.step("Rolling back");
+        let rollback = runner.rollback(stop).await;
+        if rollback.complete() {
+            step.done(format!("removed {}", rollback.undone.join(", ")));
+            return Err(err.context("rolled back"));
+        }
+        let remaining = rollback.remaining().join(", ");
+        step.fail(format!("left: {remaining}"));
+        for (what, why) in &rollback.failed {
+            self.ui.warn(format!("could not remove {what}: {why}"));
+        }
+        let what = if rollback.left.is_empty() {
+            "rollback also failed"
+        } else {
+            "rollback stopped (second interrupt)"
+        };
+        Err(err
+            .context(format!("{what}; left behind: {remaining}"))
+            .with_hint("`devstack down` removes the rest"))
+    }
+
+    /// The steps of `up`. Each one that creates something tells `runner`
+    /// how to remove it, before it starts, so that an error or a Ctrl-C in
+    /// the middle of it is undone too.
     async fn converge(
         &self,
         docker: &bollard::Docker,
         existed: bool,
         options: UpOptions,
+        runner: &Runner,
     ) -> Result<UpReport, Error> {
         let started = Instant::now();
         let settings = &self.settings;
-        let runner = Runner::new(&self.ui);
         let mut repaired = Vec::new();
+        let state_dir = state::stack_dir(&settings.name);
+        if !state_dir.exists() {
+            runner.created(format!("state {}", state_dir.display()), move || {
+                Box::pin(async move {
+                    match std::fs::remove_dir_all(&state_dir) {
+                        Ok(()) => Ok(()),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                        Err(e) => Err(Error::internal(format!(
+                            "remove {}: {e}",
+                            state_dir.display()
+                        ))),
+                    }
+                })
+            });
+        }
 
         runner
             .step(
@@ -246,7 +290,32 @@ impl Stack {
             )
             .await?;
         // Both LocalStack and the nodes join the network: create it once.
-        docker::ensure_network(docker, &settings.name, &localstack::network_name(settings)).await?;
+        let network = localstack::network_name(settings);
+        if docker::ensure_network(docker, &settings.name, &network).await? {
+            let docker = docker.clone();
+            runner.created(format!("network {network}"), move || {
+                Box::pin(async move {
+                    docker::remove_network_if_unused(&docker, &network)
+                        .await
+                        .map(|_| ())
+                })
+            });
+        }
+        let container = localstack::container_name(settings);
+        if docker::inspect(docker, &container).await?.is_none() {
+            let (docker, owned) = (docker.clone(), settings.clone());
+            runner.created(format!("LocalStack container {container}"), move || {
+                Box::pin(async move { localstack::down(&docker, &owned).await.map(|_| ()) })
+            });
+        }
+        let cluster_plan = cluster::plan(docker, settings).await?;
+        if !cluster_plan.exists || (options.recreate && cluster_plan.needs_recreate()) {
+            let (docker, owned) = (docker.clone(), settings.clone());
+            runner.created(
+                format!("{} cluster", settings.cluster.provider.as_str()),
+                move || Box::pin(async move { cluster::remove(&docker, &owned).await.map(|_| ()) }),
+            );
+        }
 
         let localstack_and_seed = async {
             let report = runner
@@ -354,10 +423,16 @@ impl Stack {
         }
 
         let verify = if options.verify.unwrap_or(settings.verify.on_up) {
+            // The round trip watches the token itself: interrupted, it still
+            // removes its probe objects before it returns.
+            let verify_options = VerifyOptions {
+                cancel: Some(runner.cancel_token().clone()),
+                ..VerifyOptions::default()
+            };
             let report = runner
-                .timed(
+                .timed_cooperative(
                     "Verify",
-                    crate::verify::run(settings, &client, VerifyOptions::default(), &self.ui),
+                    crate::verify::run(settings, &client, verify_options, &self.ui),
                 )
                 .await?;
             if let Some(err) = report.to_error(settings) {
