@@ -1,31 +1,38 @@
 //! Using devstack from a Rust integration test suite: bring a stack up,
-//! run code against LocalStack and the cluster, tear it down.
+//! run code against LocalStack and the cluster, and let the guard take it
+//! down, even when the code under test panics.
 //!
-//!     cargo run --example integration_stack -- [PROFILE]
+//!     cargo run --example integration_stack -- [PROFILE] [--keep]
 //!
-//! PROFILE is a profile file or a shipped name (default `ci`). Offline, set
-//! DEVSTACK_BUNDLE to a bundle made by `make kit`.
+//! PROFILE is a profile file or a shipped name (default `ci`); `--keep`
+//! leaves the stack running. Offline, set DEVSTACK_BUNDLE to a bundle made
+//! by `make kit`. CI runs this example (tests/run.sh, cluster group).
 
-use devstack::stack::{Stack, UpOptions};
+use devstack::stack::{Stack, StackGuard, UpOptions};
 
 #[tokio::main]
 async fn main() -> devstack::Result<()> {
-    let profile = std::env::args().nth(1).unwrap_or_else(|| "ci".into());
+    let mut args = std::env::args().skip(1);
+    let profile = args.next().unwrap_or_else(|| "ci".into());
+    let keep = args.any(|a| a == "--keep");
     let stack = Stack::from_profile(Some(&profile), &Default::default())?;
-    // Tear down even when the code under test fails.
-    let outcome = run(&stack).await;
-    stack.down().await?;
-    outcome
-}
-
-async fn run(stack: &Stack) -> devstack::Result<()> {
-    let up = stack.up(UpOptions::default()).await?;
+    let (guard, up) = StackGuard::up(stack, UpOptions::default()).await?;
     println!(
         "stack `{}` up in {} ms, round trip verified: {}",
         up.stack,
         up.elapsed_ms,
         up.verify.as_ref().is_some_and(|v| v.passed)
     );
+    run(&guard).await?;
+    if keep {
+        let stack = guard.keep();
+        println!("kept stack `{}`", stack.name());
+    }
+    // Otherwise the guard takes the stack down here.
+    Ok(())
+}
+
+async fn run(stack: &Stack) -> devstack::Result<()> {
     // What the code under test needs: an AWS endpoint and a kubeconfig.
     for (name, value) in stack.env() {
         if !name.contains("SECRET") {
@@ -38,6 +45,8 @@ async fn run(stack: &Stack) -> devstack::Result<()> {
         .await
         .map_err(|e| devstack::Error::internal(format!("API server: {e}")))?;
     println!("Kubernetes {}.{}", version.major, version.minor);
+    let health = stack.status().await;
+    println!("healthy: {}, settled: {}", health.healthy, health.settled);
     let report = stack.verify(Default::default()).await?;
     println!("{}", report.summary());
     Ok(())

@@ -166,7 +166,7 @@ pub async fn collect(settings: &Settings) -> StatusReport {
         stack: settings.name.clone(),
         healthy: rows.iter().all(|r| r.healthy),
         settled: rows.iter().all(|r| r.health == Health::Healthy),
-        ports: crate::state::StackRecord::load(&settings.name).ports,
+        ports: crate::state::StackRecord::load(settings).ports,
         rows,
     }
 }
@@ -355,7 +355,7 @@ async fn get_json(
 async fn cluster_rows(settings: &Settings) -> Vec<StatusRow> {
     let context = settings.kube_context();
     let up = "`devstack up` creates or repairs the stack";
-    let path = state::kubeconfig_path(&settings.name);
+    let path = state::kubeconfig_path(settings);
     let yaml = match std::fs::read_to_string(&path) {
         Ok(yaml) => yaml,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -266,7 +266,7 @@ pub async fn up(
             Action::Created
         }
     };
-    StackRecord::update(&settings.name, |r| r.ports.localstack = Some(spec.port))?;
+    StackRecord::update(settings, |r| r.ports.localstack = Some(spec.port))?;
     let settings = &bound;
 
     progress("waiting for services to report available");

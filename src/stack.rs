@@ -153,7 +153,7 @@ impl Stack {
     /// when another run holds it first.
     async fn lock(&self, command: &str) -> Result<state::StackLock, Error> {
         let ui = self.ui.clone();
-        state::StackLock::acquire(&self.settings.name, command, &move |m| ui.info(m)).await
+        state::StackLock::acquire(&self.settings, command, &move |m| ui.info(m)).await
     }
 
     /// Whether any labelled container of this stack exists.
@@ -262,7 +262,7 @@ impl Stack {
         let started = Instant::now();
         let settings = &self.settings;
         let mut repaired = Vec::new();
-        let state_dir = state::stack_dir(&settings.name);
+        let state_dir = state::stack_dir(settings);
         if !state_dir.exists() {
             runner.created(format!("state {}", state_dir.display()), move || {
                 Box::pin(async move {
@@ -447,7 +447,7 @@ impl Stack {
         }
         Ok(UpReport {
             stack: settings.name.clone(),
-            ports: state::StackRecord::load(&settings.name).ports,
+            ports: state::StackRecord::load(settings).ports,
             created: !existed,
             repaired,
             steps: runner.records(),
@@ -479,7 +479,7 @@ impl Stack {
         let cluster = cluster::remove(docker, settings).await?;
         let localstack = localstack::down(docker, settings).await?;
         docker::remove_network_if_unused(docker, &localstack::network_name(settings)).await?;
-        let dir = state::stack_dir(&settings.name);
+        let dir = state::stack_dir(settings);
         let state = dir.exists() && std::fs::remove_dir_all(&dir).is_ok();
         Ok(DownReport {
             stack: settings.name.clone(),
@@ -508,11 +508,88 @@ pub fn exports(settings: &Settings) -> Vec<(&'static str, String)> {
             crate::aws::TEST_SECRET_ACCESS_KEY.to_string(),
         ),
     ];
-    let kubeconfig = state::kubeconfig_path(&settings.name);
+    let kubeconfig = state::kubeconfig_path(settings);
     if kubeconfig.is_file() {
         vars.push(("KUBECONFIG", kubeconfig.display().to_string()));
     }
     vars
+}
+
+/// A stack that is taken down when the guard is dropped, even when the code
+/// under test panics: what a Rust test suite holds for the length of a test.
+/// `keep()` hands the stack back and leaves it running.
+///
+/// ```no_run
+/// # async fn demo() -> devstack::Result<()> {
+/// use devstack::stack::{Stack, StackGuard};
+/// let stack = Stack::from_profile(Some("ci"), &Default::default())?;
+/// let (guard, report) = StackGuard::up(stack, Default::default()).await?;
+/// let client = guard.kube_client().await?;
+/// // ... the test; the stack goes down when `guard` is dropped.
+/// # Ok(()) }
+/// ```
+pub struct StackGuard {
+    stack: Option<Stack>,
+}
+
+impl StackGuard {
+    /// Brings the stack up (as [`Stack::up`]) and guards it; a failed `up`
+    /// has already rolled back what it created.
+    pub async fn up(stack: Stack, options: UpOptions) -> Result<(StackGuard, UpReport), Error> {
+        let report = stack.up(options).await?;
+        Ok((StackGuard { stack: Some(stack) }, report))
+    }
+
+    /// Guards a stack that is already up.
+    pub fn new(stack: Stack) -> StackGuard {
+        StackGuard { stack: Some(stack) }
+    }
+
+    /// Leaves the stack running and gives it back.
+    pub fn keep(mut self) -> Stack {
+        self.stack
+            .take()
+            .expect("a guard holds its stack until dropped")
+    }
+}
+
+impl std::ops::Deref for StackGuard {
+    type Target = Stack;
+    fn deref(&self) -> &Stack {
+        self.stack
+            .as_ref()
+            .expect("a guard holds its stack until dropped")
+    }
+}
+
+impl Drop for StackGuard {
+    fn drop(&mut self) {
+        let Some(stack) = self.stack.take() else {
+            return;
+        };
+        // Drop cannot await, and may run inside the caller's runtime (where
+        // blocking on it would deadlock a current-thread one): take the
+        // stack down on a thread with a runtime of its own.
+        let name = stack.name().to_string();
+        let outcome = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Error::internal(format!("runtime for `down`: {e}")))?
+                .block_on(stack.down())
+        })
+        .join();
+        match outcome {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => eprintln!(
+                "devstack: taking stack `{name}` down failed: {}; `devstack --name {name} down` removes it",
+                e.message()
+            ),
+            Err(_) => eprintln!(
+                "devstack: taking stack `{name}` down panicked; `devstack --name {name} down` removes it"
+            ),
+        }
+    }
 }
 
 /// Names of every stack with a labelled container, network or volume here.
@@ -563,7 +640,7 @@ async fn preflight(
     cluster::plan(docker, settings)
         .await?
         .check(recreate, settings)?;
-    crate::cluster::kubeconfig::check_writable(&state::kubeconfig_path(&settings.name))?;
+    crate::cluster::kubeconfig::check_writable(&state::kubeconfig_path(settings))?;
     if settings.cluster.merge_kubeconfig {
         crate::cluster::kubeconfig::check_writable(
             &crate::cluster::kubeconfig::user_kubeconfig_path(),

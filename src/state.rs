@@ -1,30 +1,28 @@
 //! Per-stack files on the host, under the state directory: the kubeconfig,
 //! the record of the stack's host ports, and the lock one run holds.
 
+//!
+//! The state directory itself comes with the settings
+//! ([`Settings::state_dir`]); nothing here looks at the environment.
+
 use std::path::PathBuf;
 
 use crate::envvars;
 use crate::error::Error;
+use crate::profile::Settings;
 
-/// `$DEVSTACK_HOME`, else `$XDG_STATE_HOME/devstack`, else `~/.local/state/devstack`.
-pub fn home() -> PathBuf {
-    if let Some(dir) = envvars::get(envvars::DEVSTACK_HOME) {
-        return PathBuf::from(dir);
-    }
-    if let Some(dir) = envvars::get(envvars::XDG_STATE_HOME) {
-        return PathBuf::from(dir).join("devstack");
-    }
-    let home = envvars::get(envvars::HOME).unwrap_or_else(|| ".".into());
-    PathBuf::from(home).join(".local/state/devstack")
-}
-
-pub fn stack_dir(stack: &str) -> PathBuf {
-    home().join("stacks").join(stack)
+pub fn stack_dir(settings: &Settings) -> PathBuf {
+    settings.state_dir.join("stacks").join(&settings.name)
 }
 
 /// The stack's own kubeconfig file (mode 0600).
-pub fn kubeconfig_path(stack: &str) -> PathBuf {
-    stack_dir(stack).join("kubeconfig")
+pub fn kubeconfig_path(settings: &Settings) -> PathBuf {
+    stack_dir(settings).join("kubeconfig")
+}
+
+/// Caches shared by every stack (Flux install manifests, preload images).
+pub fn cache_dir(settings: &Settings) -> PathBuf {
+    settings.state_dir.clone()
 }
 
 /// Host ports a stack was created with: `auto` ports are chosen then, so
@@ -51,30 +49,30 @@ pub struct StackRecord {
 static RECORD_WRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl StackRecord {
-    pub fn path(stack: &str) -> PathBuf {
-        stack_dir(stack).join("stack.json")
+    pub fn path(settings: &Settings) -> PathBuf {
+        stack_dir(settings).join("stack.json")
     }
 
     /// The record, or an empty one when the stack has none (yet).
-    pub fn load(stack: &str) -> StackRecord {
-        std::fs::read(Self::path(stack))
+    pub fn load(settings: &Settings) -> StackRecord {
+        std::fs::read(Self::path(settings))
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .unwrap_or_default()
     }
 
     /// Read, change and atomically replace the record.
-    pub fn update(stack: &str, change: impl FnOnce(&mut StackRecord)) -> Result<(), Error> {
+    pub fn update(settings: &Settings, change: impl FnOnce(&mut StackRecord)) -> Result<(), Error> {
         let _guard = RECORD_WRITE.lock().unwrap_or_else(|e| e.into_inner());
-        let mut record = Self::load(stack);
+        let mut record = Self::load(settings);
         let before = record.clone();
         change(&mut record);
-        if record == before && Self::path(stack).exists() {
+        let path = Self::path(settings);
+        if record == before && path.exists() {
             return Ok(());
         }
-        let path = Self::path(stack);
         let write = || -> std::io::Result<()> {
-            std::fs::create_dir_all(stack_dir(stack))?;
+            std::fs::create_dir_all(stack_dir(settings))?;
             let tmp = path.with_extension("json.tmp");
             std::fs::write(
                 &tmp,
@@ -85,7 +83,7 @@ impl StackRecord {
         write().map_err(|e| {
             Error::internal(format!("cannot write {}: {e}", path.display())).with_hint(format!(
                 "check that {} is writable (or set {})",
-                home().display(),
+                settings.state_dir.display(),
                 envvars::DEVSTACK_HOME
             ))
         })
@@ -94,9 +92,9 @@ impl StackRecord {
 
 /// Fills in what the stack's record knows and the profile cannot: the
 /// LocalStack port `auto` chose when the stack was created.
-pub fn attach_record(settings: &mut crate::profile::Settings) {
+pub fn attach_record(settings: &mut Settings) {
     if settings.localstack.port == crate::profile::HostPort::Auto {
-        settings.localstack.bound_port = StackRecord::load(&settings.name).ports.localstack;
+        settings.localstack.bound_port = StackRecord::load(settings).ports.localstack;
     }
 }
 
@@ -109,20 +107,24 @@ pub struct StackLock {
 }
 
 impl StackLock {
-    pub fn path(stack: &str) -> PathBuf {
-        home().join("locks").join(format!("{stack}.lock"))
+    pub fn path(settings: &Settings) -> PathBuf {
+        settings
+            .state_dir
+            .join("locks")
+            .join(format!("{}.lock", settings.name))
     }
 
     /// Takes the lock, waiting for another run to finish first; `waiting` is
     /// told once who holds it.
     pub async fn acquire(
-        stack: &str,
+        settings: &Settings,
         command: &str,
         waiting: &dyn Fn(String),
     ) -> Result<StackLock, Error> {
+        let stack = &settings.name;
         use std::io::{Read, Seek, Write};
         use std::os::fd::AsRawFd;
-        let path = Self::path(stack);
+        let path = Self::path(settings);
         let open = || -> std::io::Result<std::fs::File> {
             std::fs::create_dir_all(path.parent().expect("lock path has a parent"))?;
             std::fs::OpenOptions::new()
@@ -139,7 +141,7 @@ impl StackLock {
             ))
             .with_hint(format!(
                 "check that {} is writable (or set {})",
-                home().display(),
+                settings.state_dir.display(),
                 envvars::DEVSTACK_HOME
             ))
         })?;

@@ -232,7 +232,7 @@ async fn scale_agents(
                 .with_hint("`devstack up --recreate` creates the cluster again")
             })?;
         let wanted_images = preload::wanted_images(settings)?;
-        let tarballs = preload::tarballs(docker, &wanted_images).await?;
+        let tarballs = preload::tarballs(docker, settings, &wanted_images).await?;
         for index in missing {
             let agent = node_name(settings, "agent", index);
             step.progress(format!("adding agent node {agent}"));
@@ -450,7 +450,7 @@ async fn create_nodes(
     step.progress(format!("node image {image}"));
     crate::bundle::ensure_image(docker, image, bundle.as_ref()).await?;
     let wanted = preload::wanted_images(settings)?;
-    let tarballs = preload::tarballs(docker, &wanted).await?;
+    let tarballs = preload::tarballs(docker, settings, &wanted).await?;
     let token = hex::encode(rand::random::<[u8; 24]>());
     let server = node_name(settings, "server", 0);
 
@@ -515,7 +515,7 @@ async fn create_node(
         ));
     }
     if !settings.cluster.registry_mirrors.is_empty() {
-        let path = crate::state::stack_dir(&settings.name).join("registries.yaml");
+        let path = crate::state::stack_dir(settings).join("registries.yaml");
         kubeconfig::write_private(&path, &registries_yaml(settings))?;
         binds.push(format!(
             "{}:/etc/rancher/k3s/registries.yaml:ro",

@@ -192,7 +192,7 @@ pub async fn provision(
     options: UpOptions,
     step: &Step,
 ) -> Result<Provisioned, Error> {
-    let path = crate::state::kubeconfig_path(&settings.name);
+    let path = crate::state::kubeconfig_path(settings);
     kubeconfig::check_writable(&path)?;
     if settings.cluster.merge_kubeconfig {
         kubeconfig::check_writable(&kubeconfig::user_kubeconfig_path())?;
@@ -206,7 +206,7 @@ pub async fn provision(
             .transpose()
     });
     let written = written.and_then(|merged_into| {
-        crate::state::StackRecord::update(&settings.name, |r| {
+        crate::state::StackRecord::update(settings, |r| {
             r.ports.api_server = url_port(&info.api_server)
         })?;
         Ok(merged_into)
@@ -229,7 +229,7 @@ pub async fn provision(
 /// network when nothing else uses it. Returns whether anything was removed.
 pub async fn remove(docker: &bollard::Docker, settings: &Settings) -> Result<bool, Error> {
     let removed = down(docker, settings).await?;
-    let path = crate::state::kubeconfig_path(&settings.name);
+    let path = crate::state::kubeconfig_path(settings);
     let had_file = std::fs::remove_file(&path).is_ok();
     let had_context = kubeconfig::remove_from_user(&settings.kube_context())?;
     crate::docker::remove_network_if_unused(docker, &settings.resource_prefix()).await?;
@@ -258,7 +258,7 @@ pub async fn reroute_after_localstack(
     docker: &bollard::Docker,
     settings: &Settings,
 ) -> Result<bool, Error> {
-    let path = crate::state::kubeconfig_path(&settings.name);
+    let path = crate::state::kubeconfig_path(settings);
     let Ok(config) = std::fs::read_to_string(&path) else {
         return Ok(false);
     };

@@ -74,6 +74,7 @@ pub fn wanted_images(settings: &Settings) -> Result<Vec<PreloadImage>, Error> {
 /// Docker image store into the state cache (reused while the image is the same).
 pub async fn tarballs(
     docker: &Docker,
+    settings: &Settings,
     images: &[PreloadImage],
 ) -> Result<Vec<(String, PathBuf)>, Error> {
     let mut out = Vec::new();
@@ -95,7 +96,7 @@ pub async fn tarballs(
                 .with_hint(format!("`docker pull {}` or build it first, or remove it from images.preload", image.reference))
         })?;
         let id = inspect.id.unwrap_or_default().replace("sha256:", "");
-        let dir = crate::state::home().join("image-cache");
+        let dir = crate::state::cache_dir(settings).join("image-cache");
         let path = dir.join(format!("{}.tar", &id[..id.len().min(24)]));
         if !path.is_file() {
             tokio::fs::create_dir_all(&dir)

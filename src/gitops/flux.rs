@@ -34,8 +34,8 @@ pub struct InstallReport {
     pub elapsed_ms: u64,
 }
 
-fn cache_path(version: &str) -> PathBuf {
-    crate::state::home()
+fn cache_path(settings: &Settings, version: &str) -> PathBuf {
+    crate::state::cache_dir(settings)
         .join("cache/flux")
         .join(version)
         .join("install.yaml")
@@ -64,7 +64,7 @@ pub async fn manifests(settings: &Settings) -> Result<(String, ManifestSource), 
         })?;
         return Ok((text, ManifestSource::Bundle));
     }
-    let cached = cache_path(version);
+    let cached = cache_path(settings, version);
     if let Ok(text) = std::fs::read_to_string(&cached) {
         return Ok((text, ManifestSource::Cache));
     }

@@ -209,7 +209,7 @@ pub async fn wait_deployments_available(
 /// A client for the stack's cluster, from its kubeconfig file. A stack
 /// without one is unhealthy (exit 4), with the command that creates it.
 pub async fn stack_client(settings: &crate::profile::Settings) -> Result<kube::Client, Error> {
-    let path = crate::state::kubeconfig_path(&settings.name);
+    let path = crate::state::kubeconfig_path(settings);
     let yaml = match std::fs::read_to_string(&path) {
         Ok(yaml) => yaml,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -70,6 +70,11 @@ pub struct Settings {
     pub profile_reference: Option<String>,
     #[serde(skip)]
     pub base_dir: PathBuf,
+    /// Where stack state (kubeconfigs, port records, locks) and caches
+    /// live: `$DEVSTACK_HOME`, else `$XDG_STATE_HOME/devstack`, else
+    /// `~/.local/state/devstack`. Resolved here, once, so library code never
+    /// looks at the environment for it.
+    pub state_dir: PathBuf,
     pub cluster: ClusterSettings,
     pub localstack: LocalStackSettings,
     pub flux: FluxSettings,
@@ -874,6 +879,7 @@ pub(crate) fn resolve_with_env(
         profile: origin_name.clone(),
         profile_reference: None,
         base_dir: base_dir.clone(),
+        state_dir: state_dir(env),
         cluster,
         localstack,
         flux,
@@ -885,6 +891,17 @@ pub(crate) fn resolve_with_env(
         timeouts,
         origins,
     })
+}
+
+fn state_dir(env: EnvLookup) -> PathBuf {
+    if let Some(dir) = env(envvars::DEVSTACK_HOME) {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = env(envvars::XDG_STATE_HOME) {
+        return PathBuf::from(dir).join("devstack");
+    }
+    let home = env(envvars::HOME).unwrap_or_else(|| ".".into());
+    PathBuf::from(home).join(".local/state/devstack")
 }
 
 const NAME_HINT: &str =

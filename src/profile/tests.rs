@@ -582,3 +582,30 @@ fn positions_of_key_paths() {
     assert_eq!(at("cluster.ports[2].protocol"), Some((3, 3)));
     assert_eq!(at("localstack.port"), None);
 }
+
+#[test]
+fn the_state_directory_is_resolved_once_from_the_environment() {
+    let text = format!("{HEADER}name: p\n");
+    let dir = |env: &[(&'static str, &'static str)]| {
+        let env: HashMap<&str, &str> = env.iter().copied().collect();
+        resolve(&text, &Overrides::default(), &env)
+            .unwrap()
+            .state_dir
+    };
+    assert_eq!(
+        dir(&[("HOME", "/home/u")]),
+        PathBuf::from("/home/u/.local/state/devstack")
+    );
+    assert_eq!(
+        dir(&[("HOME", "/home/u"), ("XDG_STATE_HOME", "/xdg")]),
+        PathBuf::from("/xdg/devstack")
+    );
+    assert_eq!(
+        dir(&[
+            ("HOME", "/home/u"),
+            ("XDG_STATE_HOME", "/xdg"),
+            ("DEVSTACK_HOME", "/d")
+        ]),
+        PathBuf::from("/d")
+    );
+}
