@@ -13,9 +13,7 @@ use bollard::query_parameters::{
 };
 use futures::StreamExt;
 
-use crate::cluster::{
-    Change, ClusterInfo, ClusterProvider, Plan, UpOptions, kubeconfig, node_name, preload,
-};
+use crate::cluster::{Change, ClusterInfo, Plan, UpOptions, kubeconfig, node_name, preload};
 use crate::docker;
 use crate::error::{Error, Kind};
 use crate::profile::{Provider, Settings};
@@ -76,41 +74,12 @@ impl K3s {
     }
 }
 
-impl ClusterProvider for K3s {
-    fn provider(&self) -> Provider {
-        Provider::K3s
-    }
-
-    fn exists<'a>(
-        &'a self,
-        settings: &'a Settings,
-    ) -> futures::future::BoxFuture<'a, Result<bool, Error>> {
-        Box::pin(async move { Ok(!nodes(&self.docker, settings).await?.is_empty()) })
-    }
-
-    fn plan<'a>(
-        &'a self,
-        settings: &'a Settings,
-    ) -> futures::future::BoxFuture<'a, Result<Plan, Error>> {
-        Box::pin(plan(&self.docker, settings))
-    }
-
-    fn up<'a>(
-        &'a self,
-        settings: &'a Settings,
-        options: UpOptions,
-        step: &'a Step,
-    ) -> futures::future::BoxFuture<'a, Result<ClusterInfo, Error>> {
-        Box::pin(up(&self.docker, settings, options, step))
-    }
-
-    fn delete<'a>(
-        &'a self,
-        settings: &'a Settings,
-    ) -> futures::future::BoxFuture<'a, Result<bool, Error>> {
-        Box::pin(remove_nodes(&self.docker, settings))
-    }
+/// Whether the stack has any K3s node container.
+async fn any_node(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
+    Ok(!nodes(docker, settings).await?.is_empty())
 }
+
+super::provider::docker_provider!(K3s, Provider::K3s, exists: any_node, plan: plan, up: up, delete: remove_nodes);
 
 /// Agent index of a node container name `devstack-<stack>-agent-<i>`.
 fn agent_index(settings: &Settings, name: &str) -> Option<usize> {

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::bundle::normalize_reference;
 use crate::cluster::preload::{self, PreloadImage};
-use crate::cluster::{Change, ClusterInfo, ClusterProvider, Plan, UpOptions, kubeconfig};
+use crate::cluster::{Change, ClusterInfo, Plan, UpOptions, kubeconfig};
 use crate::docker::{self, exec_in};
 use crate::error::Error;
 use crate::hostinfo::{parse_semver, tool_version};
@@ -852,45 +852,14 @@ impl Kind {
     }
 }
 
-impl ClusterProvider for Kind {
-    fn provider(&self) -> Provider {
-        Provider::Kind
-    }
-
-    fn exists<'a>(
-        &'a self,
-        settings: &'a Settings,
-    ) -> futures::future::BoxFuture<'a, Result<bool, Error>> {
-        Box::pin(async move {
-            Ok(!list_nodes(&self.docker, &cluster_name(settings))
-                .await?
-                .is_empty())
-        })
-    }
-
-    fn plan<'a>(
-        &'a self,
-        settings: &'a Settings,
-    ) -> futures::future::BoxFuture<'a, Result<Plan, Error>> {
-        Box::pin(plan(&self.docker, settings))
-    }
-
-    fn up<'a>(
-        &'a self,
-        settings: &'a Settings,
-        options: UpOptions,
-        step: &'a Step,
-    ) -> futures::future::BoxFuture<'a, Result<ClusterInfo, Error>> {
-        Box::pin(up(&self.docker, settings, options, step))
-    }
-
-    fn delete<'a>(
-        &'a self,
-        settings: &'a Settings,
-    ) -> futures::future::BoxFuture<'a, Result<bool, Error>> {
-        Box::pin(down(&self.docker, settings))
-    }
+/// Whether the stack has any container of its kind cluster.
+async fn any_node(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
+    Ok(!list_nodes(docker, &cluster_name(settings))
+        .await?
+        .is_empty())
 }
+
+super::provider::docker_provider!(Kind, Provider::Kind, exists: any_node, plan: plan, up: up, delete: down);
 
 /// The running cluster against the settings. Kind cannot add or remove
 /// nodes or change a node's image in place: every difference needs a new

@@ -87,6 +87,45 @@ pub trait ClusterProvider: Send + Sync {
     fn delete<'a>(&'a self, settings: &'a Settings) -> BoxFuture<'a, Result<bool, Error>>;
 }
 
+/// Implements [`ClusterProvider`] for a provider struct holding a `docker`
+/// client, from its module's free functions `(docker, settings, ...)`.
+macro_rules! docker_provider {
+    ($ty:ident, $provider:expr, exists: $exists:expr, plan: $plan:path, up: $up:path, delete: $delete:path) => {
+        impl $crate::cluster::ClusterProvider for $ty {
+            fn provider(&self) -> $crate::profile::Provider {
+                $provider
+            }
+            fn exists<'a>(
+                &'a self,
+                settings: &'a Settings,
+            ) -> futures::future::BoxFuture<'a, Result<bool, Error>> {
+                Box::pin($exists(&self.docker, settings))
+            }
+            fn plan<'a>(
+                &'a self,
+                settings: &'a Settings,
+            ) -> futures::future::BoxFuture<'a, Result<$crate::cluster::Plan, Error>> {
+                Box::pin($plan(&self.docker, settings))
+            }
+            fn up<'a>(
+                &'a self,
+                settings: &'a Settings,
+                options: $crate::cluster::UpOptions,
+                step: &'a $crate::ui::Step,
+            ) -> futures::future::BoxFuture<'a, Result<$crate::cluster::ClusterInfo, Error>> {
+                Box::pin($up(&self.docker, settings, options, step))
+            }
+            fn delete<'a>(
+                &'a self,
+                settings: &'a Settings,
+            ) -> futures::future::BoxFuture<'a, Result<bool, Error>> {
+                Box::pin($delete(&self.docker, settings))
+            }
+        }
+    };
+}
+pub(crate) use docker_provider;
+
 /// The provider the settings name.
 pub fn for_settings(docker: &bollard::Docker, settings: &Settings) -> Box<dyn ClusterProvider> {
     match settings.cluster.provider {
