@@ -213,57 +213,51 @@ pub async fn up(
         .and_then(|s| serde_json::from_str(s).ok());
     let mut bound = settings.with_localstack_port(choose_port(settings, old.as_ref())?);
     let mut spec = Spec::from_settings(&bound);
-    let action = match existing {
-        Some(container) => {
-            let labels = existing_labels.unwrap_or_default();
-            let ours = labels.get(docker::LABEL_MANAGED_BY).map(String::as_str)
-                == Some(docker::MANAGED_BY_VALUE)
-                && labels.get(docker::LABEL_STACK) == Some(&settings.name);
-            if !ours {
-                return Err(Error::prerequisite(format!(
-                    "a container named `{name}` exists but devstack did not create it"
-                ))
-                .with_hint(format!(
-                    "rename or remove it (`docker rm -f {name}`), or choose another stack name with --name"
-                )));
-            }
-            let running = container
-                .state
-                .as_ref()
-                .and_then(|s| s.running)
-                .unwrap_or(false);
-            if labels.get(LABEL_SPEC_HASH) != Some(&spec.hash()) {
-                let why = spec.differences(old.as_ref());
-                progress(&format!("recreating: {why}"));
-                docker::remove_container(docker, &name).await?;
-                create_on_free_port(docker, &mut bound, &mut spec).await?;
-                Action::Recreated(why)
-            } else if running {
-                Action::Reused
-            } else {
-                progress("restarting stopped container");
-                match start(docker, &bound, &name).await {
-                    Ok(()) => Action::Restarted,
-                    // Something took an `auto` port while the stack was
-                    // stopped: LocalStack keeps no state, so move it.
-                    Err(e)
-                        if e.kind() == Kind::Prerequisite
-                            && settings.localstack.port == HostPort::Auto =>
-                    {
-                        progress("its port was taken: recreating on a free port");
-                        docker::remove_container(docker, &name).await?;
-                        bound = settings.with_localstack_port(choose_port(settings, None)?);
-                        spec = Spec::from_settings(&bound);
-                        create_on_free_port(docker, &mut bound, &mut spec).await?;
-                        Action::Recreated("its host port was taken by another process".into())
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+    let running = existing
+        .as_ref()
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.running)
+        .unwrap_or(false);
+    let found = existing_labels.as_ref().map(|labels| (labels, running));
+    let action = match decide(settings, found, &spec, old.as_ref()) {
+        Decision::Foreign => {
+            return Err(Error::prerequisite(format!(
+                "a container named `{name}` exists but devstack did not create it"
+            ))
+            .with_hint(format!(
+                "rename or remove it (`docker rm -f {name}`), or choose another stack name with --name"
+            )));
         }
-        None => {
+        Decision::Create => {
             create_on_free_port(docker, &mut bound, &mut spec).await?;
             Action::Created
+        }
+        Decision::Reuse => Action::Reused,
+        Decision::Recreate(why) => {
+            progress(&format!("recreating: {why}"));
+            docker::remove_container(docker, &name).await?;
+            create_on_free_port(docker, &mut bound, &mut spec).await?;
+            Action::Recreated(why)
+        }
+        Decision::Restart => {
+            progress("restarting stopped container");
+            match start(docker, &bound, &name).await {
+                Ok(()) => Action::Restarted,
+                // Something took an `auto` port while the stack was
+                // stopped: LocalStack keeps no state, so move it.
+                Err(e)
+                    if e.kind() == Kind::Prerequisite
+                        && settings.localstack.port == HostPort::Auto =>
+                {
+                    progress("its port was taken: recreating on a free port");
+                    docker::remove_container(docker, &name).await?;
+                    bound = settings.with_localstack_port(choose_port(settings, None)?);
+                    spec = Spec::from_settings(&bound);
+                    create_on_free_port(docker, &mut bound, &mut spec).await?;
+                    Action::Recreated("its host port was taken by another process".into())
+                }
+                Err(e) => return Err(e),
+            }
         }
     };
     StackRecord::update(settings, |r| r.ports.localstack = Some(spec.port))?;
@@ -278,6 +272,43 @@ pub async fn up(
         services,
         healthy_after: started.elapsed(),
     })
+}
+
+/// What `up` does about the container found under the stack's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Decision {
+    Create,
+    Reuse,
+    Restart,
+    /// The spec changed: the reason, as the user reads it.
+    Recreate(String),
+    /// Not devstack's, or another stack's: never touched.
+    Foreign,
+}
+
+/// The converge rule, on what was found (`labels` and whether it runs) and
+/// the desired spec: kept apart from Docker so it is tested without it.
+fn decide(
+    settings: &Settings,
+    found: Option<(&HashMap<String, String>, bool)>,
+    spec: &Spec,
+    old: Option<&Spec>,
+) -> Decision {
+    let Some((labels, running)) = found else {
+        return Decision::Create;
+    };
+    let ours = labels.get(docker::LABEL_MANAGED_BY).map(String::as_str)
+        == Some(docker::MANAGED_BY_VALUE)
+        && labels.get(docker::LABEL_STACK) == Some(&settings.name);
+    if !ours {
+        Decision::Foreign
+    } else if labels.get(LABEL_SPEC_HASH) != Some(&spec.hash()) {
+        Decision::Recreate(spec.differences(old))
+    } else if running {
+        Decision::Reuse
+    } else {
+        Decision::Restart
+    }
 }
 
 fn port_taken_error(settings: &Settings) -> Error {
@@ -611,4 +642,86 @@ pub async fn down(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
     };
     docker::remove_network_if_unused(docker, &network_name(settings)).await?;
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(yaml: &str) -> Settings {
+        let text = format!("apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: t\n{yaml}");
+        let loaded = crate::profile::load::parse("t.yaml", &text, ".".into()).unwrap();
+        Settings::resolve(loaded, &Default::default()).unwrap()
+    }
+
+    fn labels_of(settings: &Settings, spec: &Spec) -> HashMap<String, String> {
+        let mut labels = docker::labels(&settings.name, ROLE);
+        labels.insert(LABEL_SPEC_HASH.into(), spec.hash());
+        labels.insert(LABEL_SPEC.into(), serde_json::to_string(spec).unwrap());
+        labels
+    }
+
+    #[test]
+    fn converge_creates_reuses_restarts_recreates_and_leaves_foreign_containers_alone() {
+        let bound = settings("").with_localstack_port(4600);
+        let spec = Spec::from_settings(&bound);
+        let labels = labels_of(&bound, &spec);
+        assert_eq!(decide(&bound, None, &spec, None), Decision::Create);
+        assert_eq!(
+            decide(&bound, Some((&labels, true)), &spec, Some(&spec)),
+            Decision::Reuse
+        );
+        assert_eq!(
+            decide(&bound, Some((&labels, false)), &spec, Some(&spec)),
+            Decision::Restart
+        );
+
+        let newer = settings("localstack:\n  image: localstack/localstack:4.14.0\n")
+            .with_localstack_port(4600);
+        let wanted = Spec::from_settings(&newer);
+        assert_eq!(
+            decide(&newer, Some((&labels, true)), &wanted, Some(&spec)),
+            Decision::Recreate(
+                "image localstack/localstack:4.3.0 -> localstack/localstack:4.14.0".into()
+            )
+        );
+
+        let other_stack = labels_of(&settings("").with_localstack_port(1), &spec)
+            .into_iter()
+            .map(|(k, v)| {
+                if k == docker::LABEL_STACK {
+                    (k, "other".into())
+                } else {
+                    (k, v)
+                }
+            })
+            .collect();
+        assert_eq!(
+            decide(&bound, Some((&other_stack, true)), &spec, None),
+            Decision::Foreign
+        );
+        assert_eq!(
+            decide(&bound, Some((&HashMap::new(), true)), &spec, None),
+            Decision::Foreign
+        );
+    }
+
+    #[test]
+    fn an_auto_port_stays_with_the_container_and_a_fixed_one_is_the_profiles() {
+        let auto = settings("");
+        let existing = Spec::from_settings(&auto.with_localstack_port(4711));
+        assert_eq!(
+            choose_port(&auto, Some(&existing)).unwrap(),
+            4711,
+            "reuse keeps the port"
+        );
+        let fresh = choose_port(&auto, None).unwrap();
+        assert_ne!(fresh, 0);
+        let fixed = settings("localstack:\n  port: 4599\n");
+        assert_eq!(choose_port(&fixed, Some(&existing)).unwrap(), 4599);
+        // The same spec on the port `auto` kept: the container is reused, not
+        // recreated, on every later `up`.
+        let bound = auto.with_localstack_port(4711);
+        assert_eq!(Spec::from_settings(&bound).hash(), existing.hash());
+    }
 }
