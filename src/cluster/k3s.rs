@@ -96,8 +96,35 @@ async fn plan(docker: &Docker, settings: &Settings) -> Result<Plan, Error> {
     if existing.is_empty() {
         return Ok(Plan::default());
     }
-    let mut changes = Vec::new();
     let agents = existing.iter().filter(|n| n.1 == ROLE_AGENT).count();
+    let server = docker::inspect(docker, &node_name(settings, "server", 0))
+        .await?
+        .map(|container| {
+            let config = container.config.unwrap_or_default();
+            ServerFacts {
+                image: config.image.unwrap_or_default(),
+                args: config.cmd.unwrap_or_default(),
+                api_port: config
+                    .labels
+                    .unwrap_or_default()
+                    .get(LABEL_API_PORT)
+                    .and_then(|p| p.parse().ok()),
+            }
+        });
+    Ok(plan_of(settings, agents, server.as_ref()))
+}
+
+/// What `plan` reads off the server node container.
+struct ServerFacts {
+    image: String,
+    args: Vec<String>,
+    api_port: Option<u16>,
+}
+
+/// The plan rule on what exists, kept apart from Docker so it is tested
+/// without it.
+fn plan_of(settings: &Settings, agents: usize, server: Option<&ServerFacts>) -> Plan {
+    let mut changes = Vec::new();
     let wanted = usize::from(settings.cluster.agents);
     if agents != wanted {
         changes.push(Change {
@@ -105,56 +132,45 @@ async fn plan(docker: &Docker, settings: &Settings) -> Result<Plan, Error> {
             in_place: true,
         });
     }
-    let server = node_name(settings, "server", 0);
-    match docker::inspect(docker, &server).await? {
-        None => changes.push(Change {
+    let Some(server) = server else {
+        changes.push(Change {
             what: "the server node is missing (the cluster is created again)".into(),
             in_place: true,
-        }),
-        Some(container) => {
-            let config = container.config.unwrap_or_default();
-            let image = config.image.unwrap_or_default();
-            if image != settings.cluster.image {
-                changes.push(Change {
-                    what: format!("image {image} -> {}", settings.cluster.image),
-                    in_place: false,
-                });
-            }
-            let args = config.cmd.unwrap_or_default();
-            let extra: Vec<&String> = args.iter().skip(SERVER_FIXED_ARGS).collect();
-            if extra != settings.cluster.k3s_args.iter().collect::<Vec<_>>() {
-                changes.push(Change {
-                    what: format!(
-                        "k3sArgs [{}] -> [{}]",
-                        extra
-                            .iter()
-                            .map(|a| a.as_str())
-                            .collect::<Vec<_>>()
-                            .join(" "),
-                        settings.cluster.k3s_args.join(" ")
-                    ),
-                    in_place: false,
-                });
-            }
-            let port = config
-                .labels
-                .unwrap_or_default()
-                .get(LABEL_API_PORT)
-                .and_then(|p| p.parse::<u16>().ok());
-            if let (Some(have), Some(want)) = (port, settings.cluster.api_server_port.fixed())
-                && have != want
-            {
-                changes.push(Change {
-                    what: format!("apiServerPort {have} -> {want}"),
-                    in_place: false,
-                });
-            }
-        }
+        });
+        return Plan {
+            exists: true,
+            changes,
+        };
+    };
+    if server.image != settings.cluster.image {
+        changes.push(Change {
+            what: format!("image {} -> {}", server.image, settings.cluster.image),
+            in_place: false,
+        });
     }
-    Ok(Plan {
+    let extra = server.args.get(SERVER_FIXED_ARGS..).unwrap_or_default();
+    if extra != settings.cluster.k3s_args.as_slice() {
+        changes.push(Change {
+            what: format!(
+                "k3sArgs [{}] -> [{}]",
+                extra.join(" "),
+                settings.cluster.k3s_args.join(" ")
+            ),
+            in_place: false,
+        });
+    }
+    if let (Some(have), Some(want)) = (server.api_port, settings.cluster.api_server_port.fixed())
+        && have != want
+    {
+        changes.push(Change {
+            what: format!("apiServerPort {have} -> {want}"),
+            in_place: false,
+        });
+    }
+    Plan {
         exists: true,
         changes,
-    })
+    }
 }
 
 /// Adds or removes agent nodes so the running cluster has as many as the
@@ -761,4 +777,73 @@ async fn remove_nodes(docker: &Docker, settings: &Settings) -> Result<bool, Erro
         }
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(cluster: &str) -> Settings {
+        let text = format!(
+            "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: t\ncluster:\n  provider: k3s\n{cluster}"
+        );
+        let loaded = crate::profile::load::parse("t.yaml", &text, ".".into()).unwrap();
+        Settings::resolve(loaded, &Default::default()).unwrap()
+    }
+
+    fn server(settings: &Settings, api_port: u16) -> ServerFacts {
+        ServerFacts {
+            image: settings.cluster.image.clone(),
+            args: server_args(settings),
+            api_port: Some(api_port),
+        }
+    }
+
+    #[test]
+    fn agents_change_in_place_image_args_and_a_fixed_port_need_a_recreate() {
+        let same = settings("");
+        assert_eq!(plan_of(&same, 0, Some(&server(&same, 6550))).changes, []);
+
+        let more = settings("  agents: 2\n");
+        let plan = plan_of(&more, 0, Some(&server(&same, 6550)));
+        assert_eq!(plan.changes.len(), 1);
+        assert!(plan.changes[0].in_place && plan.changes[0].what == "agents 0 -> 2");
+        assert!(!plan.needs_recreate());
+
+        let image = settings("  image: rancher/k3s:v1.33.1-k3s1\n");
+        let plan = plan_of(&image, 0, Some(&server(&same, 6550)));
+        assert!(plan.needs_recreate());
+        assert_eq!(
+            plan.changes[0].what,
+            format!("image {} -> rancher/k3s:v1.33.1-k3s1", same.cluster.image)
+        );
+
+        let args = settings("  k3sArgs: [--disable-network-policy]\n");
+        let plan = plan_of(&args, 0, Some(&server(&same, 6550)));
+        assert_eq!(
+            plan.changes[0].what,
+            "k3sArgs [] -> [--disable-network-policy]"
+        );
+        assert!(plan.needs_recreate());
+        // Unchanged arguments read back from the node are no change.
+        assert_eq!(plan_of(&args, 0, Some(&server(&args, 6550))).changes, []);
+
+        let fixed = settings("  apiServerPort: 6551\n");
+        assert!(plan_of(&fixed, 0, Some(&server(&same, 6550))).needs_recreate());
+        assert!(
+            !plan_of(&same, 0, Some(&server(&same, 6551))).needs_recreate(),
+            "auto keeps any port"
+        );
+
+        let orphans = plan_of(&same, 1, None);
+        assert!(orphans.exists && !orphans.needs_recreate());
+    }
+
+    #[test]
+    fn agent_indexes_come_from_node_names() {
+        let s = settings("");
+        assert_eq!(agent_index(&s, "devstack-t-agent-3"), Some(3));
+        assert_eq!(agent_index(&s, "devstack-t-server-0"), None);
+        assert_eq!(agent_index(&s, "devstack-other-agent-0"), None);
+    }
 }
