@@ -63,6 +63,8 @@ pub struct UpReport {
     pub gitops: DeliverReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verify: Option<VerifyReport>,
+    /// The stack as `devstack status` sees it when `up` returns.
+    pub health: StatusReport,
     pub elapsed_ms: u64,
 }
 
@@ -445,6 +447,10 @@ impl Stack {
         for repair in &repaired {
             self.ui.info(format!("  repaired: {repair}"));
         }
+        // What `up` leaves, by the health model `status` uses (reported, not
+        // judged: with --no-verify the profile's ExternalSecrets may still
+        // be syncing).
+        let health = crate::health::collect(settings).await;
         Ok(UpReport {
             stack: settings.name.clone(),
             ports: state::StackRecord::load(settings).ports,
@@ -456,6 +462,7 @@ impl Stack {
             seed: seeded,
             gitops,
             verify,
+            health,
             elapsed_ms: started.elapsed().as_millis() as u64,
         })
     }

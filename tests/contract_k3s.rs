@@ -125,6 +125,8 @@ fn status_right_after_up_is_settled_and_concurrent_ups_end_in_one_stack() {
             let up = run(&stack, &profile, &["up", "--json", "--no-verify"]);
             let report = up.ok().json();
             assert_eq!(report["created"], false, "round {round}: {report}");
+            // `up` reports the health model `status` uses, and it is settled.
+            assert_settled(&report["health"]);
         }
         let status = run(&stack, &profile, &["status", "--json"]);
         assert_eq!(status.code, 0, "round {round}: {}", status.all());
