@@ -89,7 +89,7 @@ kind_stage_kubernetes() {
         -X $p.gitTreeState=clean -X $p.buildDate=$KIND_K8S_BUILD_DATE"
     done
     for c in $KIND_K8S_CMDS; do pkgs+=("./cmd/$c"); done
-    log "go build ${KIND_K8S_CMDS// /, } $KIND_K8S_VERSION (one invocation; cold: ~20-30 min on 2 cores; log $out.log)"
+    log "go build ${KIND_K8S_CMDS// /, } $KIND_K8S_VERSION (one invocation; cold: ~10-13 min on 2 cores; log $out.log)"
     CGO_ENABLED=0 kind_gobuild "$out.log" "$tree" -tags providerless -ldflags "$ldflags" -o "$out/bin/" "${pkgs[@]}"
     "$out/bin/kubeadm" version -o short | grep -qx "$KIND_K8S_VERSION" || die "kubeadm version is not $KIND_K8S_VERSION"
     touch "$out/.done"
