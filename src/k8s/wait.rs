@@ -239,7 +239,9 @@ impl Seen {
         match (&self.state, &self.watch_error) {
             (Some(state), None) => state.clone(),
             (Some(state), Some(e)) => format!("{state}; since then the watch fails: {e}"),
-            (None, Some(e)) => format!("no answer from the API server: {e}"),
+            // Not only an API server still starting: a kind whose CRD is
+            // missing fails the same way (404 on list).
+            (None, Some(e)) => format!("cannot watch: {e}"),
             (None, None) => "nothing yet".into(),
         }
     }
@@ -439,7 +441,7 @@ mod tests {
         assert!(!seen.record(Err(watcher::Error::NoResourceVersion)));
         assert!(
             seen.summary()
-                .starts_with("no answer from the API server: no metadata.resourceVersion")
+                .starts_with("cannot watch: no metadata.resourceVersion")
         );
         assert!(seen.record(Ok(true)));
         seen.state = Some("1/2 nodes Ready".into());
