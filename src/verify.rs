@@ -26,9 +26,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Error;
+use crate::error::{Error, Kind};
 use crate::gitops::CLUSTER_SECRET_STORE;
-use crate::k8s::{conditions, dynamic_api};
+use crate::k8s::{Budget, Verdict, Wait, conditions, dynamic_api};
 use crate::profile::schema::{Charset, GenerateSpec};
 use crate::profile::settings::profile_external_secret_name;
 use crate::profile::{SecretString, Settings};
@@ -173,6 +173,49 @@ fn failure_hint(settings: &Settings, check: &str) -> String {
 pub fn external_secret_synced(object: &Value) -> bool {
     conditions::condition(object, "Ready")
         .is_some_and(|c| c.is_true() && c.reason.as_deref() == Some(REASON_SECRET_SYNCED))
+}
+
+/// A profile ExternalSecret (its JSON, `None` while absent) as a wait sees it.
+fn external_secret_verdict(object: Option<&Value>) -> Verdict {
+    match object {
+        Some(es) if external_secret_synced(es) => Verdict::Done,
+        Some(es) => Verdict::Waiting(
+            conditions::condition(es, "Ready")
+                .map(|c| c.summary())
+                .unwrap_or_else(|| "no Ready condition yet".into()),
+        ),
+        None => Verdict::Waiting("does not exist".into()),
+    }
+}
+
+/// An object whose Ready condition must be True.
+fn ready_verdict(object: &Value) -> Verdict {
+    match conditions::condition(object, "Ready") {
+        Some(c) if c.is_true() => Verdict::Done,
+        Some(c) => Verdict::Waiting(c.summary()),
+        None => Verdict::Waiting("no Ready condition yet".into()),
+    }
+}
+
+/// Whether the probe Secret `name` holds `expected` and, when `replaced`
+/// is given, is a new object (another uid). Never quotes a value.
+fn secret_verdict(
+    secret: Option<&Secret>,
+    name: &str,
+    expected: &[u8],
+    replaced: Option<&str>,
+) -> Verdict {
+    let Some(secret) = secret else {
+        return Verdict::Waiting(format!("Secret {name} absent"));
+    };
+    if replaced.is_some() && replaced == secret.metadata.uid.as_deref() {
+        return Verdict::Waiting(format!("Secret {name} not deleted yet"));
+    }
+    match secret.data.as_ref().and_then(|d| d.get(VALUE_KEY)) {
+        Some(bytes) if bytes.0 == expected => Verdict::Done,
+        Some(_) => Verdict::Waiting(format!("Secret {name} holds another value")),
+        None => Verdict::Waiting(format!("Secret {name} has no key `{VALUE_KEY}`")),
+    }
 }
 
 /// Proves the secret path with a fresh probe. Fails fast (`Err`) when
@@ -590,6 +633,23 @@ impl Runner<'_> {
         }
     }
 
+    /// Runs a watch-driven Kubernetes wait unless the run is cancelled; its
+    /// error (a timeout naming the last state seen) is the check's reason.
+    async fn watch<T>(
+        &self,
+        wait: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Fail> {
+        tokio::select! {
+            _ = self.cancel.cancelled() => Err(Fail::Cancelled),
+            result = wait => result.map_err(|e| Fail::Reason(e.message().to_string())),
+        }
+    }
+
+    /// Each wait of a check may take `timeouts.verify` (or the caller's bound).
+    fn budget(&self, limit: Duration) -> Budget {
+        Budget::new(limit, "timeouts.verify")
+    }
+
     fn secrets(&self) -> Api<Secret> {
         Api::namespaced(self.client.clone(), &self.probe.namespace)
     }
@@ -666,27 +726,23 @@ impl Runner<'_> {
         expected: &SecretString,
         replaced: Option<&str>,
     ) -> Result<String, Fail> {
-        let api = &self.secrets();
         let name = self.probe.object.as_str();
+        let wait = Wait::new(
+            format!("Secret {}/{name}", self.probe.namespace),
+            if replaced.is_some() {
+                "recreated with the probe value"
+            } else {
+                "synced with the probe value"
+            },
+            self.budget(self.timeout),
+        );
+        let check = |secret: Option<&Secret>| {
+            secret_verdict(secret, name, expected.expose().as_bytes(), replaced)
+        };
         let result = self
-            .wait_for(self.timeout, move || async move {
-                let secret = match api.get_opt(name).await {
-                    Ok(Some(s)) => s,
-                    Ok(None) => return Err(format!("Secret {name} absent")),
-                    Err(e) => return Err(format!("reading Secret {name}: {e}")),
-                };
-                let uid = secret.metadata.uid.clone().unwrap_or_default();
-                if replaced.is_some_and(|old| old == uid) {
-                    return Err(format!("Secret {name} not deleted yet"));
-                }
-                let data = secret.data.unwrap_or_default();
-                match data.get(VALUE_KEY) {
-                    Some(bytes) if bytes.0 == expected.expose().as_bytes() => Ok(uid),
-                    Some(_) => Err(format!("Secret {name} holds another value")),
-                    None => Err(format!("Secret {name} has no key `{VALUE_KEY}`")),
-                }
-            })
-            .await;
+            .watch(wait.object(self.secrets(), name, check))
+            .await
+            .map(|secret| secret.and_then(|s| s.metadata.uid).unwrap_or_default());
         match result {
             Err(Fail::Reason(why)) => Err(Fail::Reason(format!(
                 "{why}; {}",
@@ -703,26 +759,24 @@ impl Runner<'_> {
             "ClusterSecretStore",
             None,
         );
-        let api = &api;
         let started = Instant::now();
-        let detail = self
-            .wait_for(self.timeout, move || async move {
-                match api
-                .get_opt(CLUSTER_SECRET_STORE)
-                .await
-            {
-                Ok(Some(store)) => match conditions::condition(&store.data, "Ready") {
-                    Some(c) if c.is_true() => Ok(c.summary()),
-                    Some(c) => Err(c.summary()),
-                    None => Err("no Ready condition yet".into()),
-                },
-                Ok(None) => Err(format!(
+        let wait = Wait::new(
+            format!("ClusterSecretStore {CLUSTER_SECRET_STORE}"),
+            "Ready",
+            self.budget(self.timeout),
+        );
+        let store = self
+            .watch(wait.object(api, CLUSTER_SECRET_STORE, |store| match store {
+                Some(store) => ready_verdict(&store.data),
+                None => Verdict::Waiting(format!(
                     "ClusterSecretStore {CLUSTER_SECRET_STORE} does not exist (or ESO's CRDs are not installed)"
                 )),
-                Err(e) => Err(format!("reading the store: {e}")),
-            }
-            })
+            }))
             .await?;
+        let detail = store
+            .and_then(|s| conditions::condition(&s.data, "Ready"))
+            .map(|c| c.summary())
+            .unwrap_or_default();
         Ok((started.elapsed(), detail))
     }
 
@@ -886,45 +940,41 @@ impl Runner<'_> {
             targets.len()
         ));
         let started = Instant::now();
+        let timeout = if wait { self.timeout } else { Duration::ZERO };
+        let budget = self.budget(timeout);
+        let this: &Self = self;
         // (namespace, name) -> Ok(latency) once synced, or Err(last state).
-        let states: std::sync::Mutex<BTreeMap<(String, String), Result<Duration, String>>> =
-            std::sync::Mutex::new(
+        let waits = targets.iter().map(|(ns, name)| async move {
+            let until = Wait::new(format!("ExternalSecret {ns}/{name}"), "Synced", budget);
+            // The report names the object: its detail is the state alone.
+            let mut last = "not read yet".to_string();
+            let synced = until
+                .object(this.external_secrets(ns), name, |es| {
+                    let verdict = external_secret_verdict(es.map(|es| &es.data));
+                    if let Verdict::Waiting(state) = &verdict {
+                        last.clone_from(state);
+                    }
+                    verdict
+                })
+                .await;
+            let state = match synced {
+                Ok(_) => Ok(started.elapsed()),
+                Err(e) if e.kind() == Kind::Timeout => Err(last),
+                Err(e) => Err(e.message().to_string()),
+            };
+            ((ns.clone(), name.clone()), state)
+        });
+        let all = async { Ok::<_, Error>(futures::future::join_all(waits).await) };
+        let (cancelled, states): (bool, BTreeMap<_, _>) = match this.watch(all).await {
+            Ok(states) => (false, states.into_iter().collect()),
+            Err(_) => (
+                true,
                 targets
                     .iter()
-                    .map(|t| (t.clone(), Err("not read yet".to_string())))
+                    .map(|t| (t.clone(), Err("interrupted".to_string())))
                     .collect(),
-            );
-        let lock = || states.lock().unwrap_or_else(|e| e.into_inner());
-        let timeout = if wait { self.timeout } else { Duration::ZERO };
-        let this: &Self = self;
-        let result = this
-            .wait_for(timeout, || async {
-                let pending: Vec<(String, String)> = lock()
-                    .iter()
-                    .filter(|(_, state)| state.is_err())
-                    .map(|(key, _)| key.clone())
-                    .collect();
-                for (ns, name) in pending {
-                    let state = match this.external_secrets(&ns).get_opt(&name).await {
-                        Ok(Some(es)) if external_secret_synced(&es.data) => Ok(started.elapsed()),
-                        Ok(Some(es)) => Err(conditions::condition(&es.data, "Ready")
-                            .map(|c| c.summary())
-                            .unwrap_or_else(|| "no Ready condition yet".into())),
-                        Ok(None) => Err("does not exist".into()),
-                        Err(e) => Err(format!("unreadable: {e}")),
-                    };
-                    lock().insert((ns, name), state);
-                }
-                let waiting = lock().values().filter(|s| s.is_err()).count();
-                if waiting == 0 {
-                    Ok(())
-                } else {
-                    Err(format!("{waiting} not synced"))
-                }
-            })
-            .await;
-        let cancelled = matches!(result, Err(Fail::Cancelled));
-        let states = states.into_inner().unwrap_or_else(|e| e.into_inner());
+            ),
+        };
         let failed = states.values().filter(|s| s.is_err()).count();
         if cancelled {
             self.interrupted = true;
@@ -1017,6 +1067,63 @@ mod tests {
     use crate::error::Kind;
     use crate::profile::schema::{SecretFormat, SyncSpec};
     use crate::profile::settings::{SecretSettings, kube_name};
+
+    #[test]
+    fn secret_waits_say_what_is_wrong_without_the_value() {
+        use k8s_openapi::ByteString;
+        let secret = |uid: &str, value: &str| {
+            let mut s = Secret::default();
+            s.metadata.uid = Some(uid.into());
+            s.data = Some([(VALUE_KEY.to_string(), ByteString(value.as_bytes().to_vec()))].into());
+            s
+        };
+        let state = |v: Verdict| match v {
+            Verdict::Waiting(state) => state,
+            Verdict::Done => "done".into(),
+            Verdict::Failed(e) => panic!("{e:?}"),
+        };
+        let old = secret("u1", "hunter2");
+        assert_eq!(
+            state(secret_verdict(Some(&old), "p", b"hunter2", None)),
+            "done"
+        );
+        assert_eq!(
+            state(secret_verdict(Some(&old), "p", b"rotated", None)),
+            "Secret p holds another value"
+        );
+        assert_eq!(
+            state(secret_verdict(Some(&old), "p", b"hunter2", Some("u1"))),
+            "Secret p not deleted yet"
+        );
+        let new = secret("u2", "hunter2");
+        assert_eq!(
+            state(secret_verdict(Some(&new), "p", b"hunter2", Some("u1"))),
+            "done"
+        );
+        assert_eq!(
+            state(secret_verdict(None, "p", b"x", None)),
+            "Secret p absent"
+        );
+    }
+
+    #[test]
+    fn external_secret_waits_need_secret_synced() {
+        let es = |status: &str, reason: &str| json!({"status": {"conditions": [{"type": "Ready", "status": status, "reason": reason}]}});
+        assert!(matches!(
+            external_secret_verdict(Some(&es("True", REASON_SECRET_SYNCED))),
+            Verdict::Done
+        ));
+        assert!(matches!(
+            external_secret_verdict(Some(&es("False", "SecretSyncedError"))),
+            Verdict::Waiting(s) if s == "SecretSyncedError"
+        ));
+        assert!(
+            matches!(external_secret_verdict(None), Verdict::Waiting(s) if s == "does not exist")
+        );
+        assert!(
+            matches!(ready_verdict(&json!({})), Verdict::Waiting(s) if s == "no Ready condition yet")
+        );
+    }
 
     fn secret(name: &str, sync: Option<SyncSpec>) -> SecretSettings {
         SecretSettings {

@@ -358,11 +358,7 @@ pub async fn up(
         crate::k8s::wait_nodes_ready(
             &client,
             expected,
-            settings
-                .timeouts
-                .cluster
-                .get()
-                .saturating_sub(started.elapsed()),
+            crate::k8s::Budget::since(started, settings.timeouts.cluster.get(), "timeouts.cluster"),
             step,
         )
         .await?;

@@ -803,8 +803,8 @@ async fn converge(
     // (which `kind load` imports into) may not be up yet.
     step.progress(format!("waiting for {} node(s) Ready", nodes.len()));
     let client = crate::k8s::client_from_kubeconfig(&kubeconfig).await?;
-    crate::k8s::wait_nodes_ready(&client, nodes.len(), settings.timeouts.cluster.get(), step)
-        .await?;
+    let budget = crate::k8s::Budget::new(settings.timeouts.cluster.get(), "timeouts.cluster");
+    crate::k8s::wait_nodes_ready(&client, nodes.len(), budget, step).await?;
 
     preload_images(docker, settings, kind, &name, &nodes, step).await?;
 

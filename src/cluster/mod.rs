@@ -119,23 +119,18 @@ pub async fn up(
     step.progress("waiting for CoreDNS");
     let dns = async {
         let client = crate::k8s::client_from_kubeconfig(&info.kubeconfig).await?;
-        let remaining = settings
-            .timeouts
-            .cluster
-            .get()
-            .saturating_sub(started.elapsed());
         crate::k8s::wait_deployments_available(
             &client,
             "kube-system",
             &["coredns".to_string()],
-            remaining,
+            crate::k8s::Budget::since(started, settings.timeouts.cluster.get(), "timeouts.cluster"),
+            "`kubectl -n kube-system describe pods` shows why CoreDNS is not running",
         )
         .await
     };
     match dns.await {
         Ok(()) => Ok(info),
         Err(err) => {
-            let err = err.with_hint("raise `timeouts.cluster`; `kubectl -n kube-system describe pods` shows why CoreDNS is not running");
             if info.created && !options.retain {
                 return Err(match down(docker, settings).await {
                     Ok(_) => err.context("cluster creation failed and was rolled back"),

@@ -8,8 +8,11 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Event as CoreEvent;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::watcher::{self, Event};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -17,6 +20,7 @@ use super::{CHAIN, FLUX_NAMESPACE, HELM_RELEASE, ROOT_KUSTOMIZATION};
 use crate::error::Error;
 use crate::k8s::conditions::{self, Condition};
 use crate::k8s::dynamic_api;
+use crate::k8s::wait::{self, Budget, Objects, Seen, Verdict, Wait};
 use crate::ui::Step;
 
 pub const RECONCILE_ANNOTATION: &str = "reconcile.fluxcd.io/requestedAt";
@@ -80,48 +84,53 @@ pub async fn refresh_source(
     client: &kube::Client,
     kind: &str,
     name: &str,
-    timeout: Duration,
+    budget: Budget,
 ) -> Result<(), Error> {
     let api = source_api(client, kind, FLUX_NAMESPACE);
     let token = request_reconcile(&api, name).await?;
-    let started = Instant::now();
-    loop {
-        let object = api
-            .get_opt(name)
-            .await
-            .ok()
-            .flatten()
-            .map(|o| serde_json::to_value(o).unwrap_or_default());
-        let condition = object.as_ref().and_then(ready_condition);
-        if let Some(object) = &object
-            && object["status"]["lastHandledReconcileAt"].as_str() == Some(token.as_str())
-        {
-            match &condition {
-                Some(c) if c.is_true() => return Ok(()),
-                Some(c) if c.status == "False" => {
-                    return Err(Error::unhealthy(format!(
-                        "{kind} {FLUX_NAMESPACE}/{name} cannot fetch ({})",
-                        c.summary()
-                    ))
-                    .with_hint(match kind {
-                        "Bucket" => "LocalStack must be running and reachable from pods: `devstack status`",
-                        _ => "check the repository URL, branch and credentials in the profile's `gitops.git`",
-                    }));
-                }
-                _ => {}
-            }
-        }
-        if started.elapsed() >= timeout {
-            let why = condition
-                .map(|c| c.summary())
-                .unwrap_or_else(|| "no status yet".into());
-            return Err(Error::timeout(format!(
-                "{kind} {FLUX_NAMESPACE}/{name} did not fetch within {}s ({why})",
-                timeout.as_secs()
+    Wait::new(
+        format!("{kind} {FLUX_NAMESPACE}/{name}"),
+        "Ready with a fresh fetch",
+        budget,
+    )
+    .advice("check the source-controller: `kubectl -n flux-system logs deploy/source-controller`")
+    .object(api, name, |object| {
+        let object = object.map(|o| serde_json::to_value(o).unwrap_or_default());
+        source_verdict(kind, name, object.as_ref(), &token)
+    })
+    .await
+    .map(|_| ())
+}
+
+/// Whether a source has handled the fetch requested with `token`, and how
+/// that went.
+fn source_verdict(kind: &str, name: &str, object: Option<&Value>, token: &str) -> Verdict {
+    let Some(object) = object else {
+        return Verdict::Waiting("does not exist".into());
+    };
+    let condition = ready_condition(object);
+    let state = condition
+        .as_ref()
+        .map(|c| c.summary())
+        .unwrap_or_else(|| "no status yet".into());
+    if !handled(object, Some(token)) {
+        return Verdict::Waiting(format!("fetch not handled yet; {state}"));
+    }
+    match &condition {
+        Some(c) if c.is_true() => Verdict::Done,
+        Some(c) if c.status == "False" => Verdict::Failed(
+            Error::unhealthy(format!(
+                "{kind} {FLUX_NAMESPACE}/{name} cannot fetch ({})",
+                c.summary()
             ))
-            .with_hint("check the source-controller: `kubectl -n flux-system logs deploy/source-controller`"));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+            .with_hint(match kind {
+                "Bucket" => "LocalStack must be running and reachable from pods: `devstack status`",
+                _ => {
+                    "check the repository URL, branch and credentials in the profile's `gitops.git`"
+                }
+            }),
+        ),
+        _ => Verdict::Waiting(state),
     }
 }
 
@@ -169,7 +178,8 @@ impl ChainReport {
 
 #[derive(Debug, Clone, Copy)]
 pub struct WaitOptions {
-    pub timeout: Duration,
+    /// Bounds the wait (`timeouts.eso`, shared with the steps before it).
+    pub budget: Budget,
     /// Request reconciles as levels turn Ready (off only to measure Flux alone).
     pub nudge: bool,
     /// Stop at the first failure that retrying cannot fix (a manifest that
@@ -192,6 +202,50 @@ pub fn handled(object: &Value, token: Option<&str>) -> bool {
     token.is_none_or(|t| object["status"]["lastHandledReconcileAt"].as_str() == Some(t))
 }
 
+/// What the chain's watches report.
+enum Change {
+    Kustomization(Event<DynamicObject>),
+    Release(Event<DynamicObject>),
+    /// A failure a Warning event records (none for other events).
+    Warning(Option<Failure>),
+}
+
+/// One stream of every change the chain's state depends on: the
+/// Kustomizations in flux-system, the HelmRelease, and Warning events
+/// where Flux records failures.
+fn chain_changes(
+    client: &kube::Client,
+    since: std::time::SystemTime,
+) -> BoxStream<'static, Result<Change, watcher::Error>> {
+    let mut streams = vec![
+        wait::watch(kustomizations(client), watcher::Config::default())
+            .map_ok(Change::Kustomization)
+            .boxed(),
+        wait::watch(
+            helm_releases(client),
+            watcher::Config::default().fields(&format!("metadata.name={}", HELM_RELEASE.1)),
+        )
+        .map_ok(Change::Release)
+        .boxed(),
+    ];
+    let mut namespaces = vec![FLUX_NAMESPACE, HELM_RELEASE.0];
+    namespaces.dedup();
+    for ns in namespaces {
+        let events: Api<CoreEvent> = Api::namespaced(client.clone(), ns);
+        streams.push(
+            wait::watch(events, watcher::Config::default().fields("type=Warning"))
+                .map_ok(move |event| {
+                    Change::Warning(match event {
+                        Event::Apply(e) | Event::InitApply(e) => warning_failure(&e, since),
+                        _ => None,
+                    })
+                })
+                .boxed(),
+        );
+    }
+    futures::stream::select_all(streams).boxed()
+}
+
 /// Waits until the root Kustomization, each level of the chain and the
 /// HelmRelease are Ready for their sources' current revisions and have
 /// finished every reconcile devstack asked for. `root_request` is the token
@@ -201,6 +255,8 @@ pub fn handled(object: &Value, token: Option<&str>) -> bool {
 /// requested reconcile and is Ready: a level reconciled while its dependency
 /// is mid-reconcile fails its dependency check and waits for Flux's 30 s
 /// requeue, which is how a careless nudge unsettles a healthy chain.
+///
+/// The chain is looked at again after every change its watches report.
 pub async fn wait_ready(
     client: &kube::Client,
     options: WaitOptions,
@@ -209,8 +265,11 @@ pub async fn wait_ready(
 ) -> Result<ChainReport, Error> {
     let started = Instant::now();
     let since = std::time::SystemTime::now() - Duration::from_secs(1);
+    let wait = Wait::new("the External Secrets chain", "Ready", options.budget).advice(
+        "`devstack status` shows each level, `kubectl -n flux-system get kustomizations,buckets` more",
+    );
     let ks = kustomizations(client);
-    let hr = helm_releases(client);
+    let mut changes = chain_changes(client, since);
     let mut levels: Vec<Level> = std::iter::once(ROOT_KUSTOMIZATION)
         .chain(CHAIN)
         .map(|name| Level {
@@ -221,11 +280,32 @@ pub async fn wait_ready(
         .collect();
     levels[0].requested = root_request;
     let mut failures = BTreeSet::new();
+    let mut watched_kustomizations: Objects<DynamicObject> = Objects::default();
+    let mut releases: Objects<DynamicObject> = Objects::default();
+    let mut seen = Seen::default();
+    let mut looked = false;
     loop {
+        let mut next = Some(wait.next(&mut changes, looked, &seen).await?);
+        let mut changed = false;
+        // A burst (a relist, a reconcile's status updates) is looked at once.
+        while let Some(change) = next.take() {
+            changed |= seen.record(change.map(|change| match change {
+                Change::Kustomization(event) => watched_kustomizations.apply(event),
+                Change::Release(event) => releases.apply(event),
+                Change::Warning(failure) => {
+                    failures.extend(failure);
+                    false
+                }
+            }));
+            next = changes.next().now_or_never().flatten();
+        }
+        if !changed || !watched_kustomizations.listed() || !releases.listed() {
+            continue;
+        }
         let mut blocking: Option<String> = None;
         for i in 0..levels.len() {
             let name = levels[i].name;
-            let object = ks.get_opt(name).await.ok().flatten();
+            let object = watched_kustomizations.get(name);
             let Some(object) = object.map(|o| serde_json::to_value(o).unwrap_or_default()) else {
                 blocking.get_or_insert(format!(
                     "Kustomization {FLUX_NAMESPACE}/{name} does not exist yet"
@@ -285,13 +365,11 @@ pub async fn wait_ready(
                 blocking.get_or_insert(format!("Kustomization {FLUX_NAMESPACE}/{name}: {why}"));
             }
         }
-        let release = hr
-            .get_opt(HELM_RELEASE.1)
-            .await
-            .ok()
-            .flatten()
+        let release = releases
+            .get(HELM_RELEASE.1)
             .map(|o| serde_json::to_value(o).unwrap_or_default());
         let mut release_ready = false;
+        let mut release_state = "does not exist yet".to_string();
         if let Some(release) = &release {
             let condition = ready_condition(release);
             if let Some(c) = &condition {
@@ -304,28 +382,22 @@ pub async fn wait_ready(
                     });
                 }
                 release_ready = c.is_true() && observed_current(release);
+                release_state = c.summary();
+            } else {
+                release_state = "not reconciled yet".into();
             }
-        }
-        for failure in warning_events(client, since).await {
-            failures.insert(failure);
         }
         if blocking.is_none() && release_ready {
             break;
         }
-        if started.elapsed() >= options.timeout {
-            let what = blocking.unwrap_or_else(|| {
-                format!(
-                    "HelmRelease {}/{} is not Ready",
-                    HELM_RELEASE.0, HELM_RELEASE.1
-                )
-            });
-            return Err(Error::timeout(format!(
-                "the External Secrets chain was not Ready within {}s: {what}",
-                options.timeout.as_secs()
-            ))
-            .with_hint("raise `timeouts.eso`; `devstack status` shows each level, `kubectl -n flux-system get kustomizations,buckets` more"));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        seen.state = Some(blocking.unwrap_or_else(|| {
+            format!(
+                "HelmRelease {}/{}: {release_state}",
+                HELM_RELEASE.0, HELM_RELEASE.1
+            )
+        }));
+        looked = true;
+        wait.check_deadline(&seen)?;
     }
     Ok(ChainReport {
         levels: levels
@@ -355,43 +427,37 @@ pub async fn source_revision(client: &kube::Client, kustomization: &Value) -> Op
         .map(String::from)
 }
 
-/// Warning events Flux recorded for Kustomizations and HelmReleases since `since`.
-async fn warning_events(client: &kube::Client, since: std::time::SystemTime) -> Vec<Failure> {
-    let mut out = Vec::new();
-    for ns in [FLUX_NAMESPACE, HELM_RELEASE.0] {
-        let events: Api<Event> = Api::namespaced(client.clone(), ns);
-        let Ok(list) = events
-            .list(&ListParams::default().fields("type=Warning"))
-            .await
-        else {
-            continue;
-        };
-        for event in list.items {
-            let kind = event.involved_object.kind.as_deref().unwrap_or_default();
-            if !matches!(kind, "Kustomization" | "HelmRelease") {
-                continue;
-            }
-            let when = event
-                .last_timestamp
-                .as_ref()
-                .map(|t| t.0)
-                .or(event.event_time.as_ref().map(|t| t.0));
-            let recent = when.is_some_and(|t| std::time::SystemTime::from(t) >= since);
-            let reason = event.reason.clone().unwrap_or_default();
-            if !recent || WAITING_REASONS.contains(&reason.as_str()) {
-                continue;
-            }
-            out.push(Failure {
-                object: format!(
-                    "{kind} {ns}/{}",
-                    event.involved_object.name.as_deref().unwrap_or("?")
-                ),
-                reason,
-                message: event.message.clone().unwrap_or_default(),
-            });
-        }
+/// The failure a Warning event records, if it is about a Kustomization or
+/// HelmRelease, happened since `since` and is not a "not yet" reason.
+fn warning_failure(event: &CoreEvent, since: std::time::SystemTime) -> Option<Failure> {
+    let kind = event.involved_object.kind.as_deref().unwrap_or_default();
+    if !matches!(kind, "Kustomization" | "HelmRelease") {
+        return None;
     }
-    out
+    let when = event
+        .last_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .or(event.event_time.as_ref().map(|t| t.0));
+    let recent = when.is_some_and(|t| std::time::SystemTime::from(t) >= since);
+    let reason = event.reason.clone().unwrap_or_default();
+    if !recent || WAITING_REASONS.contains(&reason.as_str()) {
+        return None;
+    }
+    let ns = event
+        .involved_object
+        .namespace
+        .as_deref()
+        .or(event.metadata.namespace.as_deref())
+        .unwrap_or("?");
+    Some(Failure {
+        object: format!(
+            "{kind} {ns}/{}",
+            event.involved_object.name.as_deref().unwrap_or("?")
+        ),
+        reason,
+        message: event.message.clone().unwrap_or_default(),
+    })
 }
 
 #[cfg(test)]
@@ -406,6 +472,73 @@ mod tests {
         assert!(!observed_current(
             &json!({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}})
         ));
+    }
+
+    #[test]
+    fn a_source_is_done_only_once_it_handled_this_fetch() {
+        let bucket = |token: &str, status: &str, reason: &str| {
+            json!({"status": {"lastHandledReconcileAt": token, "conditions": [
+                {"type": "Ready", "status": status, "reason": reason, "message": "m"}]}})
+        };
+        let waiting = |v: Verdict| match v {
+            Verdict::Waiting(state) => state,
+            other => panic!("{other:?}"),
+        };
+        // Ready from an earlier fetch is not this fetch.
+        let old = bucket("1", "True", "Succeeded");
+        assert_eq!(
+            waiting(source_verdict("Bucket", "b", Some(&old), "2")),
+            "fetch not handled yet; Succeeded: m"
+        );
+        let done = bucket("2", "True", "Succeeded");
+        assert!(matches!(
+            source_verdict("Bucket", "b", Some(&done), "2"),
+            Verdict::Done
+        ));
+        let failed = bucket("2", "False", "BucketOperationFailed");
+        let Verdict::Failed(err) = source_verdict("Bucket", "b", Some(&failed), "2") else {
+            panic!("a failed fetch must fail the wait");
+        };
+        assert_eq!(err.kind(), crate::error::Kind::Unhealthy);
+        assert!(err.message().contains("Bucket flux-system/b cannot fetch"));
+        assert_eq!(
+            waiting(source_verdict("Bucket", "b", None, "2")),
+            "does not exist"
+        );
+    }
+
+    #[test]
+    fn warning_events_become_failures_only_when_recent_and_relevant() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let since = std::time::SystemTime::now() - Duration::from_secs(60);
+        let event = |kind: &str, reason: &str, age: u64| {
+            let mut e = CoreEvent::default();
+            e.metadata.namespace = Some("flux-system".into());
+            e.involved_object.kind = Some(kind.into());
+            e.involved_object.name = Some("external-secrets-crs".into());
+            e.reason = Some(reason.into());
+            e.message = Some("webhook refused".into());
+            let at = std::time::SystemTime::now() - Duration::from_secs(age);
+            e.last_timestamp = Some(Time(at.try_into().unwrap()));
+            e
+        };
+        assert_eq!(
+            warning_failure(&event("Kustomization", "ReconciliationFailed", 1), since),
+            Some(Failure {
+                object: "Kustomization flux-system/external-secrets-crs".into(),
+                reason: "ReconciliationFailed".into(),
+                message: "webhook refused".into(),
+            })
+        );
+        assert_eq!(
+            warning_failure(&event("Kustomization", "ReconciliationFailed", 600), since),
+            None
+        );
+        assert_eq!(warning_failure(&event("Pod", "BackOff", 1), since), None);
+        assert_eq!(
+            warning_failure(&event("HelmRelease", "Progressing", 1), since),
+            None
+        );
     }
 
     #[test]

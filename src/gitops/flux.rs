@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::k8s::apply;
+use crate::k8s::{Budget, apply};
 use crate::profile::Settings;
 
 pub const NAMESPACE: &str = "flux-system";
@@ -132,21 +132,21 @@ fn select_components(docs: Vec<Value>, components: &[String]) -> Vec<Value> {
 /// Applies Flux and waits for its CRDs Established and controllers Available.
 pub async fn install(client: &kube::Client, settings: &Settings) -> Result<InstallReport, Error> {
     let started = Instant::now();
-    let timeout = settings.timeouts.flux.get();
+    let budget = Budget::since(started, settings.timeouts.flux.get(), "timeouts.flux");
     let (text, source) = manifests(settings).await?;
     let docs = select_components(
         apply::parse_documents(&text, "Flux install manifests")?,
         &settings.flux.components,
     );
-    let objects = apply::apply_all(client, &docs, timeout).await?;
+    let objects = apply::apply_all(client, &docs, budget).await?;
     crate::k8s::wait_deployments_available(
         client,
         NAMESPACE,
         &settings.flux.components,
-        timeout.saturating_sub(started.elapsed()),
+        budget,
+        "`kubectl -n flux-system describe pods` shows why a controller is not running",
     )
-    .await
-    .map_err(|e| e.with_hint("raise `timeouts.flux`; check the controller pods in flux-system"))?;
+    .await?;
     Ok(InstallReport {
         version: settings.flux.version.clone(),
         source,

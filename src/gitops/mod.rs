@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::error::Error;
-use crate::k8s::apply;
+use crate::k8s::{Budget, apply};
 use crate::profile::{GitopsSourceKind, SecretSource, Settings};
 use crate::ui::Ui;
 
@@ -107,6 +107,7 @@ pub async fn sync(
 ) -> Result<DeliverReport, Error> {
     let started = Instant::now();
     let timeout = settings.timeouts.eso.get();
+    let budget = Budget::since(started, timeout, "timeouts.eso");
     let offline = source::offline_eso(settings)?;
     let mut objects = offline
         .as_ref()
@@ -139,11 +140,11 @@ pub async fn sync(
     let facts = source::facts(settings, offline.as_ref(), &arns);
     let flux_objects = source::flux_objects(settings, &facts);
     let applied = async {
-        apply::apply_all(client, &flux_objects, timeout).await?;
+        apply::apply_all(client, &flux_objects, budget).await?;
         let src = source::source_ref(settings);
-        chain::refresh_source(client, src.kind, &src.name, timeout).await?;
+        chain::refresh_source(client, src.kind, &src.name, budget).await?;
         if src.kind != "Bucket" {
-            chain::refresh_source(client, "Bucket", source::SOURCE_NAME, timeout).await?;
+            chain::refresh_source(client, "Bucket", source::SOURCE_NAME, budget).await?;
         }
         chain::request_reconcile(&chain::kustomizations(client), ROOT_KUSTOMIZATION).await
     };
@@ -180,7 +181,7 @@ pub async fn sync(
         }
     ));
     let wait = chain::WaitOptions {
-        timeout: timeout.saturating_sub(started.elapsed()),
+        budget,
         // The naive layout shows what Flux does alone, races included.
         nudge: options.nudge && settings.gitops.layout == crate::profile::GitopsLayout::Chain,
         fail_fast: settings.gitops.layout == crate::profile::GitopsLayout::Chain,
@@ -217,7 +218,14 @@ pub async fn sync(
 
     let external_secrets = profile_external_secrets(settings);
     if !external_secrets.is_empty() {
-        apply::apply_all(client, &external_secrets, timeout).await?;
+        // The chain's wait may have spent the budget; these CRDs are
+        // Established by now, so this wait is a formality with its own limit.
+        apply::apply_all(
+            client,
+            &external_secrets,
+            Budget::new(timeout, "timeouts.eso"),
+        )
+        .await?;
     }
     Ok(DeliverReport {
         flux: None,

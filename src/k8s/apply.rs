@@ -2,15 +2,15 @@
 //! namespaces and CRDs first (waiting for the CRDs to be Established), then
 //! everything else, with discovery refreshed in between so new kinds resolve.
 
-use std::time::{Duration, Instant};
-
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use serde_json::Value;
 
 use super::FIELD_MANAGER;
-use crate::error::{Error, Kind};
+use super::conditions::Condition;
+use super::wait::{Budget, Verdict, Wait};
+use crate::error::Error;
 
 /// Every non-empty document of a multi-document YAML stream.
 pub fn parse_documents(yaml: &str, origin: &str) -> Result<Vec<Value>, Error> {
@@ -46,11 +46,12 @@ fn is_first_wave(doc: &Value) -> bool {
     )
 }
 
-/// Applies `docs`; returns how many objects were applied.
+/// Applies `docs`; returns how many objects were applied. Waiting for the
+/// CRDs to be Established spends `budget`.
 pub async fn apply_all(
     client: &kube::Client,
     docs: &[Value],
-    crd_timeout: Duration,
+    budget: Budget,
 ) -> Result<usize, Error> {
     let (first, rest): (Vec<&Value>, Vec<&Value>) = docs.iter().partition(|d| is_first_wave(d));
     let mut discovery = run_discovery(client).await?;
@@ -63,7 +64,7 @@ pub async fn apply_all(
         .filter_map(|d| d["metadata"]["name"].as_str().map(String::from))
         .collect();
     if !crds.is_empty() {
-        wait_crds_established(client, &crds, crd_timeout).await?;
+        wait_crds_established(client, &crds, budget).await?;
         discovery = run_discovery(client).await?;
     }
     for doc in &rest {
@@ -115,37 +116,43 @@ async fn apply_one(client: &kube::Client, discovery: &Discovery, doc: &Value) ->
     })
 }
 
+/// Waits for each CRD in turn, all within one budget.
 pub async fn wait_crds_established(
     client: &kube::Client,
     names: &[String],
-    timeout: Duration,
+    budget: Budget,
 ) -> Result<(), Error> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let started = Instant::now();
     for name in names {
-        loop {
-            let established = api.get_opt(name).await.ok().flatten().is_some_and(|crd| {
-                crd.status.and_then(|s| s.conditions).is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True")
-                })
-            });
-            if established {
-                break;
-            }
-            if started.elapsed() >= timeout {
-                return Err(Error::new(
-                    Kind::Timeout,
-                    format!(
-                        "CRD {name} was not Established within {}s",
-                        timeout.as_secs()
-                    ),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        Wait::new(format!("CRD {name}"), "Established", budget)
+            .object(api.clone(), name, crd_verdict)
+            .await?;
     }
     Ok(())
+}
+
+fn crd_verdict(crd: Option<&CustomResourceDefinition>) -> Verdict {
+    let Some(crd) = crd else {
+        return Verdict::Waiting("does not exist".into());
+    };
+    let established = crd
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Established"));
+    match established {
+        Some(c) if c.status == "True" => Verdict::Done,
+        Some(c) => Verdict::Waiting(
+            Condition::new(
+                &c.type_,
+                &c.status,
+                c.reason.as_deref(),
+                c.message.as_deref(),
+            )
+            .summary(),
+        ),
+        None => Verdict::Waiting("no Established condition yet".into()),
+    }
 }
 
 #[cfg(test)]

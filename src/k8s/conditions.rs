@@ -15,6 +15,18 @@ pub struct Condition {
 }
 
 impl Condition {
+    /// From the typed conditions of k8s-openapi (whose fields differ in
+    /// optionality from kind to kind); empty texts count as absent.
+    pub fn new(type_: &str, status: &str, reason: Option<&str>, message: Option<&str>) -> Self {
+        let text = |t: Option<&str>| t.filter(|t| !t.is_empty()).map(String::from);
+        Condition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            reason: text(reason),
+            message: text(message),
+        }
+    }
+
     pub fn is_true(&self) -> bool {
         self.status == "True"
     }

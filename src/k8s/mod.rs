@@ -1,17 +1,20 @@
-//! Kubernetes access: clients from kubeconfig text, bounded waits and
-//! server-side apply.
+//! Kubernetes access: clients from kubeconfig text, watch-driven bounded
+//! waits and server-side apply.
 
 pub mod apply;
 pub mod conditions;
+pub mod wait;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::error::{Error, Kind};
+use crate::error::Error;
 use crate::ui::Step;
+pub use wait::{Budget, Verdict, Wait};
 
 /// Both rustls crypto back ends end up linked (the AWS SDK and kube pick
 /// different ones), so rustls cannot choose by itself: pick ring, once.
@@ -53,35 +56,26 @@ pub async fn delete_node(client: &kube::Client, name: &str) -> Result<(), Error>
 pub async fn wait_nodes_ready(
     client: &kube::Client,
     expected: usize,
-    timeout: Duration,
+    budget: Budget,
     step: &Step,
 ) -> Result<(), Error> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let started = Instant::now();
-    let mut last;
-    loop {
-        match nodes.list(&ListParams::default()).await {
-            Ok(list) => {
-                let ready = list.items.iter().filter(|n| node_ready(n)).count();
-                if list.items.len() >= expected && ready == list.items.len() {
-                    return Ok(());
-                }
-                last = format!("{ready}/{expected} nodes Ready");
-                step.progress(&last);
+    let wait = Wait::new("the cluster's nodes", "Ready", budget)
+        .advice("`docker logs <node>` shows the node's log");
+    wait.list(
+        Api::<Node>::all(client.clone()),
+        Default::default(),
+        |nodes| {
+            let ready = nodes.iter().filter(|n| node_ready(n)).count();
+            if nodes.len() >= expected && ready == nodes.len() {
+                return Verdict::Done;
             }
-            Err(e) => {
-                last = format!("API server: {e}");
-            }
-        }
-        if started.elapsed() >= timeout {
-            return Err(Error::new(
-                Kind::Timeout,
-                format!("the cluster was not Ready within {}s ({last})", timeout.as_secs()),
-            )
-            .with_hint("raise `timeouts.cluster` in the profile; `docker logs <node>` shows the node's log"));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+            let state = format!("{ready}/{expected} nodes Ready");
+            step.progress(&state);
+            Verdict::Waiting(state)
+        },
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Server-side applies one object given as JSON (apiVersion, kind,
@@ -154,7 +148,7 @@ pub async fn route_localstack(client: &kube::Client, container_ip: &str) -> Resu
     .await
 }
 
-fn deployment_available(deployment: &k8s_openapi::api::apps::v1::Deployment) -> bool {
+fn deployment_available(deployment: &Deployment) -> bool {
     deployment
         .status
         .as_ref()
@@ -171,38 +165,55 @@ pub async fn wait_deployments_available(
     client: &kube::Client,
     namespace: &str,
     names: &[String],
-    timeout: Duration,
+    budget: Budget,
+    advice: &str,
 ) -> Result<(), Error> {
-    let api: Api<k8s_openapi::api::apps::v1::Deployment> =
-        Api::namespaced(client.clone(), namespace);
-    let started = Instant::now();
-    loop {
-        let mut waiting = Vec::new();
-        for name in names {
-            if !api
-                .get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .is_some_and(|d| deployment_available(&d))
-            {
-                waiting.push(name.as_str());
-            }
-        }
-        if waiting.is_empty() {
-            return Ok(());
-        }
-        if started.elapsed() >= timeout {
-            return Err(Error::new(
-                Kind::Timeout,
-                format!(
-                    "Deployments in {namespace} not Available within {}s: {}",
-                    timeout.as_secs(),
-                    waiting.join(", ")
-                ),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    let what = match names {
+        [name] => format!("Deployment {namespace}/{name}"),
+        _ => format!("Deployments {} in {namespace}", names.join(", ")),
+    };
+    let wait = Wait::new(what, "Available", budget).advice(advice);
+    wait.list(
+        Api::<Deployment>::namespaced(client.clone(), namespace),
+        Default::default(),
+        |deployments| deployments_verdict(deployments, names),
+    )
+    .await
+    .map(|_| ())
+}
+
+fn deployments_verdict(deployments: &wait::Objects<Deployment>, names: &[String]) -> Verdict {
+    let waiting: Vec<String> = names
+        .iter()
+        .filter_map(|name| match deployments.get(name) {
+            None => Some(format!("{name} does not exist yet")),
+            Some(d) if deployment_available(d) => None,
+            Some(d) => Some(format!("{name}: {}", deployment_state(d))),
+        })
+        .collect();
+    if waiting.is_empty() {
+        Verdict::Done
+    } else {
+        Verdict::Waiting(waiting.join("; "))
+    }
+}
+
+/// Why a Deployment is not Available, from its Available condition.
+fn deployment_state(deployment: &Deployment) -> String {
+    let available = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_.as_deref() == Some("Available")));
+    match available {
+        Some(c) => conditions::Condition::new(
+            "Available",
+            c.status.as_deref().unwrap_or("Unknown"),
+            c.reason.as_deref(),
+            c.message.as_deref(),
+        )
+        .summary(),
+        None => "no Available condition yet".into(),
     }
 }
 
@@ -244,5 +255,58 @@ pub fn dynamic_api(
     match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
+    use kube::runtime::watcher::Event;
+
+    fn deployment(name: &str, available: Option<(&str, &str)>) -> Deployment {
+        let mut d = Deployment::default();
+        d.metadata.name = Some(name.into());
+        d.status = Some(DeploymentStatus {
+            conditions: available.map(|(status, reason)| {
+                vec![DeploymentCondition {
+                    type_: Some("Available".into()),
+                    status: Some(status.into()),
+                    reason: Some(reason.into()),
+                    message: Some("Deployment does not have minimum availability.".into()),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        });
+        d
+    }
+
+    #[test]
+    fn deployments_wait_names_each_one_not_available() {
+        let mut set = wait::Objects::default();
+        set.apply(Event::Init);
+        set.apply(Event::InitApply(deployment(
+            "a",
+            Some(("True", "MinimumReplicasAvailable")),
+        )));
+        set.apply(Event::InitApply(deployment(
+            "b",
+            Some(("False", "MinimumReplicasUnavailable")),
+        )));
+        set.apply(Event::InitDone);
+        let names = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let Verdict::Waiting(state) = deployments_verdict(&set, &names) else {
+            panic!("b and c are not Available");
+        };
+        assert_eq!(
+            state,
+            "b: MinimumReplicasUnavailable: Deployment does not have minimum availability.; \
+             c does not exist yet"
+        );
+        assert!(matches!(
+            deployments_verdict(&set, &names[..1]),
+            Verdict::Done
+        ));
     }
 }
