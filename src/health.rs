@@ -341,8 +341,11 @@ fn release_deployed(object: &serde_json::Value) -> bool {
     object["status"]["history"][0]["status"].as_str() == Some("deployed")
 }
 
+/// The whole object as JSON: `metadata` too, which the Flux rules read
+/// (`generation`, the namespace a source reference defaults to), not only
+/// the `data` (spec and status) a `DynamicObject` keeps apart.
 fn dynamic_to_json(object: DynamicObject) -> serde_json::Value {
-    object.data
+    serde_json::to_value(object).unwrap_or_default()
 }
 
 async fn get_json(
