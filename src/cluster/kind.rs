@@ -909,7 +909,20 @@ pub async fn up(
     let bundle = preload::open_bundle(settings)?;
     crate::bundle::ensure_image(docker, &settings.cluster.image, bundle.as_ref()).await?;
 
-    if let Err(failure) = create(&kind, settings, api_port, step).await {
+    // kubeadm's init and join take most of `kind create`; the nodes'
+    // containerd serves from its first seconds, so the images go in
+    // meanwhile instead of after it.
+    let create = create(&kind, settings, api_port, step);
+    let early = early_preload(docker, settings, step);
+    tokio::pin!(create, early);
+    let (created, early_done) = tokio::select! {
+        created = &mut create => (created, false),
+        () = &mut early => (create.await, true),
+    };
+    if created.is_ok() && !early_done {
+        early.await;
+    }
+    if let Err(failure) = created {
         return Err(match failure {
             CreateFailure::NothingCreated(err) => err,
             CreateFailure::MayExist(err) => rollback(docker, settings, &kind, options, err).await,
@@ -918,6 +931,39 @@ pub async fn up(
     match converge(docker, settings, &kind, true, Vec::new(), step).await {
         Ok(info) => Ok(info),
         Err(err) => Err(rollback(docker, settings, &kind, options, err).await),
+    }
+}
+
+/// Imports the stack's images into the nodes of a cluster `kind create` is
+/// still bringing up, once every node's containerd answers. Best effort:
+/// whatever it does not import, `converge` does.
+async fn early_preload(docker: &Docker, settings: &Settings, step: &Step) {
+    let name = cluster_name(settings);
+    let expected = usize::from(settings.cluster.servers) + usize::from(settings.cluster.agents);
+    let work = async {
+        loop {
+            let all = list_nodes(docker, &name).await?;
+            let nodes: Vec<&KindNode> = all.iter().filter(|n| n.is_kubernetes_node()).collect();
+            if nodes.len() == expected {
+                let answers = futures::future::join_all(nodes.iter().map(|n| {
+                    exec_in(
+                        docker,
+                        &n.name,
+                        &["ctr", "--namespace", "k8s.io", "version"],
+                    )
+                }))
+                .await;
+                if answers.iter().all(|a| matches!(a, Ok((0, _)))) {
+                    return preload_images(docker, settings, &nodes, step).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    match tokio::time::timeout(settings.timeouts.cluster.get(), work).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!("importing images while kind creates the cluster: {e}"),
+        Err(_) => tracing::debug!("the nodes' containerd did not answer while kind created them"),
     }
 }
 
