@@ -14,6 +14,8 @@ pub const DEVSTACK_LOCALSTACK_PORT: &str = "DEVSTACK_LOCALSTACK_PORT";
 pub const DEVSTACK_LOCALSTACK_IMAGE: &str = "DEVSTACK_LOCALSTACK_IMAGE";
 /// Offline bundle directory (the kit's format), overriding the profile.
 pub const DEVSTACK_BUNDLE: &str = "DEVSTACK_BUNDLE";
+/// The kind CLI to drive (a path); else `kind` on `PATH`, else the bundle's.
+pub const DEVSTACK_KIND: &str = "DEVSTACK_KIND";
 /// Where devstack keeps per-stack state (kubeconfig files, caches).
 pub const DEVSTACK_HOME: &str = "DEVSTACK_HOME";
 /// LocalStack auth token, passed through to the container when set.
@@ -55,6 +57,10 @@ pub const ALL: &[(&str, &str)] = &[
     (
         DEVSTACK_BUNDLE,
         "offline bundle directory (overrides the profile's `bundle`)",
+    ),
+    (
+        DEVSTACK_KIND,
+        "path of the kind CLI (default: `kind` on PATH, else the offline bundle's `bin/kind`)",
     ),
     (
         DEVSTACK_HOME,

@@ -6,10 +6,14 @@
 /// kubelet flags, and it is the newest K3s whose Go module the offline kit
 /// can build (see tests/kit/k3s/versions.sh).
 pub const K3S_IMAGE: &str = "rancher/k3s:v1.32.0-k3s1";
-/// Kind node image matching the K3s Kubernetes minor.
-pub const KIND_NODE_IMAGE: &str = "kindest/node:v1.32.0";
-/// Oldest kind CLI devstack drives (config API v1alpha4 with containerdConfigPatches).
-pub const KIND_MIN_VERSION: (u64, u64, u64) = (0, 20, 0);
+/// Kind node image: the one the offline kit builds (tests/kit/kind/versions.sh),
+/// Kubernetes 1.36. Its kubelet needs `failCgroupV1: false` on cgroup v1
+/// hosts, which devstack's kind config sets.
+pub const KIND_NODE_IMAGE: &str = "kindest/node:v1.36.5";
+/// Oldest kind CLI devstack drives: node images of Kubernetes 1.36 are built
+/// from kind's base files of v0.30.0 to v0.33.0 (identical in those), and
+/// older CLIs are untried with them.
+pub const KIND_MIN_VERSION: (u64, u64, u64) = (0, 30, 0);
 /// A pinned 4.x community tag: runs without an auth token (`latest` needs one).
 pub const LOCALSTACK_IMAGE: &str = "localstack/localstack:4.3.0";
 pub const FLUX_VERSION: &str = "v2.9.5";

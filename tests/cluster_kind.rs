@@ -1,56 +1,451 @@
-//! Kind provider end to end. Runs only where a working `kind` CLI and the
-//! profile's node image exist (no registry is reachable on the build
-//! machines, so kindest/node cannot be pulled there); otherwise it says so.
+//! Cluster tier: the Kind provider end to end with the kit's kind CLI and
+//! node image, from the offline bundle. The dev profile's shape (one control
+//! plane, one worker): `up` -> `verify --push-secret` -> `status` -> warm `up`
+//! -> `down`; a foreign kind cluster of the stack's name refused and left
+//! alone; Ctrl-C during `kind create` rolled back; kind missing named with
+//! its fix. Where the bundle has no kind CLI or node image, each test prints
+//! `SKIPPED: <test>: <reason>` (tests/run.sh counts those as skipped).
 
 mod common;
 
-use common::*;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-fn kind_available() -> Option<String> {
-    let kind = which::which("kind").ok()?;
-    let works = std::process::Command::new(kind)
-        .arg("version")
-        .output()
-        .ok()?
-        .status
-        .success();
-    let image = devstack::versions::KIND_NODE_IMAGE;
-    let has_image = docker(&["image", "inspect", image]).status.success();
-    (works && has_image).then(|| image.to_string())
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, LogParams, PostParams};
+
+const BUSYBOX: &str = "devstack-test/busybox:1";
+
+/// The bundle's kind CLI, when the kit built the Kind pieces; otherwise the
+/// test prints why it skips.
+fn kind_kit(test: &str) -> Option<PathBuf> {
+    if !require_docker() {
+        return None;
+    }
+    let index = bundle_dir().join("index.json");
+    let skip = |why: String| {
+        eprintln!("SKIPPED: {test}: {why}");
+        None
+    };
+    let Ok(text) = std::fs::read_to_string(&index) else {
+        return skip(format!(
+            "no offline bundle at {} (run `make kit`)",
+            index.display()
+        ));
+    };
+    let index: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let artifacts = index["artifacts"].as_array().cloned().unwrap_or_default();
+    let kind = artifacts
+        .iter()
+        .find(|a| a["kind"] == "binary" && a["name"] == "kind")
+        .and_then(|a| a["file"].as_str())
+        .map(|f| bundle_dir().join(f));
+    let node = artifacts.iter().any(|a| a["role"] == "kind-node");
+    match kind {
+        Some(kind) if node && kind.is_file() => Some(kind),
+        _ => skip(format!(
+            "the bundle at {} has no kind CLI or kind-node image (tests/kit/components/kind.sh)",
+            bundle_dir().display()
+        )),
+    }
+}
+
+/// profiles/dev.yaml for a test stack: its name, the bundle, no merge into
+/// the user's kubeconfig, a free host port instead of 8080, busybox preloaded
+/// from the local image store to probe from pods.
+fn dev_profile(stack: &TestStack, host_port: u16) -> PathBuf {
+    let dev =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/dev.yaml"))
+            .unwrap();
+    let text = dev
+        .replace("name: dev\n", &format!("name: {}\n", stack.name))
+        .replace("hostPort: 8080", &format!("hostPort: {host_port}"))
+        .replace("    merge: true", "    merge: false")
+        .replace(
+            "secrets:\n",
+            &format!(
+                "images:\n  bundle: {}\n  preload: [{BUSYBOX}]\nsecrets:\n",
+                bundle_dir().display()
+            ),
+        );
+    assert!(
+        text.contains(&stack.name)
+            && text.contains("merge: false")
+            && text.contains(&format!("hostPort: {host_port}"))
+            && text.contains("provider: kind")
+            && text.contains("agents: 1"),
+        "profiles/dev.yaml changed shape:\n{text}"
+    );
+    let path = stack.dir.path().join("profile.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn kind_cluster(stack: &TestStack) -> String {
+    format!("devstack-{}", stack.name)
+}
+
+/// Node containers of the stack's kind cluster, by kind's label.
+fn kind_nodes(stack: &TestStack) -> Vec<String> {
+    docker_lines(&[
+        "ps",
+        "-a",
+        "--format",
+        "{{.Names}}",
+        "--filter",
+        &format!("label=io.x-k8s.kind.cluster={}", kind_cluster(stack)),
+    ])
+}
+
+/// Deletes the test's own kind cluster (never another) when the test ends,
+/// even when it fails: `devstack down` is what is under test, so this is
+/// the backstop. DEVSTACK_TEST_KEEP=1 keeps it.
+struct KindGuard {
+    kind: PathBuf,
+    cluster: String,
+}
+
+impl Drop for KindGuard {
+    fn drop(&mut self) {
+        if std::env::var_os("DEVSTACK_TEST_KEEP").is_some() {
+            eprintln!("keeping kind cluster {} (DEVSTACK_TEST_KEEP)", self.cluster);
+            return;
+        }
+        let filter = format!("label=io.x-k8s.kind.cluster={}", self.cluster);
+        if docker_lines(&["ps", "-aq", "--filter", &filter]).is_empty() {
+            return;
+        }
+        let scratch = tempfile::tempdir().unwrap();
+        let _ = std::process::Command::new(&self.kind)
+            .args(["delete", "cluster", "--name", &self.cluster, "--kubeconfig"])
+            .arg(scratch.path().join("kubeconfig"))
+            .output();
+    }
+}
+
+/// A tiny image with nc, made from the host's busybox, to probe from pods.
+fn ensure_busybox_image() {
+    if docker(&["image", "inspect", BUSYBOX]).status.success() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root/bin");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::copy("/bin/busybox", root.join("busybox"))
+        .expect("busybox-static is installed by tests/host/setup-docker.sh");
+    // busybox-static's wget segfaults in pods; nc speaks HTTP well enough.
+    for tool in ["sh", "nc", "printf", "sleep", "grep"] {
+        std::os::unix::fs::symlink("busybox", root.join(tool)).unwrap();
+    }
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "tar -C {} -c . | docker import - {BUSYBOX}",
+            dir.path().join("root").display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// A pod pinned to `node` fetches LocalStack's health through the in-cluster
+/// Service name; returns what it printed.
+async fn probe_localstack_from(client: &kube::Client, node: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let name = format!("probe-{}", node.rsplit('-').next().unwrap());
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{
+            "name": "probe", "image": BUSYBOX, "imagePullPolicy": "Never",
+            "command": ["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do (printf 'GET /_localstack/health HTTP/1.0\\r\\nHost: localstack\\r\\n\\r\\n'; sleep 3) | nc -w 10 localstack.localstack.svc.cluster.local 4566 | grep services && exit 0; sleep 1; done; exit 1"],
+        }]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let mut phase = String::new();
+    for _ in 0..240 {
+        let p = pods.get(&name).await.unwrap();
+        phase = p.status.and_then(|s| s.phase).unwrap_or_default();
+        if phase == "Succeeded" || phase == "Failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let logs = pods
+        .logs(&name, &LogParams::default())
+        .await
+        .unwrap_or_default();
+    let _ = pods.delete(&name, &DeleteParams::default()).await;
+    assert_eq!(phase, "Succeeded", "probe pod on {node}: {logs}");
+    logs
 }
 
 #[test]
-fn kind_cluster_end_to_end_or_skipped_loudly() {
-    if !require_docker() {
-        return;
-    }
-    let Some(image) = kind_available() else {
-        eprintln!(
-            "SKIPPED: the Kind end-to-end test needs the `kind` CLI and the {} image on this machine",
-            devstack::versions::KIND_NODE_IMAGE
-        );
+fn kind_dev_profile_up_verify_status_warm_up_down() {
+    const TEST: &str = "kind_dev_profile_up_verify_status_warm_up_down";
+    let Some(kind) = kind_kit(TEST) else {
         return;
     };
+    ensure_busybox_image();
     let stack = TestStack::new("kind");
-    let profile = stack.profile(&format!(
-        "cluster:\n  provider: kind\n  image: {image}\n  kubeconfig: {{merge: false}}\n"
-    ));
-    stack.run(&profile, &["localstack", "up"]).ok();
-    let up = stack.run(&profile, &["cluster", "up", "--json"]);
+    let _guard = KindGuard {
+        kind,
+        cluster: kind_cluster(&stack),
+    };
+    let host_port = free_port();
+    let profile = dev_profile(&stack, host_port);
+
+    let started = Instant::now();
+    let up = stack.run(&profile, &["up", "--json"]);
+    let cold = started.elapsed();
     let report = up.ok().json();
-    assert_eq!(report["cluster"]["created"], true, "{report}");
-    assert_eq!(report["localstackRouted"], true, "{report}");
-    let again = stack.run(&profile, &["cluster", "up", "--json"]);
-    assert_eq!(again.ok().json()["cluster"]["created"], false);
-    stack.run(&profile, &["cluster", "down"]).ok();
-    stack.run(&profile, &["localstack", "down"]).ok();
-    let kind_nodes = docker_lines(&[
-        "ps",
-        "-aq",
-        "--filter",
-        &format!("label=io.x-k8s.kind.cluster=devstack-{}", stack.name),
+    eprintln!("kind: cold up to a verified round trip: {cold:?}");
+    for step in report["steps"].as_array().unwrap() {
+        eprintln!("  {} {}ms", step["name"], step["elapsedMs"]);
+    }
+    assert_eq!(report["created"], true, "{report}");
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+    let cluster = &report["cluster"];
+    assert_eq!(cluster["provider"], "kind", "{report}");
+    let nodes: Vec<String> = cluster["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect();
+    let name = kind_cluster(&stack);
+    assert_eq!(
+        nodes,
+        [format!("{name}-control-plane"), format!("{name}-worker")],
+        "{report}"
+    );
+    assert!(
+        cluster["apiServer"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://127.0.0.1:"),
+        "{report}"
+    );
+
+    // The kubeconfig: devstack's state, 0600, context devstack-<name>.
+    let path = PathBuf::from(cluster["kubeconfigPath"].as_str().unwrap());
+    assert!(path.starts_with(stack.dir.path().join("state")), "{path:?}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{path:?}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains(&format!("current-context: devstack-{}", stack.name)),
+        "{text}"
+    );
+    assert!(cluster["mergedInto"].is_null(), "{report}");
+
+    // Every node is on the stack network and has the stack's images.
+    for node in &nodes {
+        let networks = docker(&[
+            "inspect",
+            "-f",
+            "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
+            node,
+        ]);
+        let networks = String::from_utf8_lossy(&networks.stdout).to_string();
+        assert!(networks.contains(&name), "{node}: {networks}");
+        let images = docker(&["exec", node, "ctr", "-n", "k8s.io", "images", "ls", "-q"]);
+        let images = String::from_utf8_lossy(&images.stdout).to_string();
+        for wanted in [
+            "ghcr.io/fluxcd/source-controller:v1.9.5",
+            "ghcr.io/external-secrets/external-secrets:v0.19.2",
+            "docker.io/devstack-test/busybox:1",
+        ] {
+            assert!(images.contains(wanted), "{node} lacks {wanted}:\n{images}");
+        }
+    }
+    // The profile's port mapping, on a free port.
+    let published = docker(&["port", &nodes[0], "30080/tcp"]);
+    assert!(
+        String::from_utf8_lossy(&published.stdout).contains(&format!("127.0.0.1:{host_port}")),
+        "{}",
+        String::from_utf8_lossy(&published.stdout)
+    );
+
+    // Pods on every node reach LocalStack by its in-cluster name.
+    let rt = runtime();
+    let client = kube_client(&rt, &stack);
+    for node in &nodes {
+        let logs = rt.block_on(probe_localstack_from(&client, node));
+        assert!(logs.contains("secretsmanager"), "{node}: {logs}");
+    }
+
+    let pushed = stack.run(&profile, &["verify", "--push-secret", "--json"]);
+    let report = pushed.ok().json();
+    assert_eq!(report["passed"], true, "{report}");
+    assert!(
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "push" && c["passed"] == true),
+        "{report}"
+    );
+
+    let status = stack.run(&profile, &["status", "--json"]);
+    assert_eq!(status.code, 0, "{}", status.all());
+    assert_eq!(status.json()["healthy"], true);
+
+    let started = Instant::now();
+    let again = stack.run(&profile, &["up", "--json"]);
+    let warm = started.elapsed();
+    let report = again.ok().json();
+    eprintln!("kind: warm up (with verify): {warm:?}");
+    assert_eq!(report["created"], false, "{report}");
+    assert_eq!(report["repaired"].as_array().unwrap().len(), 0, "{report}");
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+
+    // A shape kind cannot change in place is refused before anything runs.
+    let two_workers = stack.dir.path().join("two-workers.yaml");
+    std::fs::write(
+        &two_workers,
+        std::fs::read_to_string(&profile)
+            .unwrap()
+            .replace("agents: 1", "agents: 2"),
+    )
+    .unwrap();
+    let refused = stack.run(&two_workers, &["up"]);
+    assert_eq!(refused.code, 2, "{}", refused.all());
+    assert!(
+        refused.stderr.contains("agents 1 -> 2"),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.stderr.contains("--recreate"), "{}", refused.stderr);
+
+    let started = Instant::now();
+    stack.run(&profile, &["down"]).ok();
+    eprintln!("kind: down: {:?}", started.elapsed());
+    assert!(kind_nodes(&stack).is_empty(), "{:?}", kind_nodes(&stack));
+    assert!(stack.containers().is_empty(), "{:?}", stack.containers());
+    assert!(stack.networks().is_empty(), "{:?}", stack.networks());
+    assert!(!path.exists(), "the kubeconfig outlived down");
+    stack.run(&profile, &["down"]).ok();
+}
+
+/// A kind cluster named like the stack's that devstack did not create: `up`
+/// refuses before touching anything, `down` leaves it alone.
+#[test]
+fn a_foreign_kind_cluster_of_the_stack_name_is_refused_and_left_alone() {
+    const TEST: &str = "a_foreign_kind_cluster_of_the_stack_name_is_refused_and_left_alone";
+    if kind_kit(TEST).is_none() {
+        return;
+    }
+    let stack = TestStack::new("kforeign");
+    let cluster = kind_cluster(&stack);
+    let profile = dev_profile(&stack, free_port());
+    // What kind makes, minus devstack's marker: a node container with kind's
+    // labels (created, not started; nothing here needs it to run). Removed by
+    // its id when the test ends.
+    let created = docker(&[
+        "create",
+        "--name",
+        &format!("{cluster}-control-plane"),
+        "--label",
+        &format!("io.x-k8s.kind.cluster={cluster}"),
+        "--label",
+        "io.x-k8s.kind.role=control-plane",
+        devstack::versions::KIND_NODE_IMAGE,
     ]);
-    assert!(kind_nodes.is_empty(), "kind nodes left: {kind_nodes:?}");
+    assert!(created.status.success(), "{created:?}");
+    let id = String::from_utf8_lossy(&created.stdout).trim().to_string();
+    struct RemoveOnDrop(String);
+    impl Drop for RemoveOnDrop {
+        fn drop(&mut self) {
+            let _ = docker(&["rm", "-f", &self.0]);
+        }
+    }
+    let _foreign = RemoveOnDrop(id.clone());
+
+    let up = stack.run(&profile, &["up"]);
+    assert_eq!(up.code, 3, "{}", up.all());
+    assert!(
+        up.stderr.contains("devstack did not create it"),
+        "{}",
+        up.stderr
+    );
+    assert!(up.stderr.contains("hint:"), "{}", up.stderr);
+    assert!(
+        stack.containers().is_empty(),
+        "up created {:?} before refusing",
+        stack.containers()
+    );
+
+    for args in [&["down"][..], &["cluster", "down"][..]] {
+        let down = stack.run(&profile, args);
+        assert_eq!(down.code, 0, "{args:?}: {}", down.all());
+        assert!(
+            down.stderr.contains("left untouched"),
+            "{args:?}: {}",
+            down.stderr
+        );
+        assert!(
+            docker(&["inspect", &id]).status.success(),
+            "{args:?} removed the foreign node"
+        );
+    }
+}
+
+/// SIGINT while `kind create` runs: the run exits 130 and rolls back, leaving
+/// no kind node, no devstack container and no network.
+#[test]
+fn interrupted_kind_up_rolls_back() {
+    const TEST: &str = "interrupted_kind_up_rolls_back";
+    let Some(kind) = kind_kit(TEST) else {
+        return;
+    };
+    let stack = TestStack::new("ksigint");
+    let _guard = KindGuard {
+        kind,
+        cluster: kind_cluster(&stack),
+    };
+    let profile = dev_profile(&stack, free_port());
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_devstack"))
+        .current_dir(stack.dir.path())
+        .args(["up", "--profile"])
+        .arg(&profile)
+        .env("DEVSTACK_HOME", stack.dir.path().join("state"))
+        .env("CI", "true")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Until the node containers exist: kind is mid-create then.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while kind_nodes(&stack).len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(kind_nodes(&stack).len(), 2, "kind never created the nodes");
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: signalling the child this test spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("rolled back"), "{stderr}");
+    assert!(
+        kind_nodes(&stack).is_empty(),
+        "left {:?}",
+        kind_nodes(&stack)
+    );
+    assert!(
+        stack.containers().is_empty(),
+        "left {:?}",
+        stack.containers()
+    );
+    assert!(stack.networks().is_empty(), "left {:?}", stack.networks());
 }
 
 #[test]
@@ -62,12 +457,13 @@ fn kind_missing_is_a_prerequisite_error_with_a_hint() {
     let profile = stack.profile("cluster:\n  provider: kind\n  kubeconfig: {merge: false}\n");
     let empty = tempfile::tempdir().unwrap();
     // devstack reaches the engine through its socket, so an empty PATH
-    // hides only the kind CLI.
-    let run = stack.run_env(
-        &profile,
-        &["cluster", "up"],
-        &[("PATH", empty.path().to_str().unwrap())],
-    );
+    // hides only the kind CLI; no DEVSTACK_KIND, no bundle.
+    let env = [
+        ("PATH", empty.path().to_str().unwrap()),
+        ("DEVSTACK_KIND", ""),
+        ("DEVSTACK_BUNDLE", ""),
+    ];
+    let run = stack.run_env(&profile, &["cluster", "up"], &env);
     assert_eq!(run.code, 3, "{}", run.stderr);
     assert!(
         run.stderr.contains("`kind` not found on PATH"),
@@ -75,9 +471,30 @@ fn kind_missing_is_a_prerequisite_error_with_a_hint() {
         run.stderr
     );
     assert!(
-        run.stderr.contains("hint:") && run.stderr.contains("--provider k3s"),
+        run.stderr.contains("hint:")
+            && run.stderr.contains("DEVSTACK_KIND")
+            && run.stderr.contains("--provider k3s"),
         "{}",
         run.stderr
     );
     assert!(stack.containers().is_empty());
+
+    let doctor = stack.run_env(&profile, &["doctor", "--json"], &env);
+    assert_eq!(doctor.code, 3, "{}", doctor.all());
+    let report = doctor.json();
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "kind")
+        .cloned()
+        .unwrap();
+    assert_eq!(check["status"], "fail", "{check}");
+    assert!(
+        check["hint"]
+            .as_str()
+            .unwrap()
+            .contains("go install sigs.k8s.io/kind@"),
+        "{check}"
+    );
 }

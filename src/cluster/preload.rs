@@ -10,10 +10,13 @@ use tokio::io::AsyncWriteExt;
 use crate::bundle::Bundle;
 use crate::docker;
 use crate::error::Error;
-use crate::profile::Settings;
+use crate::profile::{Provider, Settings};
 
 /// Bundle roles that are not workloads inside the cluster.
 const NOT_IN_CLUSTER: &[&str] = &["localstack", "k3s-node", "kind-node"];
+/// Bundle roles only a K3s node runs (K3s's CoreDNS and pause); a Kind node
+/// image carries the ones its kubeadm asks for.
+const K3S_ONLY: &[&str] = &["coredns", "pause"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PreloadImage {
@@ -38,11 +41,11 @@ pub fn wanted_images(settings: &Settings) -> Result<Vec<PreloadImage>, Error> {
     let mut out: Vec<PreloadImage> = Vec::new();
     if let Some(bundle) = &bundle {
         for artifact in bundle.images() {
-            if artifact
-                .role
-                .as_deref()
-                .is_some_and(|r| NOT_IN_CLUSTER.contains(&r))
-            {
+            let skip = |r: &str| {
+                NOT_IN_CLUSTER.contains(&r)
+                    || (settings.cluster.provider == Provider::Kind && K3S_ONLY.contains(&r))
+            };
+            if artifact.role.as_deref().is_some_and(skip) {
                 continue;
             }
             out.push(PreloadImage {

@@ -11,7 +11,6 @@ use crate::docker;
 use crate::error::{Error, Kind};
 use crate::hostinfo;
 use crate::profile::{Provider, Settings};
-use crate::versions;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -204,80 +203,54 @@ fn disk_check(root: &Path) -> Check {
 }
 
 async fn binary_checks(settings: &Settings) -> Vec<Check> {
-    let mut out = Vec::new();
-    let kind_required = settings.cluster.provider == Provider::Kind;
-    let tools: [(&str, &[&str], bool, &str); 4] = [
-        (
-            "kind",
-            &["version"],
-            kind_required,
-            "install kind: `go install sigs.k8s.io/kind@latest` or see https://kind.sigs.k8s.io/docs/user/quick-start/#installation",
-        ),
-        (
-            "kubectl",
-            &["version", "--client"],
-            false,
-            "optional: install kubectl to inspect the cluster by hand",
-        ),
-        (
-            "flux",
-            &["version", "--client"],
-            false,
-            "optional: the flux CLI is not needed; devstack installs Flux itself",
-        ),
-        (
-            "helm",
-            &["version", "--short"],
-            false,
-            "optional: helm is not needed; Flux's helm-controller installs charts",
-        ),
+    let mut out = vec![kind_check(settings).await];
+    // Optional: devstack installs Flux and charts itself; these only help
+    // inspecting the stack by hand.
+    let tools: [(&str, &[&str]); 3] = [
+        ("kubectl", &["version", "--client"]),
+        ("flux", &["version", "--client"]),
+        ("helm", &["version", "--short"]),
     ];
-    for (tool, args, required, hint) in tools {
+    for (tool, args) in tools {
         match which::which(tool) {
             Ok(path) => {
                 let version = hostinfo::tool_version(&path, args).await;
-                let detail = format!(
-                    "{} ({})",
-                    version.clone().unwrap_or_else(|| "version unknown".into()),
-                    path.display()
-                );
-                if tool == "kind" && required {
-                    let parsed = version.as_deref().and_then(hostinfo::parse_semver);
-                    let (a, b, c) = versions::KIND_MIN_VERSION;
-                    match parsed {
-                        Some(v) if v < versions::KIND_MIN_VERSION => {
-                            out.push(Check::fail(
-                                tool,
-                                format!("{detail} is older than v{a}.{b}.{c}"),
-                                format!("upgrade kind to v{a}.{b}.{c} or newer"),
-                            ));
-                            continue;
-                        }
-                        None => {
-                            out.push(Check::fail(
-                                tool,
-                                format!("{} does not report a version", path.display()),
-                                "reinstall kind; `kind version` must work",
-                            ));
-                            continue;
-                        }
-                        _ => {}
-                    }
-                }
-                out.push(Check::pass(tool, detail));
+                out.push(Check::pass(
+                    tool,
+                    format!(
+                        "{} ({})",
+                        version.unwrap_or_else(|| "version unknown".into()),
+                        path.display()
+                    ),
+                ));
             }
-            Err(_) if required => out.push(Check::fail(
-                tool,
-                format!(
-                    "`{tool}` not found on PATH (provider {} needs it)",
-                    settings.cluster.provider.as_str()
-                ),
-                format!("{hint}; or use `--provider k3s`, which needs only Docker"),
-            )),
             Err(_) => out.push(Check::pass(tool, "not installed (optional)")),
         }
     }
     out
+}
+
+/// kind as the Kind provider finds it (DEVSTACK_KIND, PATH, the bundle):
+/// required for a Kind profile, informational otherwise.
+async fn kind_check(settings: &Settings) -> Check {
+    let required = settings.cluster.provider == Provider::Kind;
+    match crate::cluster::kind::find_kind(settings).await {
+        Ok(cli) => Check::pass(
+            "kind",
+            format!(
+                "{} ({}, from {})",
+                cli.version_line,
+                cli.path.display(),
+                cli.origin
+            ),
+        ),
+        Err(err) if required => Check::fail(
+            "kind",
+            err.message(),
+            err.hint().unwrap_or(crate::cluster::kind::INSTALL_HINT),
+        ),
+        Err(_) => Check::pass("kind", "not found (only the Kind provider needs it)"),
+    }
 }
 
 /// Ports the profile publishes on the host.
