@@ -9,34 +9,6 @@ use common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 
-const BUSYBOX: &str = "devstack-test/busybox:1";
-
-/// A tiny image with nc, made from the host's busybox, to probe from pods.
-fn ensure_busybox_image() {
-    if docker(&["image", "inspect", BUSYBOX]).status.success() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root/bin");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::copy("/bin/busybox", root.join("busybox"))
-        .expect("busybox-static is installed by tests/host/setup-docker.sh");
-    // busybox-static's wget segfaults in pods; nc speaks HTTP well enough
-    // (stdin is held open so nc reads the whole response).
-    for tool in ["sh", "nc", "printf", "sleep", "nslookup", "cat"] {
-        std::os::unix::fs::symlink("busybox", root.join(tool)).unwrap();
-    }
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "tar -C {} -c . | docker import - {BUSYBOX}",
-            dir.path().join("root").display()
-        ))
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 fn k3s_profile(stack: &TestStack, extra: &str) -> std::path::PathBuf {
     stack.profile(&format!(
         "cluster:\n  provider: k3s\n  kubeconfig: {{merge: false}}\nimages:\n  bundle: {}\n  preload: [{BUSYBOX}]\n{extra}",

@@ -15,8 +15,6 @@ use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, LogParams, PostParams};
 
-const BUSYBOX: &str = "devstack-test/busybox:1";
-
 /// The bundle's kind CLI, when the kit built the Kind pieces; otherwise the
 /// test prints why it skips.
 fn kind_kit(test: &str) -> Option<PathBuf> {
@@ -122,31 +120,6 @@ impl Drop for KindGuard {
             .arg(scratch.path().join("kubeconfig"))
             .output();
     }
-}
-
-/// A tiny image with nc, made from the host's busybox, to probe from pods.
-fn ensure_busybox_image() {
-    if docker(&["image", "inspect", BUSYBOX]).status.success() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root/bin");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::copy("/bin/busybox", root.join("busybox"))
-        .expect("busybox-static is installed by tests/host/setup-docker.sh");
-    // busybox-static's wget segfaults in pods; nc speaks HTTP well enough.
-    for tool in ["sh", "nc", "printf", "sleep", "grep"] {
-        std::os::unix::fs::symlink("busybox", root.join(tool)).unwrap();
-    }
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "tar -C {} -c . | docker import - {BUSYBOX}",
-            dir.path().join("root").display()
-        ))
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 /// A pod pinned to `node` fetches LocalStack's health through the in-cluster
@@ -282,15 +255,7 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
 
     let pushed = stack.run(&profile, &["verify", "--push-secret", "--json"]);
     let report = pushed.ok().json();
-    assert_eq!(report["passed"], true, "{report}");
-    assert!(
-        report["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["name"] == "push" && c["passed"] == true),
-        "{report}"
-    );
+    assert_push_verified(&report);
 
     let status = stack.run(&profile, &["status", "--json"]);
     assert_eq!(status.code, 0, "{}", status.all());

@@ -147,15 +147,7 @@ fn up_verify_status_down_with_drift_repair() {
     let pushed = stack.run(&profile, &["verify", "--push-secret", "--json"]);
     assert_no_secret(&pushed);
     let report = pushed.ok().json();
-    assert_eq!(report["passed"], true, "{report}");
-    assert!(
-        report["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["name"] == "push" && c["passed"] == true),
-        "{report}"
-    );
+    assert_push_verified(&report);
 
     // verify with LocalStack stopped: a clear failure, fast.
     assert!(docker(&["stop", "-t", "1", &localstack]).status.success());
@@ -369,14 +361,8 @@ fn interrupted_verify_leaves_no_probe(stack: &TestStack, profile: &std::path::Pa
         assert!(left.is_empty(), "probe ExternalSecrets left: {left:?}");
         let secrets: Api<k8s_openapi::api::core::v1::Secret> =
             Api::namespaced(client.clone(), namespace);
-        let listed = secrets.list(&Default::default()).await.unwrap();
-        let left = probes(
-            listed
-                .items
-                .into_iter()
-                .filter_map(|o| o.metadata.name)
-                .collect(),
-        );
+        let names = secrets.list(&Default::default()).await.unwrap().items;
+        let left = probes(names.into_iter().filter_map(|o| o.metadata.name).collect());
         assert!(left.is_empty(), "probe Secrets left: {left:?}");
         let left = probes(secret_names(&settings).await);
         assert!(

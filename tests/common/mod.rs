@@ -305,3 +305,46 @@ pub fn kube_client(rt: &tokio::runtime::Runtime, stack: &TestStack) -> kube::Cli
     rt.block_on(devstack::k8s::client_from_kubeconfig(&config))
         .unwrap()
 }
+
+/// A tiny image with the tools pod probes use, made from the host's
+/// busybox, preloaded into test clusters.
+pub const BUSYBOX: &str = "devstack-test/busybox:1";
+
+pub fn ensure_busybox_image() {
+    if docker(&["image", "inspect", BUSYBOX]).status.success() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root/bin");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::copy("/bin/busybox", root.join("busybox"))
+        .expect("busybox-static is installed by tests/host/setup-docker.sh");
+    // busybox-static's wget segfaults in pods; nc speaks HTTP well enough
+    // (stdin is held open so nc reads the whole response).
+    for tool in ["sh", "nc", "printf", "sleep", "nslookup", "cat", "grep"] {
+        std::os::unix::fs::symlink("busybox", root.join(tool)).unwrap();
+    }
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "tar -C {} -c . | docker import - {BUSYBOX}",
+            dir.path().join("root").display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// A `verify --push-secret --json` report passed, push check included.
+#[track_caller]
+pub fn assert_push_verified(report: &serde_json::Value) {
+    assert_eq!(report["passed"], true, "{report}");
+    assert!(
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "push" && c["passed"] == true),
+        "{report}"
+    );
+}
