@@ -375,16 +375,7 @@ fn interrupted_kind_up_rolls_back() {
         cluster: kind_cluster(&stack),
     };
     let profile = dev_profile(&stack, free_port());
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_devstack"))
-        .current_dir(stack.dir.path())
-        .args(["up", "--profile"])
-        .arg(&profile)
-        .env("DEVSTACK_HOME", stack.dir.path().join("state"))
-        .env("CI", "true")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = stack.spawn(&profile, &["up"]);
     // Until the node containers exist: kind is mid-create then.
     let deadline = Instant::now() + Duration::from_secs(60);
     while kind_nodes(&stack).len() < 2 && Instant::now() < deadline {

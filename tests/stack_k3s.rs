@@ -211,17 +211,7 @@ fn interrupt_after(
     args: &[&str],
     after: Duration,
 ) -> Run {
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_devstack"))
-        .current_dir(stack.dir.path())
-        .args(args)
-        .arg("--profile")
-        .arg(profile)
-        .env("DEVSTACK_HOME", stack.dir.path().join("state"))
-        .env("CI", "true")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = stack.spawn(profile, args);
     std::thread::sleep(after);
     unsafe {
         libc::kill(child.id() as i32, libc::SIGINT);
@@ -305,16 +295,7 @@ fn interrupted_verify_leaves_no_probe(stack: &TestStack, profile: &std::path::Pa
     let port = stack.run(profile, &["status", "--json"]).json()["ports"]["localstack"]
         .as_u64()
         .expect("LocalStack port") as u16;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_devstack"))
-        .current_dir(stack.dir.path())
-        .args(["up", "--profile"])
-        .arg(profile)
-        .env("DEVSTACK_HOME", stack.dir.path().join("state"))
-        .env("CI", "true")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = stack.spawn(profile, &["up"]);
     let stderr = child.stderr.take().unwrap();
     let mut seen = Vec::new();
     for line in std::io::BufReader::new(stderr).lines() {

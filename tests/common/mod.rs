@@ -81,6 +81,22 @@ impl TestStack {
         run_devstack(self.dir.path(), profile, args, env)
     }
 
+    /// Starts `devstack ARGS --profile PROFILE` for this stack without
+    /// waiting, its output piped: for tests that signal or race it.
+    pub fn spawn(&self, profile: &Path, args: &[&str]) -> std::process::Child {
+        Command::new(env!("CARGO_BIN_EXE_devstack"))
+            .current_dir(self.dir.path())
+            .args(args)
+            .arg("--profile")
+            .arg(profile)
+            .env("DEVSTACK_HOME", self.dir.path().join("state"))
+            .env("CI", "true")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run devstack")
+    }
+
     pub fn containers(&self) -> Vec<String> {
         docker_lines(&[
             "ps",
