@@ -6,44 +6,14 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
 
 fn k3s_profile(stack: &TestStack, extra: &str) -> std::path::PathBuf {
     stack.profile(&format!(
         "cluster:\n  provider: k3s\n  kubeconfig: {{merge: false}}\nimages:\n  bundle: {}\n  preload: [{BUSYBOX}]\n{extra}",
         bundle_dir().display()
     ))
-}
-
-async fn probe_localstack(client: &kube::Client, name: &str) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"restartPolicy": "Never", "containers": [{
-            "name": "probe", "image": BUSYBOX, "imagePullPolicy": "Never",
-            "command": ["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do (printf 'GET /_localstack/health HTTP/1.0\\r\\nHost: localstack\\r\\n\\r\\n'; sleep 3) | nc -w 10 localstack.localstack.svc.cluster.local 4566 | grep services && exit 0; sleep 1; done; exit 1"],
-        }]},
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    let mut phase = String::new();
-    for _ in 0..240 {
-        let p = pods.get(name).await.unwrap();
-        phase = p.status.and_then(|s| s.phase).unwrap_or_default();
-        if phase == "Succeeded" || phase == "Failed" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let logs = pods
-        .logs(name, &LogParams::default())
-        .await
-        .unwrap_or_default();
-    let _ = pods.delete(name, &DeleteParams::default()).await;
-    assert_eq!(phase, "Succeeded", "probe pod {name}: {logs}");
-    logs
 }
 
 #[test]
@@ -120,7 +90,7 @@ fn k3s_cluster_end_to_end() {
                 .len(),
             1
         );
-        let health = probe_localstack(&client, "probe-1").await;
+        let health = probe_localstack(&client, "probe-1", None).await;
         assert!(health.contains("secretsmanager"), "{health}");
     });
 
@@ -187,7 +157,7 @@ fn k3s_cluster_end_to_end() {
         let client = devstack::k8s::client_from_kubeconfig(&config)
             .await
             .unwrap();
-        let health = probe_localstack(&client, "probe-2").await;
+        let health = probe_localstack(&client, "probe-2", None).await;
         assert!(health.contains("secretsmanager"), "{health}");
     });
 

@@ -12,8 +12,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, LogParams, PostParams};
 
 /// The bundle's kind CLI, when the kit built the Kind pieces; otherwise the
 /// test prints why it skips.
@@ -122,41 +120,6 @@ impl Drop for KindGuard {
     }
 }
 
-/// A pod pinned to `node` fetches LocalStack's health through the in-cluster
-/// Service name; returns what it printed.
-async fn probe_localstack_from(client: &kube::Client, node: &str) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let name = format!("probe-{}", node.rsplit('-').next().unwrap());
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"restartPolicy": "Never", "nodeName": node,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{
-            "name": "probe", "image": BUSYBOX, "imagePullPolicy": "Never",
-            "command": ["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do (printf 'GET /_localstack/health HTTP/1.0\\r\\nHost: localstack\\r\\n\\r\\n'; sleep 3) | nc -w 10 localstack.localstack.svc.cluster.local 4566 | grep services && exit 0; sleep 1; done; exit 1"],
-        }]},
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    let mut phase = String::new();
-    for _ in 0..240 {
-        let p = pods.get(&name).await.unwrap();
-        phase = p.status.and_then(|s| s.phase).unwrap_or_default();
-        if phase == "Succeeded" || phase == "Failed" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let logs = pods
-        .logs(&name, &LogParams::default())
-        .await
-        .unwrap_or_default();
-    let _ = pods.delete(&name, &DeleteParams::default()).await;
-    assert_eq!(phase, "Succeeded", "probe pod on {node}: {logs}");
-    logs
-}
-
 #[test]
 fn kind_dev_profile_up_verify_status_warm_up_down() {
     const TEST: &str = "kind_dev_profile_up_verify_status_warm_up_down";
@@ -249,7 +212,11 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
     let rt = runtime();
     let client = kube_client(&rt, &stack);
     for node in &nodes {
-        let logs = rt.block_on(probe_localstack_from(&client, node));
+        let logs = rt.block_on(probe_localstack(
+            &client,
+            &format!("probe-{}", node.rsplit('-').next().unwrap()),
+            Some(node),
+        ));
         assert!(logs.contains("secretsmanager"), "{node}: {logs}");
     }
 

@@ -364,3 +364,40 @@ pub fn assert_push_verified(report: &serde_json::Value) {
         "{report}"
     );
 }
+
+/// A pod (pinned to `node`, when given) fetches LocalStack's health through
+/// the in-cluster Service name; returns what it printed.
+pub async fn probe_localstack(client: &kube::Client, name: &str, node: Option<&str>) -> String {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, LogParams, PostParams};
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut spec = serde_json::json!({"restartPolicy": "Never", "containers": [{
+        "name": "probe", "image": BUSYBOX, "imagePullPolicy": "Never",
+        "command": ["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do (printf 'GET /_localstack/health HTTP/1.0\\r\\nHost: localstack\\r\\n\\r\\n'; sleep 3) | nc -w 10 localstack.localstack.svc.cluster.local 4566 | grep services && exit 0; sleep 1; done; exit 1"],
+    }]});
+    if let Some(node) = node {
+        spec["nodeName"] = node.into();
+        spec["tolerations"] = serde_json::json!([{"operator": "Exists"}]);
+    }
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let mut phase = String::new();
+    for _ in 0..240 {
+        let p = pods.get(name).await.unwrap();
+        phase = p.status.and_then(|s| s.phase).unwrap_or_default();
+        if phase == "Succeeded" || phase == "Failed" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let logs = pods
+        .logs(name, &LogParams::default())
+        .await
+        .unwrap_or_default();
+    let _ = pods.delete(name, &DeleteParams::default()).await;
+    assert_eq!(phase, "Succeeded", "probe pod {name} on {node:?}: {logs}");
+    logs
+}
