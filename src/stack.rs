@@ -578,6 +578,12 @@ impl Drop for StackGuard {
         // blocking on it would deadlock a current-thread one): take the
         // stack down on a thread with a runtime of its own.
         let name = stack.name().to_string();
+        // The command that reaches this stack: its profile, and its name
+        // when the profile does not give it.
+        let mut flags = stack.settings().cli_flags();
+        if !flags.contains(" --name ") {
+            flags.push_str(&format!(" --name {name}"));
+        }
         let outcome = std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -589,11 +595,11 @@ impl Drop for StackGuard {
         match outcome {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => eprintln!(
-                "devstack: taking stack `{name}` down failed: {}; `devstack --name {name} down` removes it",
+                "devstack: taking stack `{name}` down failed: {}; `devstack{flags} down` removes it",
                 e.message()
             ),
             Err(_) => eprintln!(
-                "devstack: taking stack `{name}` down panicked; `devstack --name {name} down` removes it"
+                "devstack: taking stack `{name}` down panicked; `devstack{flags} down` removes it"
             ),
         }
     }

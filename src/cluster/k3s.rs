@@ -412,10 +412,9 @@ pub async fn rollback(
                 "cluster creation failed, and rollback also failed ({})",
                 rollback_err.message()
             );
-            err.context(message).with_hint(format!(
-                "remove the leftovers with `devstack cluster down --name {}` once Docker answers",
-                settings.name
-            ))
+            // The CLI adds the flags that select this stack to the command.
+            err.context(message)
+                .with_hint("remove the leftovers with `devstack cluster down` once Docker answers")
         }
     }
 }
