@@ -45,7 +45,8 @@ async fn run(stack: &Stack) -> devstack::Result<()> {
         .await
         .map_err(|e| devstack::Error::internal(format!("API server: {e}")))?;
     println!("Kubernetes {}.{}", version.major, version.minor);
-    let health = stack.status().await;
+    // `up` returned settled; a suite that changes the stack waits like this.
+    let health = stack.wait_settled(std::time::Duration::from_secs(60)).await;
     println!("healthy: {}, settled: {}", health.healthy, health.settled);
     let report = stack.verify(Default::default()).await?;
     println!("{}", report.summary());

@@ -150,6 +150,32 @@ impl StatusReport {
     }
 }
 
+/// Collects the health model until the stack is settled or `limit`
+/// passes, telling `waiting` what it waits for whenever that changes;
+/// returns the last report either way.
+pub async fn wait_settled(
+    settings: &Settings,
+    limit: std::time::Duration,
+    waiting: &(dyn Fn(&str) + Sync),
+) -> StatusReport {
+    let started = std::time::Instant::now();
+    let mut told = None;
+    loop {
+        let report = collect(settings).await;
+        if report.settled || started.elapsed() >= limit {
+            return report;
+        }
+        let now = report.first_problem(true);
+        if now != told {
+            if let Some(what) = &now {
+                waiting(what);
+            }
+            told = now;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
 /// Every row, LocalStack and the cluster looked at concurrently.
 pub async fn collect(settings: &Settings) -> StatusReport {
     let (mut rows, localstack) = tokio::join!(cluster_rows(settings), localstack_row(settings));

@@ -141,14 +141,7 @@ impl Stack {
     /// Waits until the stack is settled (everything Ready, nothing
     /// reconciling) or `limit` passes; returns the last report either way.
     pub async fn wait_settled(&self, limit: std::time::Duration) -> StatusReport {
-        let started = Instant::now();
-        loop {
-            let report = self.status().await;
-            if report.settled || started.elapsed() >= limit {
-                return report;
-            }
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        }
+        crate::health::wait_settled(&self.current(), limit, &|_| {}).await
     }
 
     /// Holds this stack's lock for a run that changes it, telling the user

@@ -1,18 +1,21 @@
 //! `devstack status`: renders the health model ([`crate::health`]) as a
 //! table or JSON; `--wait` polls it until the stack is settled.
 
-use std::time::{Duration, Instant};
-
 use crate::cli::StatusArgs;
 use crate::commands::Context;
 use crate::error::Error;
-use crate::health::{self, StatusReport, StatusRow};
+use crate::health::{self, StatusRow};
 
 pub async fn run(ctx: &Context, args: StatusArgs) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
     let report = match args.wait {
         None => health::collect(&settings).await,
-        Some(limit) => wait_settled(ctx, &settings, limit.get()).await,
+        Some(limit) => {
+            health::wait_settled(&settings, limit.get(), &|what| {
+                ctx.ui.info(format!("waiting for {what}"))
+            })
+            .await
+        }
     };
     if ctx.ui.json() {
         ctx.ui
@@ -35,31 +38,6 @@ pub async fn run(ctx: &Context, args: StatusArgs) -> Result<i32, Error> {
         ));
     }
     Ok(0)
-}
-
-/// Polls the health model until the stack is settled or `limit` passes,
-/// saying once what it waits for.
-async fn wait_settled(
-    ctx: &Context,
-    settings: &crate::profile::Settings,
-    limit: Duration,
-) -> StatusReport {
-    let started = Instant::now();
-    let mut told = None;
-    loop {
-        let report = health::collect(settings).await;
-        if report.settled || started.elapsed() >= limit {
-            return report;
-        }
-        let waiting = report.first_problem(true);
-        if waiting != told {
-            if let Some(what) = &waiting {
-                ctx.ui.info(format!("waiting for {what}"));
-            }
-            told = waiting;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
 }
 
 /// The table on stdout: a mark, then aligned columns.
