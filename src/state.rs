@@ -1,6 +1,5 @@
 //! Per-stack files on the host, under the state directory: the kubeconfig,
 //! the record of the stack's host ports, and the lock one run holds.
-
 //!
 //! The state directory itself comes with the settings
 //! ([`Settings::state_dir`]); nothing here looks at the environment.
