@@ -87,11 +87,13 @@ pub fn write_private(path: &Path, contents: &str) -> Result<(), Error> {
     };
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(unwritable)?;
+    // One temporary file per process: parallel runs never share one.
     let tmp = dir.join(format!(
-        ".{}.devstack-tmp",
+        ".{}.devstack-tmp-{}",
         path.file_name()
             .and_then(|n| n.to_str())
-            .unwrap_or("kubeconfig")
+            .unwrap_or("kubeconfig"),
+        std::process::id()
     ));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -176,23 +178,72 @@ pub fn remove_from(target: &str, name: &str) -> Result<(String, bool), Error> {
 /// Merges into the user's kubeconfig file.
 pub fn merge_into_user(stack_config: &str, switch_context: bool) -> Result<PathBuf, Error> {
     let path = user_kubeconfig_path();
-    let current = std::fs::read_to_string(&path).unwrap_or_default();
-    let merged = merge_into(&current, stack_config, switch_context)?;
-    write_private(&path, &merged)?;
+    merge_into_file(&path, stack_config, switch_context)?;
     Ok(path)
+}
+
+fn merge_into_file(path: &Path, stack_config: &str, switch_context: bool) -> Result<(), Error> {
+    with_file_locked(path, || {
+        let current = std::fs::read_to_string(path).unwrap_or_default();
+        let merged = merge_into(&current, stack_config, switch_context)?;
+        write_private(path, &merged)
+    })
+}
+
+/// Runs a read-modify-write of `path` while holding an exclusive `flock`
+/// on a lock file beside it: stacks brought up in parallel all merge into
+/// the one user kubeconfig, and none may lose another's entries.
+fn with_file_locked<T>(path: &Path, change: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+    use std::os::fd::AsRawFd;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let lock_path = dir.join(format!(
+        ".{}.devstack-lock",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("kubeconfig")
+    ));
+    let lock = std::fs::create_dir_all(dir)
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path)
+        })
+        .map_err(|e| {
+            Error::user(format!("cannot lock kubeconfig {}: {e}", path.display()))
+                .with_hint("make the directory writable, or set KUBECONFIG to a writable location")
+        })?;
+    // SAFETY: flock on a descriptor this function owns; the kernel releases
+    // it when `lock` is closed, also if this process dies.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(Error::internal(format!(
+            "cannot lock {}: {}",
+            lock_path.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    let result = change();
+    drop(lock);
+    result
 }
 
 /// Removes the stack's entries from the user's kubeconfig file, if present.
 pub fn remove_from_user(name: &str) -> Result<bool, Error> {
     let path = user_kubeconfig_path();
-    let Ok(current) = std::fs::read_to_string(&path) else {
+    if !path.exists() {
         return Ok(false);
-    };
-    let (rest, removed) = remove_from(&current, name)?;
-    if removed {
-        write_private(&path, &rest)?;
     }
-    Ok(removed)
+    with_file_locked(&path, || {
+        let Ok(current) = std::fs::read_to_string(&path) else {
+            return Ok(false);
+        };
+        let (rest, removed) = remove_from(&current, name)?;
+        if removed {
+            write_private(&path, &rest)?;
+        }
+        Ok(removed)
+    })
 }
 
 #[cfg(test)]
@@ -277,5 +328,30 @@ users:
         let err = write_private(Path::new("/proc/devstack-cannot/kubeconfig"), "x").unwrap_err();
         assert_eq!(err.kind(), crate::Kind::User);
         assert!(err.hint().is_some());
+    }
+
+    #[test]
+    fn stacks_merging_at_once_keep_every_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let ours = rename_context(K3S, &format!("devstack-s{i}"), None).unwrap();
+                    merge_into_file(&path, &ours, false).unwrap();
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let merged = std::fs::read_to_string(&path).unwrap();
+        for i in 0..8 {
+            assert!(
+                merged.contains(&format!("name: devstack-s{i}")),
+                "s{i} lost:\n{merged}"
+            );
+        }
     }
 }
