@@ -287,8 +287,10 @@ pub async fn wait_ready(
     loop {
         let mut next = Some(wait.next(&mut changes, looked, &seen).await?);
         let mut changed = false;
+        let mut watch_failed = false;
         // A burst (a relist, a reconcile's status updates) is looked at once.
         while let Some(change) = next.take() {
+            watch_failed |= change.is_err();
             changed |= seen.record(change.map(|change| match change {
                 Change::Kustomization(event) => watched_kustomizations.apply(event),
                 Change::Release(event) => releases.apply(event),
@@ -298,6 +300,17 @@ pub async fn wait_ready(
                 }
             }));
             next = changes.next().now_or_never().flatten();
+        }
+        // As in `Wait::list`: a failing watch is followed by plain lists.
+        if watch_failed
+            && let (Ok(listed_ks), Ok(listed_releases)) = (
+                ks.list(&Default::default()).await,
+                helm_releases(client).list(&Default::default()).await,
+            )
+        {
+            watched_kustomizations.replace(listed_ks.items);
+            releases.replace(listed_releases.items);
+            changed = true;
         }
         if !changed || !watched_kustomizations.listed() || !releases.listed() {
             continue;

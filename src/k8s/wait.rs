@@ -190,13 +190,28 @@ impl Wait {
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     {
+        // A watch can keep failing where plain requests work (an API server
+        // short of CPU dropping its watch streams): each failure is followed
+        // by one list, judged like a watch event.
+        let lister = api.clone();
+        let selection = kube::api::ListParams {
+            label_selector: config.label_selector.clone(),
+            field_selector: config.field_selector.clone(),
+            ..Default::default()
+        };
         let mut stream = watch(api, config);
         let mut objects = Objects::default();
         let mut seen = Seen::default();
         let mut looked = false;
         loop {
             let event = self.next(&mut stream, looked, &seen).await?;
-            if !seen.record(event.map(|e| objects.apply(e))) {
+            let failed = event.is_err();
+            let mut changed = seen.record(event.map(|e| objects.apply(e)));
+            if failed && let Ok(list) = lister.list(&selection).await {
+                objects.replace(list.items);
+                changed = true;
+            }
+            if !changed {
                 continue;
             }
             match check(&objects) {
@@ -340,6 +355,12 @@ impl<K: Resource> Objects<K> {
         }
     }
 
+    /// Replaces the set with a complete list read outside the watch.
+    pub fn replace(&mut self, items: Vec<K>) {
+        self.current = items.into_iter().map(|o| (o.name_any(), o)).collect();
+        self.listed = true;
+    }
+
     /// Whether a full list has been seen.
     pub fn listed(&self) -> bool {
         self.listed
@@ -469,6 +490,17 @@ mod tests {
         assert_eq!(value(&objects, "a").as_deref(), Some("2"));
         assert!(objects.apply(Event::Delete(config_map("b", "1"))));
         assert_eq!(objects.len(), 1);
+    }
+
+    #[test]
+    fn a_list_read_outside_the_watch_replaces_the_set() {
+        let mut objects = Objects::default();
+        assert!(!objects.listed());
+        objects.apply(Event::Apply(config_map("a", "1")));
+        objects.replace(vec![config_map("b", "2")]);
+        assert!(objects.listed());
+        assert_eq!(value(&objects, "a"), None);
+        assert_eq!(value(&objects, "b").as_deref(), Some("2"));
     }
 
     #[test]
