@@ -119,3 +119,27 @@ bundle_record() {
       "$index" >"$index.tmp" && mv "$index.tmp" "$index"
   ) 9>"$KIT_BUNDLE/.index.lock"
 }
+
+# kit_testbox_tar SCRATCH_DIR: prints the path of a cached `docker save` of
+# a tiny test image (Debian's static busybox) that kit-test hooks load into
+# their nodes; builds it into $KIT_CACHE/test the first time.
+KIT_TESTBOX_IMAGE=devstack-kit/testbox:1
+kit_testbox_tar() {
+  local work=$1 tar="$KIT_CACHE/test/testbox.tar" deb
+  if [ ! -f "$tar" ]; then
+    mkdir -p "$KIT_CACHE/test/debs" "$work/testbox"
+    if ! ls "$KIT_CACHE"/test/debs/busybox-static_*.deb >/dev/null 2>&1; then
+      # apt's sandbox user must be able to write where it downloads.
+      (cd "$work" && chmod 1777 . && apt-get download -q busybox-static >/dev/null 2>&1 \
+        && mv busybox-static_*.deb "$KIT_CACHE/test/debs/") \
+        || die "cannot fetch Debian's busybox-static (run apt-get update first)"
+    fi
+    deb=$(ls "$KIT_CACHE"/test/debs/busybox-static_*.deb | head -1)
+    dpkg-deb -x "$deb" "$work/testbox/root"
+    cp "$work/testbox/root/bin/busybox" "$work/testbox/busybox"
+    printf 'FROM scratch\nCOPY busybox /bin/busybox\nRUN ["/bin/busybox", "--install", "-s", "/bin"]\nENTRYPOINT ["/bin/sh"]\n' >"$work/testbox/Dockerfile"
+    DOCKER_BUILDKIT=0 docker build -q -t "$KIT_TESTBOX_IMAGE" "$work/testbox" >/dev/null
+    docker save "$KIT_TESTBOX_IMAGE" -o "$tar.tmp" && mv "$tar.tmp" "$tar"
+  fi
+  echo "$tar"
+}

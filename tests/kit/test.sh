@@ -36,7 +36,7 @@ LABEL=dev.devstack.managed-by=devstack-kit-test
 RUN_ID=$(date +%s)-$$-$RANDOM
 NODE=devstack-kit-test-$RUN_ID
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/devstack-kit-test.XXXXXX")
-TESTBOX_IMAGE=devstack-kit/testbox:1
+TESTBOX_IMAGE=$KIT_TESTBOX_IMAGE
 passed=0 failed=0 skipped=0
 node_id=""
 
@@ -96,20 +96,7 @@ fi
 
 # A tiny test image (static busybox from Debian: nslookup, nc, httpd),
 # imported into the node with the bundle's images; not part of the bundle.
-testbox_tar="$KIT_CACHE/test/testbox.tar"
-if [ ! -f "$testbox_tar" ]; then
-  mkdir -p "$KIT_CACHE/test/debs" "$WORK/testbox"
-  if ! ls "$KIT_CACHE"/test/debs/busybox-static_*.deb >/dev/null 2>&1; then
-    # apt's sandbox user must be able to write where it downloads.
-    (cd "$WORK" && chmod 1777 . && apt-get download -q busybox-static >/dev/null 2>&1 && mv busybox-static_*.deb "$KIT_CACHE/test/debs/") \
-      || die "cannot fetch Debian's busybox-static (run apt-get update first)"
-  fi
-  dpkg-deb -x "$(ls "$KIT_CACHE"/test/debs/busybox-static_*.deb | head -1)" "$WORK/testbox/root"
-  cp "$WORK/testbox/root/bin/busybox" "$WORK/testbox/busybox"
-  printf 'FROM scratch\nCOPY busybox /bin/busybox\nRUN ["/bin/busybox", "--install", "-s", "/bin"]\nENTRYPOINT ["/bin/sh"]\n' >"$WORK/testbox/Dockerfile"
-  DOCKER_BUILDKIT=0 docker build -q -t "$TESTBOX_IMAGE" "$WORK/testbox" >/dev/null
-  docker save "$TESTBOX_IMAGE" -o "$testbox_tar.tmp" && mv "$testbox_tar.tmp" "$testbox_tar"
-fi
+testbox_tar=$(kit_testbox_tar "$WORK")
 
 mounts=(-v "$testbox_tar:/var/lib/rancher/k3s/agent/images/devstack-kit-testbox.tar:ro")
 while IFS=$'\t' read -r role file; do

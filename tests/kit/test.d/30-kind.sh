@@ -13,12 +13,13 @@
 # the cluster is always deleted (EXIT trap), unless KIT_TEST_KEEP=1 and a
 # check failed. Exit 0 pass, 77 skip (no kind artifacts in the bundle), 1 fail.
 set -euo pipefail
-KIT_ROOT=${KIT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# lib.sh: KIT_CACHE and the test image helper shared with test.sh.
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 CACHE=${KIT_CACHE:-${DEVSTACK_KIT_CACHE:-$HOME/.cache/devstack/kit}}
 BUNDLE=${KIT_BUNDLE:-${DEVSTACK_KIT_BUNDLE:-$CACHE/bundle}}
 TIMEOUT=${KIT_TEST_TIMEOUT:-300}; TIMEOUT=${TIMEOUT%s}
 CLUSTER=${KIT_KIND_CLUSTER:-devstack-kitprobe-$((RANDOM % 10000))}
-TESTBOX_IMAGE=devstack-kit/testbox:1
+TESTBOX_IMAGE=$KIT_TESTBOX_IMAGE
 log() { printf '[kind-test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 fail() { echo "FAIL $*"; exit 1; }
 
@@ -72,20 +73,7 @@ if ! docker image inspect "$node_ref" >/dev/null 2>&1; then
   log "docker load $node_file"
   docker load -i "$BUNDLE/$node_file" >/dev/null
 fi
-testbox_tar="$CACHE/test/testbox.tar"
-if [ ! -f "$testbox_tar" ]; then
-  # Same tiny image test.sh builds (Debian's static busybox).
-  mkdir -p "$CACHE/test/debs" "$WORK/testbox"
-  if ! ls "$CACHE"/test/debs/busybox-static_*.deb >/dev/null 2>&1; then
-    (cd "$WORK" && chmod 1777 . && apt-get download -q busybox-static >/dev/null 2>&1 \
-      && mv busybox-static_*.deb "$CACHE/test/debs/") || fail "cannot fetch Debian's busybox-static"
-  fi
-  dpkg-deb -x "$(ls "$CACHE"/test/debs/busybox-static_*.deb | head -1)" "$WORK/testbox/root"
-  cp "$WORK/testbox/root/bin/busybox" "$WORK/testbox/busybox"
-  printf 'FROM scratch\nCOPY busybox /bin/busybox\nRUN ["/bin/busybox", "--install", "-s", "/bin"]\nENTRYPOINT ["/bin/sh"]\n' >"$WORK/testbox/Dockerfile"
-  DOCKER_BUILDKIT=0 docker build -q -t "$TESTBOX_IMAGE" "$WORK/testbox" >/dev/null
-  docker save "$TESTBOX_IMAGE" -o "$testbox_tar.tmp" && mv "$testbox_tar.tmp" "$testbox_tar"
-fi
+testbox_tar=$(kit_testbox_tar "$WORK")
 
 # --- cluster -----------------------------------------------------------------------
 log "kind create cluster --name $CLUSTER --image $node_ref (control-plane + worker)"
