@@ -273,14 +273,14 @@ impl Stack {
             });
         }
 
-        runner
+        let cluster_plan = runner
             .step(
                 "Preflight",
                 Some((settings.timeouts.preflight.get(), "timeouts.preflight")),
                 |_| async {
                     preflight(docker, settings, options.recreate)
                         .await
-                        .map(|()| ((), String::new()))
+                        .map(|plan| (plan, String::new()))
                 },
             )
             .await?;
@@ -303,7 +303,6 @@ impl Stack {
                 Box::pin(async move { localstack::down(&docker, &owned).await.map(|_| ()) })
             });
         }
-        let cluster_plan = cluster::plan(docker, settings).await?;
         if !cluster_plan.exists || (options.recreate && cluster_plan.needs_recreate()) {
             let (docker, owned) = (docker.clone(), settings.clone());
             runner.created(
@@ -636,16 +635,15 @@ async fn preflight(
     docker: &bollard::Docker,
     settings: &Settings,
     recreate: bool,
-) -> Result<(), Error> {
+) -> Result<cluster::Plan, Error> {
     docker
         .ping()
         .await
         .map_err(|e| docker::engine_error("ping the Docker engine", e))?;
     // A change the cluster cannot take in place is refused before anything
     // (LocalStack included) is touched.
-    cluster::plan(docker, settings)
-        .await?
-        .check(recreate, settings)?;
+    let plan = cluster::plan(docker, settings).await?;
+    plan.check(recreate, settings)?;
     crate::cluster::kubeconfig::check_writable(&state::kubeconfig_path(settings))?;
     if settings.cluster.merge_kubeconfig {
         crate::cluster::kubeconfig::check_writable(
@@ -653,7 +651,7 @@ async fn preflight(
         )?;
     }
     crate::cluster::preload::open_bundle(settings)?;
-    Ok(())
+    Ok(plan)
 }
 
 /// The chain's Flux objects that do not exist or are being deleted (drift
