@@ -1,51 +1,19 @@
 //! Cluster tier: the Kind provider end to end with the kit's kind CLI and
 //! node image, from the offline bundle. The dev profile's shape (one control
 //! plane, one worker): `up` -> `verify --push-secret` -> `status` -> warm `up`
-//! -> `down`; a foreign kind cluster of the stack's name refused and left
-//! alone; Ctrl-C during `kind create` rolled back; kind missing named with
-//! its fix. Where the bundle has no kind CLI or node image, each test prints
+//! -> Ctrl-C during the round trip -> `down`; a foreign kind cluster of the
+//! stack's name refused and left alone; kind missing named with its fix.
+//! Shape drift and Ctrl-C during create are in tests/providers.rs, one body
+//! for both providers. Where the bundle has no kind CLI or node image, each test prints
 //! `SKIPPED: <test>: <reason>` (tests/run.sh counts those as skipped).
 
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use common::kind::{KindGuard, kind_cluster, kind_kit, kind_nodes};
 use common::*;
-
-/// The bundle's kind CLI, when the kit built the Kind pieces; otherwise the
-/// test prints why it skips.
-fn kind_kit(test: &str) -> Option<PathBuf> {
-    if !require_docker() {
-        return None;
-    }
-    let index = bundle_dir().join("index.json");
-    let skip = |why: String| {
-        eprintln!("SKIPPED: {test}: {why}");
-        None
-    };
-    let Ok(text) = std::fs::read_to_string(&index) else {
-        return skip(format!(
-            "no offline bundle at {} (run `make kit`)",
-            index.display()
-        ));
-    };
-    let index: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let artifacts = index["artifacts"].as_array().cloned().unwrap_or_default();
-    let kind = artifacts
-        .iter()
-        .find(|a| a["kind"] == "binary" && a["name"] == "kind")
-        .and_then(|a| a["file"].as_str())
-        .map(|f| bundle_dir().join(f));
-    let node = artifacts.iter().any(|a| a["role"] == "kind-node");
-    match kind {
-        Some(kind) if node && kind.is_file() => Some(kind),
-        _ => skip(format!(
-            "the bundle at {} has no kind CLI or kind-node image (tests/kit/components/kind.sh)",
-            bundle_dir().display()
-        )),
-    }
-}
 
 /// profiles/dev.yaml for a test stack: its name, the bundle, no merge into
 /// the user's kubeconfig, a free host port instead of 8080, busybox preloaded
@@ -78,48 +46,6 @@ fn dev_profile(stack: &TestStack, host_port: u16) -> PathBuf {
     path
 }
 
-fn kind_cluster(stack: &TestStack) -> String {
-    format!("devstack-{}", stack.name)
-}
-
-/// Node containers of the stack's kind cluster, by kind's label.
-fn kind_nodes(stack: &TestStack) -> Vec<String> {
-    docker_lines(&[
-        "ps",
-        "-a",
-        "--format",
-        "{{.Names}}",
-        "--filter",
-        &format!("label=io.x-k8s.kind.cluster={}", kind_cluster(stack)),
-    ])
-}
-
-/// Deletes the test's own kind cluster (never another) when the test ends,
-/// even when it fails: `devstack down` is what is under test, so this is
-/// the backstop. DEVSTACK_TEST_KEEP=1 keeps it.
-struct KindGuard {
-    kind: PathBuf,
-    cluster: String,
-}
-
-impl Drop for KindGuard {
-    fn drop(&mut self) {
-        if std::env::var_os("DEVSTACK_TEST_KEEP").is_some() {
-            eprintln!("keeping kind cluster {} (DEVSTACK_TEST_KEEP)", self.cluster);
-            return;
-        }
-        let filter = format!("label=io.x-k8s.kind.cluster={}", self.cluster);
-        if docker_lines(&["ps", "-aq", "--filter", &filter]).is_empty() {
-            return;
-        }
-        let scratch = tempfile::tempdir().unwrap();
-        let _ = std::process::Command::new(&self.kind)
-            .args(["delete", "cluster", "--name", &self.cluster, "--kubeconfig"])
-            .arg(scratch.path().join("kubeconfig"))
-            .output();
-    }
-}
-
 #[test]
 fn kind_dev_profile_up_verify_status_warm_up_down() {
     const TEST: &str = "kind_dev_profile_up_verify_status_warm_up_down";
@@ -128,10 +54,7 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
     };
     ensure_busybox_image();
     let stack = TestStack::new("kind");
-    let _guard = KindGuard {
-        kind,
-        cluster: kind_cluster(&stack),
-    };
+    let _guard = KindGuard::new(kind, &stack);
     let host_port = free_port();
     let profile = dev_profile(&stack, host_port);
 
@@ -237,23 +160,9 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
     assert_eq!(report["repaired"].as_array().unwrap().len(), 0, "{report}");
     assert_eq!(report["verify"]["passed"], true, "{report}");
 
-    // A shape kind cannot change in place is refused before anything runs.
-    let two_workers = stack.dir.path().join("two-workers.yaml");
-    std::fs::write(
-        &two_workers,
-        std::fs::read_to_string(&profile)
-            .unwrap()
-            .replace("agents: 1", "agents: 2"),
-    )
-    .unwrap();
-    let refused = stack.run(&two_workers, &["up"]);
-    assert_eq!(refused.code, 2, "{}", refused.all());
-    assert!(
-        refused.stderr.contains("agents 1 -> 2"),
-        "{}",
-        refused.stderr
-    );
-    assert!(refused.stderr.contains("--recreate"), "{}", refused.stderr);
+    // Ctrl-C during the round trip of `up` on an existing stack (the same
+    // body as the K3s stack test's).
+    interrupted_verify_leaves_no_probe(&stack, &profile);
 
     let started = Instant::now();
     stack.run(&profile, &["down"]).ok();
@@ -326,49 +235,6 @@ fn a_foreign_kind_cluster_of_the_stack_name_is_refused_and_left_alone() {
             "{args:?} removed the foreign node"
         );
     }
-}
-
-/// SIGINT while `kind create` runs: the run exits 130 and rolls back, leaving
-/// no kind node, no devstack container and no network.
-#[test]
-fn interrupted_kind_up_rolls_back() {
-    const TEST: &str = "interrupted_kind_up_rolls_back";
-    let Some(kind) = kind_kit(TEST) else {
-        return;
-    };
-    let stack = TestStack::new("ksigint");
-    let _guard = KindGuard {
-        kind,
-        cluster: kind_cluster(&stack),
-    };
-    let profile = dev_profile(&stack, free_port());
-    let child = stack.spawn(&profile, &["up"]);
-    // Until the node containers exist: kind is mid-create then.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while kind_nodes(&stack).len() < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    assert_eq!(kind_nodes(&stack).len(), 2, "kind never created the nodes");
-    std::thread::sleep(Duration::from_secs(3));
-    // SAFETY: signalling the child this test spawned.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
-    assert!(stderr.contains("rolled back"), "{stderr}");
-    assert!(
-        kind_nodes(&stack).is_empty(),
-        "left {:?}",
-        kind_nodes(&stack)
-    );
-    assert!(
-        stack.containers().is_empty(),
-        "left {:?}",
-        stack.containers()
-    );
-    assert!(stack.networks().is_empty(), "left {:?}", stack.networks());
 }
 
 #[test]

@@ -8,7 +8,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use kube::api::Api;
 
 /// A literal secret whose value must never be printed.
 const SECRET_VALUE: &str = "s3cr3t-never-printed-7c1f";
@@ -288,67 +287,4 @@ fn two_stacks_side_by_side_through_the_library() {
     );
     first.run(&first_profile, &["status"]).ok();
     first.run(&first_profile, &["down"]).ok();
-}
-
-fn interrupted_verify_leaves_no_probe(stack: &TestStack, profile: &std::path::Path) {
-    use std::io::BufRead;
-    let port = stack.run(profile, &["status", "--json"]).json()["ports"]["localstack"]
-        .as_u64()
-        .expect("LocalStack port") as u16;
-    let mut child = stack.spawn(profile, &["up"]);
-    let stderr = child.stderr.take().unwrap();
-    let mut seen = Vec::new();
-    for line in std::io::BufReader::new(stderr).lines() {
-        let line = line.unwrap();
-        let started = line.contains("ExternalSecret syncs a new secret");
-        seen.push(line);
-        if started {
-            // SAFETY: signalling the child this test spawned.
-            unsafe {
-                libc::kill(child.id() as i32, libc::SIGINT);
-            }
-        }
-    }
-    let status = child.wait().unwrap();
-    let log = seen.join("\n");
-    assert_eq!(status.code(), Some(130), "{log}");
-    assert!(log.contains("probe objects were removed"), "{log}");
-
-    let rt = runtime();
-    let client = kube_client(&rt, stack);
-    let settings = settings(profile).with_localstack_port(port);
-    rt.block_on(async {
-        let namespace = &settings.verify.namespace;
-        let external_secrets = devstack::k8s::dynamic_api(
-            &client,
-            "external-secrets.io/v1",
-            "ExternalSecret",
-            Some(namespace),
-        );
-        let probes = |names: Vec<String>| -> Vec<String> {
-            names
-                .into_iter()
-                .filter(|n| n.contains(devstack::verify::PROBE_PREFIX))
-                .collect()
-        };
-        let listed = external_secrets.list(&Default::default()).await.unwrap();
-        let left = probes(
-            listed
-                .items
-                .into_iter()
-                .filter_map(|o| o.metadata.name)
-                .collect(),
-        );
-        assert!(left.is_empty(), "probe ExternalSecrets left: {left:?}");
-        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-            Api::namespaced(client.clone(), namespace);
-        let names = secrets.list(&Default::default()).await.unwrap().items;
-        let left = probes(names.into_iter().filter_map(|o| o.metadata.name).collect());
-        assert!(left.is_empty(), "probe Secrets left: {left:?}");
-        let left = probes(secret_names(&settings).await);
-        assert!(
-            left.is_empty(),
-            "probe secrets left in LocalStack: {left:?}"
-        );
-    });
 }

@@ -563,17 +563,18 @@ async fn find_cluster(docker: &Docker, settings: &Settings) -> Result<Found, Err
     let mut kubernetes_nodes = 0;
     for node in nodes.iter().filter(|n| n.is_kubernetes_node()) {
         kubernetes_nodes += 1;
-        let marked = docker::inspect(docker, &node.name)
-            .await?
-            .and_then(|c| c.mounts)
-            .unwrap_or_default()
-            .iter()
-            .any(|m| {
-                m.destination.as_deref() == Some(MARKER_IN_NODE)
-                    && m.source.as_deref().map(Path::new) == Some(marker.as_path())
-            });
-        if !marked {
-            return Ok(Found::Foreign);
+        match node_mounts(docker, &node.name).await? {
+            // Gone since the listing: nothing to judge it by.
+            None => continue,
+            Some(mounts) => {
+                let marked = mounts.iter().any(|m| {
+                    m.destination.as_deref() == Some(MARKER_IN_NODE)
+                        && m.source.as_deref().map(Path::new) == Some(marker.as_path())
+                });
+                if !marked {
+                    return Ok(Found::Foreign);
+                }
+            }
         }
     }
     Ok(if kubernetes_nodes == 0 {
@@ -581,6 +582,27 @@ async fn find_cluster(docker: &Docker, settings: &Settings) -> Result<Found, Err
     } else {
         Found::Ours(nodes)
     })
+}
+
+/// A node container's mounts, or None once it is gone. Every kind node has
+/// mounts (at least its /var volume); a container Docker is still creating,
+/// as when Ctrl-C killed `kind create` mid `docker run`, shows none for a
+/// moment, so that is waited out rather than read as someone else's node.
+async fn node_mounts(
+    docker: &Docker,
+    node: &str,
+) -> Result<Option<Vec<bollard::models::MountPoint>>, Error> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let Some(container) = docker::inspect(docker, node).await? else {
+            return Ok(None);
+        };
+        let mounts = container.mounts.unwrap_or_default();
+        if !mounts.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(Some(mounts));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 fn foreign_cluster(settings: &Settings) -> Error {

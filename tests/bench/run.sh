@@ -16,8 +16,13 @@ work=$(mktemp -d)
 stack=bench-$$
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cleanup() {
+  # A Kind cluster carries kind's labels, not devstack's: `down` finds it.
+  [ -f "$work/profile.yaml" ] && DEVSTACK_HOME=$work/state "$bin" --profile "$work/profile.yaml" -q down >/dev/null 2>&1
   docker rm -f -v $(docker ps -aq --filter "label=dev.devstack.stack=$stack") >/dev/null 2>&1 || true
   docker network rm $(docker network ls -q --filter "label=dev.devstack.stack=$stack") >/dev/null 2>&1 || true
+  if [ -n "${anchor:-}" ] && [ -n "${DEVSTACK_KIND:-}" ]; then
+    "$DEVSTACK_KIND" delete cluster --name "$anchor" --kubeconfig "$work/anchor.kubeconfig" >/dev/null 2>&1 || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -33,6 +38,17 @@ profile() { # $1 = number of secrets
 }
 now_ms() { date +%s%3N; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# Memory of every container of the stack (devstack's labelled ones and the
+# kind nodes), in MiB, as `docker stats` reports it.
+stack_mem_mib() {
+  local ids
+  ids=$(docker ps -q --filter "label=dev.devstack.stack=$stack"; docker ps -q --filter "label=io.x-k8s.kind.cluster=devstack-$stack")
+  # shellcheck disable=SC2086
+  docker stats --no-stream --format '{{.MemUsage}}' $ids | awk '{
+    v=$1; u=v; sub(/[0-9.]+/, "", u); sub(/[A-Za-z]+$/, "", v)
+    f = (u=="GiB") ? 1024 : (u=="MiB") ? 1 : (u=="KiB") ? 1/1024 : 1/1048576
+    t += v*f } END {printf "%.0f", t}'
+}
 ds() { DEVSTACK_HOME=$work/state CI=1 "$bin" --profile "$work/profile.yaml" -q "$@"; }
 
 profile 200
@@ -59,8 +75,43 @@ if docker image inspect "$(grep -o 'rancher/k3s:[^"]*' src/versions.rs)" >/dev/n
   done
 fi
 
+# Kind: devstack's cluster step against plain `kind create cluster` with the
+# same kind CLI, node image and shape (a control plane and a worker), both to
+# the same point: every node Ready and CoreDNS serving (what the stack needs;
+# the anchor waits with the node's own kubectl). devstack's figure without the
+# bundle's images is the like-for-like one; with them it also imports Flux and
+# ESO into both nodes.
+kind_node=$(grep -o 'kindest/node:[^"]*' src/versions.rs)
+kind_cli=$(jq -r '.artifacts[] | select(.kind=="binary" and .name=="kind") | .file' "$bundle/index.json" 2>/dev/null || true)
+kind_up=(); kind_up_images=(); kind_down=(); kind_anchor=(); kind_anchor_create=()
+if [ -n "$kind_cli" ] && docker image inspect "$kind_node" >/dev/null 2>&1; then
+  export DEVSTACK_KIND=$bundle/$kind_cli
+  kind_profile() { # $1 = with bundle images (1) or not (0)
+    printf 'apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: %s\nlocalstack:\n  port: %s\ncluster:\n  provider: kind\n  agents: 1\n  kubeconfig: {merge: false}\n' "$stack" "$port" >"$work/profile.yaml"
+    [ "$1" = 1 ] && printf 'images:\n  bundle: %s\n' "$bundle" >>"$work/profile.yaml"
+    return 0
+  }
+  anchor=bench-anchor-$$
+  for r in $(seq 1 "$runs"); do
+    kind_profile 0
+    t0=$(now_ms); ds cluster up; t1=$(now_ms); kind_up+=($((t1 - t0)))
+    t0=$(now_ms); ds cluster down; t1=$(now_ms); kind_down+=($((t1 - t0)))
+    kind_profile 1
+    t0=$(now_ms); ds cluster up; t1=$(now_ms); kind_up_images+=($((t1 - t0)))
+    ds cluster down
+    t0=$(now_ms)
+    "$DEVSTACK_KIND" create cluster --name "$anchor" --image "$kind_node" --config tests/kit/kind/cluster.yaml \
+      --kubeconfig "$work/anchor.kubeconfig" --wait 5m >/dev/null 2>&1
+    t1=$(now_ms)
+    docker exec "$anchor-control-plane" kubectl --kubeconfig /etc/kubernetes/admin.conf wait --for=condition=Ready nodes --all --timeout=5m >/dev/null
+    docker exec "$anchor-control-plane" kubectl --kubeconfig /etc/kubernetes/admin.conf -n kube-system rollout status deployment/coredns --timeout=5m >/dev/null
+    t2=$(now_ms); kind_anchor_create+=($((t1 - t0))); kind_anchor+=($((t2 - t0)))
+    "$DEVSTACK_KIND" delete cluster --name "$anchor" --kubeconfig "$work/anchor.kubeconfig" >/dev/null 2>&1
+  done
+fi
+
 # GitOps and the main job (needs the whole kit: node image, Flux, ESO).
-flux_nudge=(); flux_plain=(); up_cold=(); up_warm=(); verify_sync=(); verify_rotate=(); verify_recreate=(); down_ms=(); naive_script=()
+k3s_mem=(); kind_cold=(); kind_warm=(); kind_mem=(); flux_nudge=(); flux_plain=(); up_cold=(); up_warm=(); verify_sync=(); verify_rotate=(); verify_recreate=(); down_ms=(); naive_script=()
 ms_of() { jq -r "$1" "$work/out.json"; }
 if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' "$bundle/index.json" >/dev/null; then
   main_profile() { # $1 = layout
@@ -83,6 +134,7 @@ if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' 
     done
     # The main job: cold up to a verified round trip, warm up, verify latencies, down.
     t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); up_cold+=($((t1 - t0)))
+    k3s_mem+=("$(stack_mem_mib)")
     verify_sync+=("$(ms_of '.verify.checks[] | select(.name=="sync") | .latencyMs')")
     verify_rotate+=("$(ms_of '.verify.checks[] | select(.name=="rotate") | .latencyMs')")
     verify_recreate+=("$(ms_of '.verify.checks[] | select(.name=="recreate") | .latencyMs')")
@@ -102,6 +154,19 @@ if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' 
   done
 fi
 
+# The dev profile (Kind, a control plane and a worker): cold up to a verified
+# round trip, warm up, memory.
+if [ ${#kind_up[@]} -gt 0 ] && [ ${#up_cold[@]} -gt 0 ]; then
+  for r in $(seq 1 "${BENCH_STACK_RUNS:-$runs}"); do
+    sed -e "s/^name: dev$/name: $stack/" -e "s/hostPort: 8080/hostPort: $((port + 1))/" -e "s/    merge: true/    merge: false/" \
+        -e "s|^secrets:|images:\n  bundle: $bundle\nsecrets:|" profiles/dev.yaml >"$work/profile.yaml"
+    t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); kind_cold+=($((t1 - t0)))
+    kind_mem+=("$(stack_mem_mib)")
+    t0=$(now_ms); ds up --no-verify; t1=$(now_ms); kind_warm+=($((t1 - t0)))
+    ds down
+  done
+fi
+
 echo "devstack bench ($runs runs, medians; $(nproc) cores; $(docker version -f '{{.Server.Version}}') engine)"
 printf 'localstack cold start-to-healthy   %6s ms\n' "$(printf '%s\n' "${cold[@]}" | median)"
 printf 'localstack warm reuse (up again)   %6s ms\n' "$(printf '%s\n' "${warm[@]}" | median)"
@@ -113,6 +178,16 @@ if [ ${#k3s_up[@]} -gt 0 ]; then
 else
   echo "k3s cluster: SKIPPED (no kit node image or bundle; run make kit)"
 fi
+if [ ${#kind_up[@]} -gt 0 ]; then
+  med() { printf '%s\n' "$@" | median; }
+  a=$(med "${kind_anchor[@]}"); d=$(med "${kind_up[@]}")
+  printf 'kind cluster create-to-Ready      %6s ms (2 nodes Ready, CoreDNS serving; %+.0f%% vs plain kind)\n' "$d" "$(awk -v d="$d" -v a="$a" 'BEGIN {print (d-a)*100/a}')"
+  printf 'kind cluster, bundle images loaded %6s ms\n' "$(med "${kind_up_images[@]}")"
+  printf 'plain kind create + Ready + CoreDNS %5s ms (kind create --wait 5m alone: %s ms)\n' "$a" "$(med "${kind_anchor_create[@]}")"
+  printf 'kind cluster delete                %6s ms\n' "$(med "${kind_down[@]}")"
+else
+  echo "kind cluster: SKIPPED (no kind CLI or $kind_node in the kit; run make kit)"
+fi
 if [ ${#up_cold[@]} -gt 0 ]; then
   med() { printf '%s\n' "$@" | median; }
   printf 'flux install to ClusterSecretStore Ready, nudged   %6s ms\n' "$(med "${flux_nudge[@]}")"
@@ -121,6 +196,14 @@ if [ ${#up_cold[@]} -gt 0 ]; then
   printf 'up, warm (healthy stack)           %6s ms\n' "$(med "${up_warm[@]}")"
   printf 'verify: sync %s ms, rotate %s ms, recreate %s ms\n' "$(med "${verify_sync[@]}")" "$(med "${verify_rotate[@]}")" "$(med "${verify_recreate[@]}")"
   printf 'down                               %6s ms\n' "$(med "${down_ms[@]}")"
+  mem=$(med "${k3s_mem[@]}"); total=$(awk '/MemTotal/ {printf "%.0f", $2/1024}' /proc/meminfo)
+  printf 'memory per stack, k3s (ci profile) %6s MiB (docker stats after up; %d fit in %d MiB)\n' "$mem" "$((total / mem))" "$total"
+  if [ ${#kind_cold[@]} -gt 0 ]; then
+    printf 'kind: up, cold, to verified round trip %6s ms (dev profile)\n' "$(med "${kind_cold[@]}")"
+    printf 'kind: up, warm (healthy stack)     %6s ms\n' "$(med "${kind_warm[@]}")"
+    mem=$(med "${kind_mem[@]}")
+    printf 'memory per stack, kind (dev profile) %4s MiB (%d fit in %d MiB)\n' "$mem" "$((total / mem))" "$total"
+  fi
   if [ ${#naive_script[@]} -gt 0 ]; then
     printf 'sequential script, naive layout    %6s ms (%.2fx devstack up)\n' "$(med "${naive_script[@]}")" \
       "$(awk -v a="$(med "${naive_script[@]}")" -v b="$(med "${up_cold[@]}")" 'BEGIN {print a/b}')"

@@ -1,0 +1,97 @@
+//! Kind helpers shared by the cluster-tier tests: the kit's kind CLI and
+//! node image, the nodes of a test stack's kind cluster, and a guard that
+//! deletes that cluster (never another) when a test ends.
+
+use std::path::PathBuf;
+
+use super::*;
+
+/// The bundle's kind CLI, when the kit built the Kind pieces; otherwise the
+/// test prints why it skips (and fails where the cluster tier is required:
+/// the kit that CI built always has them).
+pub fn kind_kit(test: &str) -> Option<PathBuf> {
+    if !require_docker() {
+        return None;
+    }
+    let index = bundle_dir().join("index.json");
+    let skip = |why: String| {
+        assert!(
+            std::env::var_os("DEVSTACK_TEST_REQUIRE_CLUSTER").is_none(),
+            "{test}: {why}"
+        );
+        eprintln!("SKIPPED: {test}: {why}");
+        None
+    };
+    let Ok(text) = std::fs::read_to_string(&index) else {
+        return skip(format!(
+            "no offline bundle at {} (run `make kit`)",
+            index.display()
+        ));
+    };
+    let index: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let artifacts = index["artifacts"].as_array().cloned().unwrap_or_default();
+    let kind = artifacts
+        .iter()
+        .find(|a| a["kind"] == "binary" && a["name"] == "kind")
+        .and_then(|a| a["file"].as_str())
+        .map(|f| bundle_dir().join(f));
+    let node = artifacts.iter().any(|a| a["role"] == "kind-node");
+    match kind {
+        Some(kind) if node && kind.is_file() => Some(kind),
+        _ => skip(format!(
+            "the bundle at {} has no kind CLI or kind-node image (tests/kit/components/kind.sh)",
+            bundle_dir().display()
+        )),
+    }
+}
+
+pub fn kind_cluster(stack: &TestStack) -> String {
+    format!("devstack-{}", stack.name)
+}
+
+/// Node containers of the stack's kind cluster, by kind's label.
+pub fn kind_nodes(stack: &TestStack) -> Vec<String> {
+    docker_lines(&[
+        "ps",
+        "-a",
+        "--format",
+        "{{.Names}}",
+        "--filter",
+        &format!("label=io.x-k8s.kind.cluster={}", kind_cluster(stack)),
+    ])
+}
+
+/// Deletes the test's own kind cluster (never another) when the test ends,
+/// even when it fails: `devstack down` is what is under test, so this is
+/// the backstop. DEVSTACK_TEST_KEEP=1 keeps it.
+pub struct KindGuard {
+    pub kind: PathBuf,
+    pub cluster: String,
+}
+
+impl KindGuard {
+    pub fn new(kind: PathBuf, stack: &TestStack) -> Self {
+        KindGuard {
+            kind,
+            cluster: kind_cluster(stack),
+        }
+    }
+}
+
+impl Drop for KindGuard {
+    fn drop(&mut self) {
+        if std::env::var_os("DEVSTACK_TEST_KEEP").is_some() {
+            eprintln!("keeping kind cluster {} (DEVSTACK_TEST_KEEP)", self.cluster);
+            return;
+        }
+        let filter = format!("label=io.x-k8s.kind.cluster={}", self.cluster);
+        if docker_lines(&["ps", "-aq", "--filter", &filter]).is_empty() {
+            return;
+        }
+        let scratch = tempfile::tempdir().unwrap();
+        let _ = std::process::Command::new(&self.kind)
+            .args(["delete", "cluster", "--name", &self.cluster, "--kubeconfig"])
+            .arg(scratch.path().join("kubeconfig"))
+            .output();
+    }
+}
