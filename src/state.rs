@@ -41,6 +41,12 @@ pub struct Ports {
 pub struct StackRecord {
     #[serde(default)]
     pub ports: Ports,
+    /// The provider the stack's cluster was made with, so a profile that
+    /// does not pin one keeps reaching it (the default may have changed, or
+    /// `up` may have fallen back to K3s). Absent in records of releases
+    /// before Kind became the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<crate::profile::Provider>,
 }
 
 /// `up` records LocalStack and the cluster concurrently: one writer at a
@@ -90,10 +96,18 @@ impl StackRecord {
 }
 
 /// Fills in what the stack's record knows and the profile cannot: the
-/// LocalStack port `auto` chose when the stack was created.
+/// LocalStack port `auto` chose when the stack was created, and the
+/// provider its cluster was made with when the profile does not pin one.
 pub fn attach_record(settings: &mut Settings) {
+    let record = StackRecord::load(settings);
     if settings.localstack.port == crate::profile::HostPort::Auto {
-        settings.localstack.bound_port = StackRecord::load(settings).ports.localstack;
+        settings.localstack.bound_port = record.ports.localstack;
+    }
+    if let Some(provider) = record.provider
+        && !settings.provider_pinned()
+        && let Ok(kept) = settings.with_provider(provider)
+    {
+        *settings = kept;
     }
 }
 

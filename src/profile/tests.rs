@@ -154,7 +154,14 @@ fn precedence_is_flag_then_env_then_profile_then_default() {
     );
     assert_eq!(s.origins["name"], Origin::Profile);
     assert_eq!(s.origins["cluster.provider"], Origin::Default);
-    assert_eq!(s.cluster.provider, Provider::K3s);
+    assert_eq!(s.cluster.provider, Provider::Kind);
+    assert_eq!(s.cluster.image, crate::versions::KIND_NODE_IMAGE);
+    assert!(!s.provider_pinned());
+    let fallback = s.with_provider(Provider::K3s).unwrap();
+    assert_eq!(
+        (fallback.cluster.provider, fallback.cluster.image.as_str()),
+        (Provider::K3s, crate::versions::K3S_IMAGE)
+    );
 
     let s = resolve(&text, &Overrides::default(), &env).unwrap();
     assert_eq!(
