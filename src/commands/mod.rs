@@ -13,6 +13,7 @@ pub mod status;
 pub mod sync;
 pub mod up;
 pub mod verify;
+pub mod version;
 
 use crate::cli::{Cli, Command, GlobalArgs};
 use crate::error::Error;
@@ -102,6 +103,7 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         Command::Status(args) => status::run(&ctx, args).await,
         Command::Env(args) => env::run(&ctx, args).await,
         Command::Sync(args) => sync::run(&ctx, args).await,
+        Command::Version => version::run(&ctx),
     };
     result.map_err(|err| match ctx.settings(|_| {}) {
         Ok(settings) => err.with_command_flags(&settings.cli_flags()),

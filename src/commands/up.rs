@@ -37,7 +37,8 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
     let kubernetes = super::kubernetes_check(stack.settings()).await;
     if let Some(check) = &kubernetes {
         for warning in &check.warnings {
-            ctx.ui.warn(warning);
+            ctx.ui
+                .warn(format!("Kubernetes {} is {warning}", check.version));
         }
     }
     ctx.ui.info(next_commands(&stack.settings().cli_flags()));

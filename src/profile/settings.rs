@@ -264,7 +264,10 @@ impl Settings {
     /// or the profile; otherwise it is the built-in default, which devstack
     /// may replace (the existing stack's provider, or the K3s fallback).
     pub fn provider_pinned(&self) -> bool {
-        !matches!(self.origins.get("cluster.provider"), None | Some(Origin::Default))
+        !matches!(
+            self.origins.get("cluster.provider"),
+            None | Some(Origin::Default)
+        )
     }
 
     /// These settings on another provider, with that provider's default node
