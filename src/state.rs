@@ -207,6 +207,7 @@ mod tests {
                 localstack: Some(4566),
                 api_server: None,
             },
+            provider: None,
         };
         let json = serde_json::to_value(&record).unwrap();
         assert_eq!(json, serde_json::json!({"ports": {"localstack": 4566}}));
@@ -216,5 +217,28 @@ mod tests {
             serde_json::from_str::<StackRecord>("{}").unwrap(),
             StackRecord::default()
         );
+    }
+
+    #[test]
+    fn a_recorded_provider_is_kept_unless_the_profile_pins_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = Settings::builtin(&Default::default()).unwrap();
+        settings.state_dir = dir.path().to_path_buf();
+        StackRecord::update(&settings, |r| {
+            r.provider = Some(crate::profile::Provider::K3s)
+        })
+        .unwrap();
+        let mut unpinned = settings.clone();
+        attach_record(&mut unpinned);
+        assert_eq!(unpinned.cluster.provider, crate::profile::Provider::K3s);
+        assert_eq!(unpinned.cluster.image, crate::versions::K3S_IMAGE);
+
+        let mut pinned = settings.clone();
+        pinned.origins.insert(
+            "cluster.provider".into(),
+            crate::profile::settings::Origin::Flag,
+        );
+        attach_record(&mut pinned);
+        assert_eq!(pinned.cluster.provider, crate::profile::Provider::Kind);
     }
 }
