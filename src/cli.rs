@@ -114,6 +114,8 @@ but still reconciling at the deadline."
     Env(EnvArgs),
     /// Install Flux if needed, publish the GitOps manifests and wait until the External Secrets chain is Ready
     Sync(SyncArgs),
+    /// Show devstack's version and the version matrix (defaults, tested here, newest upstream, support)
+    Version,
 }
 
 #[derive(Debug, Subcommand)]

@@ -68,7 +68,7 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     (
         LOCALSTACK_AUTH_TOKEN,
-        "LocalStack auth token, passed to the container when set",
+        "LocalStack auth token for calendar-versioned images, passed to the container when set (never printed)",
     ),
     (
         DOCKER_HOST,

@@ -676,14 +676,15 @@ mod tests {
             Decision::Restart
         );
 
-        let newer = settings("localstack:\n  image: localstack/localstack:4.14.0\n")
+        let pinned = settings("localstack:\n  image: localstack/localstack:4.3.0\n")
             .with_localstack_port(4600);
-        let wanted = Spec::from_settings(&newer);
+        let wanted = Spec::from_settings(&pinned);
         assert_eq!(
-            decide(&newer, Some((&labels, true)), &wanted, Some(&spec)),
-            Decision::Recreate(
-                "image localstack/localstack:4.3.0 -> localstack/localstack:4.14.0".into()
-            )
+            decide(&pinned, Some((&labels, true)), &wanted, Some(&spec)),
+            Decision::Recreate(format!(
+                "image {} -> localstack/localstack:4.3.0",
+                crate::versions::LOCALSTACK_IMAGE
+            ))
         );
 
         let other_stack = labels_of(&settings("").with_localstack_port(1), &spec)

@@ -650,7 +650,9 @@ async fn preflight(
             &crate::cluster::kubeconfig::user_kubeconfig_path(),
         )?;
     }
-    crate::cluster::preload::open_bundle(settings)?;
+    // A pinned version the offline bundle lacks fails here, not minutes
+    // later when Flux or the chart is reached.
+    crate::bundle::open_checked(settings)?;
     Ok(plan)
 }
 

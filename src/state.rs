@@ -41,6 +41,12 @@ pub struct Ports {
 pub struct StackRecord {
     #[serde(default)]
     pub ports: Ports,
+    /// The provider the stack's cluster was made with, so a profile that
+    /// does not pin one keeps reaching it (the default may have changed, or
+    /// `up` may have fallen back to K3s). Absent in records of releases
+    /// before Kind became the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<crate::profile::Provider>,
 }
 
 /// `up` records LocalStack and the cluster concurrently: one writer at a
@@ -90,10 +96,18 @@ impl StackRecord {
 }
 
 /// Fills in what the stack's record knows and the profile cannot: the
-/// LocalStack port `auto` chose when the stack was created.
+/// LocalStack port `auto` chose when the stack was created, and the
+/// provider its cluster was made with when the profile does not pin one.
 pub fn attach_record(settings: &mut Settings) {
+    let record = StackRecord::load(settings);
     if settings.localstack.port == crate::profile::HostPort::Auto {
-        settings.localstack.bound_port = StackRecord::load(settings).ports.localstack;
+        settings.localstack.bound_port = record.ports.localstack;
+    }
+    if let Some(provider) = record.provider
+        && !settings.provider_pinned()
+        && let Ok(kept) = settings.with_provider(provider)
+    {
+        *settings = kept;
     }
 }
 
@@ -193,6 +207,7 @@ mod tests {
                 localstack: Some(4566),
                 api_server: None,
             },
+            provider: None,
         };
         let json = serde_json::to_value(&record).unwrap();
         assert_eq!(json, serde_json::json!({"ports": {"localstack": 4566}}));
@@ -202,5 +217,28 @@ mod tests {
             serde_json::from_str::<StackRecord>("{}").unwrap(),
             StackRecord::default()
         );
+    }
+
+    #[test]
+    fn a_recorded_provider_is_kept_unless_the_profile_pins_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = Settings::builtin(&Default::default()).unwrap();
+        settings.state_dir = dir.path().to_path_buf();
+        StackRecord::update(&settings, |r| {
+            r.provider = Some(crate::profile::Provider::K3s)
+        })
+        .unwrap();
+        let mut unpinned = settings.clone();
+        attach_record(&mut unpinned);
+        assert_eq!(unpinned.cluster.provider, crate::profile::Provider::K3s);
+        assert_eq!(unpinned.cluster.image, crate::versions::K3S_IMAGE);
+
+        let mut pinned = settings.clone();
+        pinned.origins.insert(
+            "cluster.provider".into(),
+            crate::profile::settings::Origin::Flag,
+        );
+        attach_record(&mut pinned);
+        assert_eq!(pinned.cluster.provider, crate::profile::Provider::Kind);
     }
 }

@@ -122,3 +122,49 @@ fn readme_lists_every_environment_variable_devstack_reads() {
         );
     }
 }
+
+#[test]
+fn version_json_prints_the_matrix() {
+    let (code, stdout, stderr) = devstack(&["version", "--json"], &manifest_dir());
+    assert_eq!(code, 0, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(json["devstack"], env!("CARGO_PKG_VERSION"));
+    let components = json["components"].as_array().unwrap();
+    assert_eq!(components.len(), devstack::versions::MATRIX.len());
+    for (row, c) in components.iter().zip(devstack::versions::MATRIX) {
+        assert_eq!(row["id"], c.id);
+        assert_eq!(row["default"], c.default);
+        assert_eq!(row["testedHere"], c.tested_here);
+        assert_eq!(row["newestUpstream"], c.newest_upstream);
+    }
+    let eso = components.iter().find(|c| c["id"] == "eso-chart").unwrap();
+    assert_eq!(eso["default"], "2.9.0");
+    assert_eq!(eso["kubernetes"]["testedUpTo"], "1.36");
+    assert_eq!(json["kubernetes"]["flux"]["min"], "1.33.0");
+
+    let (code, plain, _) = devstack(&["version"], &manifest_dir());
+    assert_eq!(code, 0);
+    for c in devstack::versions::MATRIX {
+        assert!(plain.contains(c.default), "{plain}");
+    }
+}
+
+/// README's version table is the matrix in `src/versions.rs`, rendered:
+/// change one, and this fails until the other agrees.
+#[test]
+fn readme_version_table_matches_the_matrix() {
+    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
+    let expected = devstack::versions::markdown_table();
+    let start = readme
+        .find("| component | default | tested here |")
+        .expect("README.md has a version table");
+    let table: String = readme[start..]
+        .lines()
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        table, expected,
+        "README.md's version table differs from src/versions.rs; paste the expected table above"
+    );
+}

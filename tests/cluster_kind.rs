@@ -117,7 +117,7 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
         let images = String::from_utf8_lossy(&images.stdout).to_string();
         for wanted in [
             "ghcr.io/fluxcd/source-controller:v1.9.5",
-            "ghcr.io/external-secrets/external-secrets:v0.19.2",
+            devstack::versions::ESO_IMAGE,
             "docker.io/devstack-test/busybox:1",
         ] {
             assert!(images.contains(wanted), "{node} lacks {wanted}:\n{images}");

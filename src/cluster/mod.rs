@@ -2,6 +2,7 @@
 //! `k3s` runs K3s node containers through bollard (nothing but Docker
 //! needed), `kind` drives the `kind` CLI.
 
+pub mod choice;
 pub mod k3s;
 pub mod kind;
 pub mod kubeconfig;
@@ -202,7 +203,8 @@ pub async fn provision(
     });
     let written = written.and_then(|merged_into| {
         crate::state::StackRecord::update(settings, |r| {
-            r.ports.api_server = url_port(&info.api_server)
+            r.ports.api_server = url_port(&info.api_server);
+            r.provider = Some(settings.cluster.provider);
         })?;
         Ok(merged_into)
     });

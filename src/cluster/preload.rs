@@ -48,6 +48,16 @@ pub fn wanted_images(settings: &Settings) -> Result<Vec<PreloadImage>, Error> {
             if artifact.role.as_deref().is_some_and(skip) {
                 continue;
             }
+            // A bundle may hold several ESO versions (for upgrades): only
+            // the chart's own image runs.
+            if artifact.role.as_deref() == Some("eso")
+                && !artifact
+                    .tag
+                    .as_deref()
+                    .is_some_and(|t| crate::bundle::same_version(t, &settings.eso.chart_version))
+            {
+                continue;
+            }
             out.push(PreloadImage {
                 reference: artifact.reference(),
                 tarball: Some(bundle.path_of(artifact)),
@@ -127,4 +137,29 @@ pub async fn tarballs(
         out.push((image.reference.clone(), path));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_eso_image_of_the_chart_version_is_preloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = |tag: &str| {
+            serde_json::json!({"kind": "image", "role": "eso", "name": "ghcr.io/external-secrets/external-secrets",
+                "tag": tag, "version": tag, "file": format!("images/eso-{tag}.tar")})
+        };
+        let index = serde_json::json!({"apiVersion": "devstack.dev/v1alpha1", "kind": "Bundle",
+            "artifacts": [image("v0.19.2"), image("v2.9.0")]});
+        std::fs::write(dir.path().join("index.json"), index.to_string()).unwrap();
+        let mut settings = Settings::builtin(&Default::default()).unwrap();
+        settings.images.bundle = Some(dir.path().to_path_buf());
+        let wanted: Vec<String> = wanted_images(&settings)
+            .unwrap()
+            .into_iter()
+            .map(|i| i.reference)
+            .collect();
+        assert_eq!(wanted, [crate::versions::ESO_IMAGE]);
+    }
 }

@@ -14,9 +14,14 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
     let docker = docker::connect().await?;
     match cmd {
         ClusterCommand::Up { retain, recreate } => {
+            let (settings, choice) = cluster::choice::settle(&docker, &settings).await?;
+            if let Some(notice) = choice.notice() {
+                ctx.ui.warn(notice);
+            }
             up(ctx, &docker, &settings, UpOptions { retain, recreate }).await
         }
         ClusterCommand::Down => {
+            let settings = super::on_existing_provider(&docker, settings).await?;
             let removed = cluster::remove(&docker, &settings).await?;
             ctx.ui.info(if removed {
                 format!(

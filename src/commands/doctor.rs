@@ -66,6 +66,15 @@ const INOTIFY_INSTANCES: u64 = 512;
 
 pub async fn run(ctx: &Context) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
+    // Check for the provider `up` would use (the existing stack's, or the
+    // K3s fallback); without Docker, for the profile's.
+    let settings = match docker::connect().await {
+        Ok(docker) => crate::cluster::choice::settle(&docker, &settings)
+            .await
+            .map(|(settled, _)| settled)
+            .unwrap_or(settings),
+        Err(_) => settings,
+    };
     let checks = checks(&settings).await;
     let ok = checks.iter().all(|c| c.status != Status::Fail);
     if ctx.ui.json() {
@@ -112,6 +121,10 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
     let engine = docker_checks(&mut checks).await;
     checks.extend(binary_checks(settings).await);
     checks.extend(port_checks(settings, engine.as_ref()).await);
+    checks.push(kubernetes_check(settings).await);
+    if settings.cluster.provider == Provider::K3s {
+        checks.push(k3s_support_check(settings));
+    }
     checks.push(memory_check());
     if settings.cluster.provider == Provider::Kind || cfg!(target_os = "linux") {
         checks.push(inotify_check(settings.cluster.provider));
@@ -230,10 +243,77 @@ async fn binary_checks(settings: &Settings) -> Vec<Check> {
     out
 }
 
+/// The Kubernetes version against the ranges devstack knows (Flux 2.9,
+/// ESO 2.9): the running stack's API server, else the node image's tag.
+/// Outside a range is a warning: the stack still runs.
+async fn kubernetes_check(settings: &Settings) -> Check {
+    let (version, source) = match super::kubernetes_check(settings).await {
+        Some(check) => (
+            crate::versions::parse_kube_version(&check.version),
+            format!("{} (the stack's API server)", check.version),
+        ),
+        None => (
+            crate::versions::kubernetes_of_image(&settings.cluster.image),
+            format!("from the node image {}", settings.cluster.image),
+        ),
+    };
+    let Some(version) = version else {
+        return Check::pass(
+            "kubernetes",
+            format!("version unknown ({source}); not checked"),
+        );
+    };
+    let (major, minor, patch) = version;
+    let warnings = crate::versions::kubernetes_warnings(version);
+    if warnings.is_empty() {
+        return Check::pass(
+            "kubernetes",
+            format!("{major}.{minor}.{patch} {source}: within Flux 2.9's and ESO 2.9's ranges"),
+        );
+    }
+    Check::warn(
+        "kubernetes",
+        format!("{major}.{minor}.{patch} {source}: {}", warnings.join("; ")),
+        format!(
+            "Kind runs Kubernetes 1.36 (`--provider kind`, node image {})",
+            crate::versions::KIND_NODE_IMAGE
+        ),
+    )
+}
+
+/// K3s's support status, from the version matrix.
+fn k3s_support_check(settings: &Settings) -> Check {
+    let k3s = crate::versions::component("k3s").expect("the matrix has K3s");
+    if settings.cluster.image == k3s.default {
+        Check::warn(
+            "k3s",
+            format!(
+                "{}: {} ({})",
+                k3s.default,
+                k3s.support.as_str(),
+                k3s.support_note
+            ),
+            "the Kind provider runs a supported Kubernetes; any `rancher/k3s` tag works online with `cluster.image`",
+        )
+    } else {
+        Check::pass(
+            "k3s",
+            format!(
+                "{} (devstack's default {} is {})",
+                settings.cluster.image,
+                k3s.default,
+                k3s.support.as_str()
+            ),
+        )
+    }
+}
+
 /// kind as the Kind provider finds it (DEVSTACK_KIND, PATH, the bundle):
-/// required for a Kind profile, informational otherwise.
+/// required when the profile pins Kind; without it an unpinned profile
+/// falls back to K3s; informational otherwise.
 async fn kind_check(settings: &Settings) -> Check {
-    let required = settings.cluster.provider == Provider::Kind;
+    let required = settings.cluster.provider == Provider::Kind && settings.provider_pinned();
+    let defaulted = !settings.provider_pinned();
     match crate::cluster::kind::find_kind(settings).await {
         Ok(cli) => Check::pass(
             "kind",
@@ -248,6 +328,14 @@ async fn kind_check(settings: &Settings) -> Check {
             "kind",
             err.message(),
             err.hint().unwrap_or(crate::cluster::kind::INSTALL_HINT),
+        ),
+        Err(err) if defaulted => Check::warn(
+            "kind",
+            format!(
+                "{}: a new stack uses K3s instead of Kind, the default provider",
+                err.message()
+            ),
+            crate::cluster::kind::INSTALL_HINT,
         ),
         Err(_) => Check::pass("kind", "not found (only the Kind provider needs it)"),
     }

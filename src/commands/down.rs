@@ -36,6 +36,8 @@ pub async fn run(ctx: &Context, args: DownArgs) -> Result<i32, Error> {
         }
     } else {
         let settings = ctx.settings(|_| {})?;
+        let docker = crate::docker::connect().await?;
+        let settings = super::on_existing_provider(&docker, settings).await?;
         reports.push(Stack::new(settings).down().await?);
     }
     for report in &reports {

@@ -13,6 +13,7 @@ pub mod status;
 pub mod sync;
 pub mod up;
 pub mod verify;
+pub mod version;
 
 use crate::cli::{Cli, Command, GlobalArgs};
 use crate::error::Error;
@@ -41,6 +42,50 @@ impl Context {
     }
 }
 
+/// Settings on the provider of the stack's existing cluster when the
+/// profile does not pin one: what `down` must remove, even for a stack
+/// made before its record kept the provider (or before Kind was the default).
+pub async fn on_existing_provider(
+    docker: &bollard::Docker,
+    settings: Settings,
+) -> Result<Settings, Error> {
+    if settings.provider_pinned() {
+        return Ok(settings);
+    }
+    match crate::cluster::choice::existing_provider(docker, &settings).await? {
+        Some(provider) => settings.with_provider(provider),
+        None => Ok(settings),
+    }
+}
+
+/// The Kubernetes version a stack's API server reports, and why the
+/// stack's components may not suit it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KubernetesCheck {
+    pub version: String,
+    pub warnings: Vec<String>,
+}
+
+/// [`KubernetesCheck`] of the running stack; `None` when its API server
+/// does not answer (no cluster yet).
+pub async fn kubernetes_check(settings: &Settings) -> Option<KubernetesCheck> {
+    let client = crate::k8s::stack_client(settings).await.ok()?;
+    let info = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        client.apiserver_version(),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    let warnings = crate::versions::parse_kube_version(&info.git_version)
+        .map(crate::versions::kubernetes_warnings)
+        .unwrap_or_default();
+    Some(KubernetesCheck {
+        version: info.git_version,
+        warnings,
+    })
+}
+
 pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
     let ctx = Context {
         ui,
@@ -58,6 +103,7 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         Command::Status(args) => status::run(&ctx, args).await,
         Command::Env(args) => env::run(&ctx, args).await,
         Command::Sync(args) => sync::run(&ctx, args).await,
+        Command::Version => version::run(&ctx),
     };
     result.map_err(|err| match ctx.settings(|_| {}) {
         Ok(settings) => err.with_command_flags(&settings.cli_flags()),

@@ -7,6 +7,13 @@ use crate::stack::{Stack, UpOptions};
 
 pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
+    // Before anything else: which provider, and why when it is not the
+    // one the user would expect (the K3s fallback, an existing stack's).
+    let docker = crate::docker::connect().await?;
+    let (settings, choice) = crate::cluster::choice::settle(&docker, &settings).await?;
+    if let Some(notice) = choice.notice() {
+        ctx.ui.warn(notice);
+    }
     let stack = Stack::new(settings).with_ui(ctx.ui.clone());
     let options = UpOptions {
         retain: args.retain,
@@ -27,10 +34,19 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
         report.stack,
         crate::ui::format_duration(std::time::Duration::from_millis(report.elapsed_ms))
     ));
+    let kubernetes = super::kubernetes_check(stack.settings()).await;
+    if let Some(check) = &kubernetes {
+        for warning in &check.warnings {
+            ctx.ui
+                .warn(format!("Kubernetes {} is {warning}", check.version));
+        }
+    }
     ctx.ui.info(next_commands(&stack.settings().cli_flags()));
     if ctx.ui.json() {
-        ctx.ui
-            .emit_json(&serde_json::to_value(&report).expect("report serializes"));
+        let mut value = serde_json::to_value(&report).expect("report serializes");
+        value["provider"] = serde_json::json!(stack.settings().cluster.provider);
+        value["kubernetes"] = serde_json::to_value(&kubernetes).expect("check serializes");
+        ctx.ui.emit_json(&value);
     }
     Ok(0)
 }

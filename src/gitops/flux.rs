@@ -45,18 +45,19 @@ fn cache_path(settings: &Settings, version: &str) -> PathBuf {
 pub async fn manifests(settings: &Settings) -> Result<(String, ManifestSource), Error> {
     let version = &settings.flux.version;
     if let Some(bundle) = crate::cluster::preload::open_bundle(settings)?
-        && let Some(artifact) = bundle.artifact("flux-install")
+        && bundle.artifact("flux-install").is_some()
     {
-        if artifact.version.as_deref().is_some_and(|v| v != version) {
+        let Some(artifact) = bundle.artifact_version("flux-install", version) else {
+            let held = bundle.versions_of("flux-install");
             return Err(Error::user(format!(
                 "the offline bundle holds Flux {} but the profile asks for {version}",
-                artifact.version.as_deref().unwrap_or("?")
+                held.join(", ")
             ))
             .with_hint(format!(
                 "set `flux.version: {}` or rebuild the bundle",
-                artifact.version.as_deref().unwrap_or("?")
+                held.first().map(String::as_str).unwrap_or("?")
             )));
-        }
+        };
         let path = bundle.path_of(artifact);
         let text = std::fs::read_to_string(&path).map_err(|e| {
             Error::user(format!("cannot read {}: {e}", path.display()))

@@ -185,6 +185,22 @@ mod tests {
         prepare(tree, "manifests", GitopsLayout::Chain, false).unwrap();
     }
 
+    /// The manifests also work copied into a repository without devstack's
+    /// facts: their fallbacks must be the matrix's defaults.
+    #[test]
+    fn manifest_defaults_are_the_version_matrix() {
+        let tree = embedded();
+        let text = |path: &str| String::from_utf8(tree[path].clone()).unwrap();
+        let fallback = format!(
+            "${{ESO_CHART_VERSION:={}}}",
+            crate::versions::ESO_CHART_VERSION
+        );
+        assert!(text("operator/helmrelease.yaml").contains(&fallback));
+        assert!(text(REPOSITORIES_FILE).contains(&format!("tag: v{fallback}")));
+        assert!(text(REPOSITORIES_FILE).contains(crate::versions::ESO_GIT_REPOSITORY));
+        assert!(text(REPOSITORIES_FILE).contains(crate::versions::ESO_CHART_REPOSITORY));
+    }
+
     #[test]
     fn offline_leaves_out_upstream_sources() {
         let tree = prepare(embedded(), "m", GitopsLayout::Chain, true).unwrap();

@@ -70,21 +70,26 @@ pub fn offline_eso(settings: &Settings) -> Result<Option<OfflineEso>, Error> {
     let Some(bundle) = crate::cluster::preload::open_bundle(settings)? else {
         return Ok(None);
     };
-    let (Some(crds), Some(chart)) = (bundle.artifact("eso-crds"), bundle.artifact("eso-chart"))
-    else {
+    if bundle.artifact("eso-crds").is_none() || bundle.artifact("eso-chart").is_none() {
         return Ok(None);
-    };
+    }
+    // The chart and CRDs of the wanted version (`eso-chart` 2.9.0 and
+    // `eso-crds` v2.9.0): a bundle may hold several, for upgrades.
     let wanted = &settings.eso.chart_version;
-    if let Some(have) = chart.version.as_deref()
-        && have.trim_start_matches('v') != wanted.trim_start_matches('v')
-    {
+    let (Some(crds), Some(chart)) = (
+        bundle.artifact_version("eso-crds", wanted),
+        bundle.artifact_version("eso-chart", wanted),
+    ) else {
+        let held = bundle.versions_of("eso-chart");
         return Err(Error::user(format!(
-            "the offline bundle holds the ESO chart {have} but the profile asks for {wanted}"
+            "the offline bundle holds the ESO chart and CRDs {} but the profile asks for {wanted}",
+            held.join(", ")
         ))
         .with_hint(format!(
-            "set `eso.chartVersion: {have}` or rebuild the bundle"
+            "set `eso.chartVersion: {}` or rebuild the bundle with `make kit`",
+            held.first().map(String::as_str).unwrap_or("?")
         )));
-    }
+    };
     let read = |path: std::path::PathBuf| {
         std::fs::read(&path).map_err(|e| {
             Error::user(format!("cannot read {}: {e}", path.display()))

@@ -235,8 +235,9 @@ impl Default for Timeouts {
 }
 
 impl Settings {
-    /// Settings when no profile is given at all: a K3s stack, because K3s
-    /// needs nothing but Docker.
+    /// Settings when no profile is given at all: a Kind stack, because Kind
+    /// runs the current Kubernetes; the provider is not pinned, so `up`
+    /// falls back to K3s (nothing but Docker) where no kind CLI is found.
     pub fn builtin(overrides: &Overrides) -> Result<Settings, Error> {
         let text = format!(
             "apiVersion: {API_VERSION_V1ALPHA1}\nkind: {KIND_PROFILE}\nname: {BUILTIN_PROFILE_NAME}\n"
@@ -257,6 +258,39 @@ impl Settings {
 
     pub fn kube_context(&self) -> String {
         format!("devstack-{}", self.name)
+    }
+
+    /// Whether the provider was chosen by a flag, an environment variable
+    /// or the profile; otherwise it is the built-in default, which devstack
+    /// may replace (the existing stack's provider, or the K3s fallback).
+    pub fn provider_pinned(&self) -> bool {
+        !matches!(
+            self.origins.get("cluster.provider"),
+            None | Some(Origin::Default)
+        )
+    }
+
+    /// These settings on another provider, with that provider's default node
+    /// image. Only for an unpinned provider: a profile that names a provider
+    /// has a `cluster` block, and with it its image and node counts.
+    pub fn with_provider(&self, provider: Provider) -> Result<Settings, Error> {
+        let mut settings = self.clone();
+        if provider == settings.cluster.provider {
+            return Ok(settings);
+        }
+        if provider == Provider::K3s && settings.cluster.servers > 1 {
+            return Err(Error::user(format!(
+                "`cluster.servers: {}` is not supported with provider k3s",
+                settings.cluster.servers
+            ))
+            .with_hint("use one server, or install kind for several control planes"));
+        }
+        settings.cluster.provider = provider;
+        settings.cluster.image = match provider {
+            Provider::K3s => versions::K3S_IMAGE.to_string(),
+            Provider::Kind => versions::KIND_NODE_IMAGE.to_string(),
+        };
+        Ok(settings)
     }
 
     /// These settings with LocalStack's host port known.
@@ -497,7 +531,10 @@ pub(crate) fn resolve_with_env(
         overrides.provider,
         env_provider,
         cluster_spec.as_ref().map(|c| c.provider),
-        Provider::K3s,
+        // Kind runs the current Kubernetes (K3s newer than 1.32 cannot be
+        // built offline); `up` falls back to K3s when no kind CLI is usable
+        // (see `cluster::choice`).
+        Provider::Kind,
     );
     let (version, image, servers, agents, api_port, ports, mirrors, kubeconfig, k3s_args) =
         match cluster_spec {

@@ -154,7 +154,14 @@ fn precedence_is_flag_then_env_then_profile_then_default() {
     );
     assert_eq!(s.origins["name"], Origin::Profile);
     assert_eq!(s.origins["cluster.provider"], Origin::Default);
-    assert_eq!(s.cluster.provider, Provider::K3s);
+    assert_eq!(s.cluster.provider, Provider::Kind);
+    assert_eq!(s.cluster.image, crate::versions::KIND_NODE_IMAGE);
+    assert!(!s.provider_pinned());
+    let fallback = s.with_provider(Provider::K3s).unwrap();
+    assert_eq!(
+        (fallback.cluster.provider, fallback.cluster.image.as_str()),
+        (Provider::K3s, crate::versions::K3S_IMAGE)
+    );
 
     let s = resolve(&text, &Overrides::default(), &env).unwrap();
     assert_eq!(
@@ -608,4 +615,18 @@ fn the_state_directory_is_resolved_once_from_the_environment() {
         ]),
         PathBuf::from("/d")
     );
+}
+
+/// The token is for users who pin calendar-versioned LocalStack images:
+/// the settings know only that it is set, so `profile show`, `--json` and
+/// errors cannot print it.
+#[test]
+fn a_localstack_auth_token_is_known_to_be_set_but_never_held() {
+    let env: HashMap<&str, &str> = [("LOCALSTACK_AUTH_TOKEN", "ls-token-do-not-print")].into();
+    let s = resolve(&format!("{HEADER}name: x\n"), &Overrides::default(), &env).unwrap();
+    assert!(s.localstack.auth_token_present);
+    assert_eq!(s.localstack.auth_token_env, "LOCALSTACK_AUTH_TOKEN");
+    let shown = format!("{} {s:?}", serde_json::to_string(&s).unwrap());
+    assert!(!shown.contains("ls-token-do-not-print"), "{shown}");
+    assert_eq!(s.localstack.image, crate::versions::LOCALSTACK_IMAGE);
 }

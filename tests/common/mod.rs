@@ -6,7 +6,8 @@ pub mod kind;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-pub const LOCALSTACK_IMAGE: &str = "localstack/localstack:4.3.0";
+/// The image devstack runs by default (the version matrix's).
+pub const LOCALSTACK_IMAGE: &str = devstack::versions::LOCALSTACK_IMAGE;
 
 /// The engine must answer: a Docker-tier test that finds none fails loudly
 /// (CI installs and starts one) unless explicitly skipped.

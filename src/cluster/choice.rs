@@ -1,0 +1,174 @@
+//! Which provider a run uses when the profile does not pin one: the
+//! provider the stack's cluster was made with, else Kind (the default) when
+//! a usable kind CLI is found, else K3s, which needs nothing but Docker.
+//! The decision is a pure function; [`settle`] gathers its inputs.
+
+use crate::error::Error;
+use crate::profile::{Provider, Settings};
+
+/// What decided the provider, for the line `up` prints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    /// A flag, an environment variable or the profile named it.
+    Pinned,
+    /// The stack's existing cluster was made with it.
+    Existing,
+    /// The default (Kind), with a usable kind CLI.
+    Default,
+    /// The default needs kind and none is usable: K3s instead. Carries why.
+    KindMissing(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub provider: Provider,
+    pub reason: Reason,
+}
+
+impl Choice {
+    /// The line to print before anything else, when the user should know.
+    pub fn notice(&self) -> Option<String> {
+        match &self.reason {
+            Reason::KindMissing(why) => Some(format!(
+                "using K3s instead of Kind, the default provider: {why}\n  hint: install kind \
+                 (https://kind.sigs.k8s.io/docs/user/quick-start/#installation) or set DEVSTACK_KIND \
+                 to use Kind; `--provider k3s` (or `cluster.provider: k3s`) chooses K3s without this notice"
+            )),
+            Reason::Existing if self.provider != Provider::Kind => Some(format!(
+                "keeping provider {}: the stack's cluster was made with it",
+                self.provider.as_str()
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// The decision. `pinned`: the provider a flag, environment variable or
+/// the profile names; `existing`: the provider of the stack's cluster, when
+/// it has one; `kind`: whether a usable kind CLI was found (`Err` = why not).
+pub fn decide(
+    pinned: Option<Provider>,
+    existing: Option<Provider>,
+    kind: Result<(), String>,
+) -> Choice {
+    if let Some(provider) = pinned {
+        return Choice {
+            provider,
+            reason: Reason::Pinned,
+        };
+    }
+    // A stack keeps its cluster's provider: switching would orphan the
+    // running cluster and every secret synced into it.
+    if let Some(provider) = existing {
+        return Choice {
+            provider,
+            reason: Reason::Existing,
+        };
+    }
+    match kind {
+        Ok(()) => Choice {
+            provider: Provider::Kind,
+            reason: Reason::Default,
+        },
+        Err(why) => Choice {
+            provider: Provider::K3s,
+            reason: Reason::KindMissing(why),
+        },
+    }
+}
+
+/// The provider of the stack's cluster: the stack's record, else what runs
+/// (a stack made before the record kept its provider).
+pub async fn existing_provider(
+    docker: &bollard::Docker,
+    settings: &Settings,
+) -> Result<Option<Provider>, Error> {
+    if let Some(provider) = crate::state::StackRecord::load(settings).provider {
+        return Ok(Some(provider));
+    }
+    for provider in [Provider::K3s, Provider::Kind] {
+        let mut other = settings.clone();
+        other.cluster.provider = provider;
+        if super::provider::for_settings(docker, &other)
+            .exists(&other)
+            .await?
+        {
+            return Ok(Some(provider));
+        }
+    }
+    Ok(None)
+}
+
+/// `settings` on the provider [`decide`] picks, and the choice. A pinned
+/// provider is returned as it is, without looking for kind or clusters.
+pub async fn settle(
+    docker: &bollard::Docker,
+    settings: &Settings,
+) -> Result<(Settings, Choice), Error> {
+    if settings.provider_pinned() {
+        let choice = decide(Some(settings.cluster.provider), None, Ok(()));
+        return Ok((settings.clone(), choice));
+    }
+    let existing = existing_provider(docker, settings).await?;
+    let kind = if existing.is_some() {
+        Ok(())
+    } else {
+        super::kind::find_kind(settings)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.message().to_string())
+    };
+    let choice = decide(None, existing, kind);
+    Ok((settings.with_provider(choice.provider)?, choice))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pinned_provider_wins_over_everything() {
+        for pinned in [Provider::K3s, Provider::Kind] {
+            for existing in [None, Some(Provider::K3s), Some(Provider::Kind)] {
+                for kind in [Ok(()), Err("no kind".to_string())] {
+                    let choice = decide(Some(pinned), existing, kind);
+                    assert_eq!(choice.provider, pinned);
+                    assert_eq!(choice.reason, Reason::Pinned);
+                    assert_eq!(choice.notice(), None);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_existing_stack_keeps_its_provider() {
+        let choice = decide(None, Some(Provider::K3s), Ok(()));
+        assert_eq!(
+            (choice.provider, &choice.reason),
+            (Provider::K3s, &Reason::Existing)
+        );
+        assert!(choice.notice().unwrap().contains("keeping provider k3s"));
+        let choice = decide(None, Some(Provider::Kind), Err("gone".into()));
+        assert_eq!(choice.provider, Provider::Kind);
+        assert_eq!(choice.notice(), None, "Kind is the default: nothing to say");
+    }
+
+    #[test]
+    fn kind_is_the_default_and_k3s_the_fallback() {
+        let choice = decide(None, None, Ok(()));
+        assert_eq!(
+            (choice.provider, &choice.reason),
+            (Provider::Kind, &Reason::Default)
+        );
+        assert_eq!(choice.notice(), None);
+
+        let choice = decide(None, None, Err("`kind` not found on PATH".into()));
+        assert_eq!(choice.provider, Provider::K3s);
+        let notice = choice.notice().unwrap();
+        assert!(
+            notice.starts_with("using K3s instead of Kind, the default provider: `kind` not found"),
+            "{notice}"
+        );
+        assert!(notice.contains("hint: install kind"), "{notice}");
+    }
+}
