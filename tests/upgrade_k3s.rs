@@ -1,0 +1,140 @@
+//! Cluster tier: the upgrade path. A stack made with the previous release's
+//! defaults (ESO chart 0.19.2, LocalStack 4.3.0) converges with a plain `up`
+//! to the current ones: LocalStack recreated on the new image and re-seeded,
+//! the CRDs applied server-side over the old ones, Flux upgrading the
+//! HelmRelease, and the round trip green before and after.
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::Api;
+
+const OLD_ESO_CHART: &str = "0.19.2";
+const OLD_LOCALSTACK: &str = "localstack/localstack:4.3.0";
+
+/// profiles/ci.yaml for this stack, from the bundle, optionally pinned to
+/// the previous release's versions.
+fn ci_profile(stack: &TestStack, previous_release: bool) -> std::path::PathBuf {
+    let ci = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/ci.yaml"),
+    )
+    .unwrap();
+    let mut text = ci
+        .replace("name: ci\n", &format!("name: {}\n", stack.name))
+        .replace(
+            "secrets:\n",
+            &format!("images:\n  bundle: {}\nsecrets:\n", bundle_dir().display()),
+        );
+    if previous_release {
+        text = text.replace(
+            "localstack:\n",
+            &format!("localstack:\n  image: {OLD_LOCALSTACK}\n"),
+        );
+        text.push_str(&format!("eso:\n  chartVersion: {OLD_ESO_CHART}\n"));
+    }
+    let path = stack.dir.path().join(if previous_release {
+        "previous.yaml"
+    } else {
+        "current.yaml"
+    });
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Whether the bundle carries the previous release's pieces (the kit builds
+/// them for this test); otherwise the test says why it cannot run.
+fn bundle_has_previous_release() -> bool {
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(bundle_dir().join("index.json")).unwrap())
+            .unwrap();
+    let artifacts = index["artifacts"].as_array().cloned().unwrap_or_default();
+    let chart = artifacts.iter().any(|a| {
+        a["kind"] == "eso-chart"
+            && a["version"].as_str().map(|v| v.trim_start_matches('v')) == Some(OLD_ESO_CHART)
+    });
+    let localstack = docker(&["image", "inspect", OLD_LOCALSTACK])
+        .status
+        .success();
+    if chart && localstack {
+        return true;
+    }
+    let why = format!(
+        "upgrade_k3s: the kit lacks ESO chart {OLD_ESO_CHART} or {OLD_LOCALSTACK} (tests/kit/components/eso.sh, localstack.sh build both releases)"
+    );
+    assert!(
+        std::env::var_os("DEVSTACK_TEST_REQUIRE_CLUSTER").is_none(),
+        "{why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+fn operator_image(rt: &tokio::runtime::Runtime, stack: &TestStack) -> String {
+    let client = kube_client(rt, stack);
+    let deployment = rt
+        .block_on(Api::<Deployment>::namespaced(client, "external-secrets").get("external-secrets"))
+        .unwrap();
+    deployment.spec.template.spec.unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap()
+}
+
+#[test]
+fn a_stack_of_the_previous_release_upgrades_with_up() {
+    if !require_cluster_kit() || !bundle_has_previous_release() {
+        return;
+    }
+    let stack = TestStack::new("upgrade");
+    let rt = runtime();
+
+    let previous = ci_profile(&stack, true);
+    let report = stack.run(&previous, &["up", "--json"]).ok().json();
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+    let localstack = format!("devstack-{}-localstack", stack.name);
+    let image = docker(&["inspect", "-f", "{{.Config.Image}}", &localstack]);
+    assert_eq!(
+        String::from_utf8_lossy(&image.stdout).trim(),
+        OLD_LOCALSTACK
+    );
+    assert!(
+        operator_image(&rt, &stack).ends_with(&format!(":v{OLD_ESO_CHART}")),
+        "{}",
+        operator_image(&rt, &stack)
+    );
+
+    let current = ci_profile(&stack, false);
+    let upgraded = stack.run(&current, &["up", "--json"]);
+    let report = upgraded.ok().json();
+    assert_eq!(report["created"], false, "{report}");
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+    assert_eq!(
+        report["gitops"]["chain"]["failures"]
+            .as_array()
+            .map(Vec::len),
+        Some(0),
+        "{report}"
+    );
+    let repaired = serde_json::to_string(&report["repaired"]).unwrap();
+    assert!(repaired.contains("LocalStack recreated"), "{report}");
+    let image = docker(&["inspect", "-f", "{{.Config.Image}}", &localstack]);
+    assert_eq!(
+        String::from_utf8_lossy(&image.stdout).trim(),
+        devstack::versions::LOCALSTACK_IMAGE
+    );
+    let operator = operator_image(&rt, &stack);
+    assert!(
+        operator.ends_with(&format!(":v{}", devstack::versions::ESO_CHART_VERSION)),
+        "{operator}"
+    );
+    // The seeded secret came back with the new LocalStack, and the cluster
+    // still has it synced.
+    assert_eq!(report["seed"]["created"], 1, "{report}");
+    let status = stack.run(&current, &["status", "--json"]);
+    assert_eq!(status.code, 0, "{}", status.all());
+    assert_eq!(status.json()["settled"], true, "{}", status.all());
+
+    stack.run(&current, &["down"]).ok();
+    assert!(stack.containers().is_empty(), "{:?}", stack.containers());
+}
