@@ -51,15 +51,25 @@ log "ESO ${eso_versions[*]} against LocalStack $ls_version"
 t0=$SECONDS
 
 # --- LocalStack pod ------------------------------------------------------------------
-on_node() { grep -qxF "docker.io/$ls_image" <<<"$(kubectl get nodes -o jsonpath='{.items[*].status.images[*].names}' | tr ' ' '\n')"; }
+# Asks the node's containerd when the node container is known (the node status
+# image list lags behind an import), else the node status.
+on_node() {
+  if [ -n "${KIT_NODE_CONTAINER:-}" ]; then
+    docker exec "$KIT_NODE_CONTAINER" ctr --address /run/k3s/containerd/containerd.sock --namespace k8s.io \
+      images ls -q 2>/dev/null | grep -qxF "docker.io/$ls_image"
+  else
+    grep -qxF "docker.io/$ls_image" <<<"$(kubectl get nodes -o jsonpath='{.items[*].status.images[*].names}' | tr ' ' '\n')"
+  fi
+}
 if ! on_node; then
   [ -n "${KIT_NODE_CONTAINER:-}" ] && [ -f "$BUNDLE/$ls_file" ] || fail "$ls_image is not on the node and cannot be imported"
   log "import $ls_file into $KIT_NODE_CONTAINER"
   # (this k3s build's `k3s ctr` multicall is missing; the node's /bin/ctr works)
   docker exec -i "$KIT_NODE_CONTAINER" ctr --address /run/k3s/containerd/containerd.sock \
-    --namespace k8s.io images import - <"$BUNDLE/$ls_file" >/dev/null
+    --namespace k8s.io images import - <"$BUNDLE/$ls_file" >"$CACHE/test/eso-ls-import.log" 2>&1 \
+    || { cat "$CACHE/test/eso-ls-import.log"; fail "ctr images import $ls_file"; }
   for _ in $(seq 1 30); do on_node && break; sleep 2; done
-  on_node || fail "$ls_image not listed on the node after import"
+  on_node || { cat "$CACHE/test/eso-ls-import.log"; fail "$ls_image not listed on the node after import"; }
 fi
 kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl create namespace "$TNS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
