@@ -65,7 +65,10 @@ s3 = boto3.client("s3", **kw)
 s3.create_bucket(Bucket="devstack-smoke")
 s3.put_object(Bucket="devstack-smoke", Key="k.txt", Body=b"hello")
 assert s3.get_object(Bucket="devstack-smoke", Key="k.txt")["Body"].read() == b"hello"
-print("s3 ok")
+# what Flux's Bucket source (minio-go, generic provider) does: list, stat, get
+assert [o["Key"] for o in s3.list_objects_v2(Bucket="devstack-smoke")["Contents"]] == ["k.txt"]
+assert s3.head_object(Bucket="devstack-smoke", Key="k.txt")["ContentLength"] == 5
+print("s3 ok (create bucket, put, get, list v2, head)")
 PY
 state=$(docker inspect -f '{{.State.Health.Status}}' "$NAME" 2>/dev/null || true)
 echo "memory: $(docker stats --no-stream --format '{{.MemUsage}}' "$NAME" 2>/dev/null || echo n/a)"
