@@ -84,11 +84,16 @@ case $ESO_VERSION in
   *) die "no pins for ESO $ESO_VERSION (add them to components/eso.sh)" ;;
 esac
 ESO_GIT_URL=${ESO_GIT_URL:-https://github.com/external-secrets/external-secrets.git}
-# Where a source archive (`git archive` of ESO_COMMIT) is looked for; the
-# first existing file wins, the git clone is the fallback.
-ESO_SRC_ARCHIVE=${ESO_SRC_ARCHIVE:-}
-archive_candidates=("$ESO_SRC_ARCHIVE" "$KIT_CACHE/src/archives/external-secrets-${ESO_VERSION#v}-src.tar.gz"
-  "/work/shared/kit/external-secrets-${ESO_VERSION#v}-src.tar.gz")
+# Where a source archive (`git archive` of ESO_COMMIT) is looked for: the first
+# existing file wins, the git clone is the fallback. ESO_SRC_ARCHIVE=FILE uses
+# only that file, ESO_SRC_ARCHIVE=none always clones.
+case ${ESO_SRC_ARCHIVE:-} in
+  "") archive_candidates=("$KIT_CACHE/src/archives/external-secrets-${ESO_VERSION#v}-src.tar.gz"
+        "/work/shared/kit/external-secrets-${ESO_VERSION#v}-src.tar.gz") ;;
+  none) archive_candidates=() ;;
+  *) [ -f "$ESO_SRC_ARCHIVE" ] || die "ESO_SRC_ARCHIVE=$ESO_SRC_ARCHIVE: no such file"
+     archive_candidates=("$ESO_SRC_ARCHIVE") ;;
+esac
 
 # --- source tree (writable main module) ----------------------------------------------
 dir="$SRC/external-secrets-$ESO_VERSION"
@@ -100,12 +105,12 @@ if [ ! -f "$dir/.done" ]; then
     cp -r "$mdir" "$dir"; chmod -R u+w "$dir"
   else
     archive=
-    for a in "${archive_candidates[@]}"; do [ -n "$a" ] && [ -f "$a" ] && { archive=$a; break; }; done
+    for a in ${archive_candidates[@]+"${archive_candidates[@]}"}; do [ -f "$a" ] && { archive=$a; break; }; done
     if [ -n "$archive" ]; then
       log "source $ESO_VERSION from $archive"
       [ "$(sha256sum "$archive" | cut -d' ' -f1)" = "$ESO_ARCHIVE_SHA256" ] \
         || die "$archive: sha256 is not $ESO_ARCHIVE_SHA256"
-      mkdir -p "$dir.tmp"; tar -xzf "$archive" -C "$dir.tmp"
+      rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"; tar -xzf "$archive" -C "$dir.tmp"
       # git archive --prefix=external-secrets-X/ or no prefix: take the dir holding go.mod
       top=$(dirname "$(find "$dir.tmp" -maxdepth 2 -name go.mod | sort | head -1)")
       [ -f "$top/main.go" ] || die "$archive holds no ESO tree (no main.go next to go.mod)"
@@ -114,7 +119,7 @@ if [ ! -f "$dir/.done" ]; then
       log "source $ESO_VERSION: git clone $ESO_GIT_URL @ $ESO_COMMIT"
       git init -q "$dir" && git -C "$dir" fetch -q --depth 1 "$ESO_GIT_URL" "$ESO_COMMIT" \
         && git -C "$dir" -c advice.detachedHead=false checkout -q FETCH_HEAD \
-        || die "cannot fetch $ESO_GIT_URL $ESO_COMMIT (no source archive found either: ${archive_candidates[*]})"
+        || { rm -rf "$dir"; die "cannot fetch $ESO_GIT_URL $ESO_COMMIT (no source archive either; looked for: ${archive_candidates[*]:-none})"; }
       rm -rf "$dir/.git"
     fi
   fi
