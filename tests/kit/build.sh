@@ -57,7 +57,7 @@ echo "--- kit build timings"
 printf '%s\n' "${timings[@]}"
 printf '%-12s %5ss\n' total $(( $(date +%s) - total_start ))
 echo "--- bundle: $KIT_BUNDLE ($(du -sh "$KIT_BUNDLE" | cut -f1))"
-jq -r '.artifacts[] | [.kind, (.role // "-"), (.name + (if .tag then ":" + .tag else "" end)), (.size|tostring)] | @tsv' \
+jq -r '.artifacts[] | [.kind, (.role // "-"), (.name + (if .tag then ":" + .tag else "" end)), (.version // "-"), (.size|tostring)] | @tsv' \
   "$KIT_BUNDLE/index.json" 2>/dev/null | column -t || true
 if [ ${#failed[@]} -gt 0 ]; then
   die "components failed: ${failed[*]}"

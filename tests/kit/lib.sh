@@ -107,16 +107,39 @@ bundle_add_file() {
     '{kind:$kind, name:$name, version:$version, digest:$digest, size:$size, file:$file}')"
 }
 
-# Upsert one artifact, keyed by kind+name, under a lock so concurrent kit
-# scripts can write the same index.
+# Upsert one artifact under a lock so concurrent kit scripts can write the
+# same index. Keyed by kind+name, so a version bump replaces the old entry;
+# a component that keeps several versions side by side (ESO, LocalStack: the
+# old defaults stay for upgrade-path tests) sets BUNDLE_BY_VERSION=1, which
+# keys by kind+name+version, and drops versions it no longer builds with
+# bundle_prune_versions. Sorted by kind, name, then version (as versions
+# compare, not as strings), so the oldest version of a kind comes first.
+BUNDLE_BY_VERSION=${BUNDLE_BY_VERSION:-}
 bundle_record() {
   local entry=$1 index="$KIT_BUNDLE/index.json"
   (
     flock 9
     [ -f "$index" ] || echo '{"apiVersion":"devstack.dev/v1alpha1","kind":"Bundle","artifacts":[]}' >"$index"
-    jq --argjson e "$entry" \
-      '.artifacts = ([.artifacts[] | select((.kind == $e.kind and .name == $e.name) | not)] + [$e] | sort_by(.kind, .name))' \
+    jq --argjson e "$entry" --arg byv "$BUNDLE_BY_VERSION" "$BUNDLE_JQ_DEFS"'
+      def same($a; $b): $a.kind == $b.kind and $a.name == $b.name
+        and (($byv == "") or ($a.version == $b.version));
+      .artifacts = ([.artifacts[] | select(same(.; $e) | not)] + [$e] | sort_by(.kind, .name, vkey(.version)))' \
       "$index" >"$index.tmp" && mv "$index.tmp" "$index"
+  ) 9>"$KIT_BUNDLE/.index.lock"
+}
+# vkey: "v2.9.0" / "4.14.0" -> [2,9,0] / [4,14,0] for sorting.
+BUNDLE_JQ_DEFS='def vkey($v): ($v // "") | ltrimstr("v") | [splits("[.+-]") | (tonumber? // .)];'
+
+# bundle_prune_versions KIND NAME VERSION...: drops index entries of KIND and
+# NAME whose version is not listed (their files stay until overwritten).
+bundle_prune_versions() {
+  local kind=$1 name=$2 index="$KIT_BUNDLE/index.json"; shift 2
+  [ -f "$index" ] || return 0
+  (
+    flock 9
+    jq --arg k "$kind" --arg n "$name" --args '
+      .artifacts |= [.[] | select(.kind != $k or .name != $n or (.version as $v | $ARGS.positional | index($v)))]' \
+      "$@" <"$index" >"$index.tmp" && mv "$index.tmp" "$index"
   ) 9>"$KIT_BUNDLE/.index.lock"
 }
 

@@ -3,12 +3,13 @@
 # (published 4566, SERVICES=secretsmanager,sts,s3, a dummy LOCALSTACK_AUTH_TOKEN),
 # time start-to-healthy, then exercise Secrets Manager, STS and S3 with boto3
 # from the host. Needs python3 with boto3 on the host (the script installs it
-# into a throwaway venv from the kit's own wheels if missing).
-# Usage: smoke-localstack.sh [IMAGE]   (default localstack/localstack:4.3.0)
+# into a throwaway venv from the kit's own wheels if missing). Prints the
+# container's warnings and its memory use once the checks ran.
+# Usage: smoke-localstack.sh [IMAGE]   (default localstack/localstack:4.14.0)
 set -euo pipefail
 KIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 KIT_CACHE=${DEVSTACK_KIT_CACHE:-$HOME/.cache/devstack/kit}
-IMAGE=${1:-localstack/localstack:4.3.0}
+IMAGE=${1:-localstack/localstack:4.14.0}
 NAME=devstack-kit-smoke-localstack-$$
 PORT=${SMOKE_LOCALSTACK_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
 
@@ -20,8 +21,8 @@ if ! $PY -c 'import boto3' 2>/dev/null; then
   venv="$KIT_CACHE/smoke-venv"
   if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import boto3' 2>/dev/null; then
     python3 -m venv "$venv"
-    PIP_FIND_LINKS= "$venv/bin/pip" install -q --no-index \
-      --find-links "$KIT_CACHE/src/wheels/localstack-4.3.0" boto3
+    links=(); for d in "$KIT_CACHE"/src/wheels/localstack-*; do [ -d "$d" ] && links+=(--find-links "$d"); done
+    PIP_FIND_LINKS= "$venv/bin/pip" install -q --no-index "${links[@]}" boto3
   fi
   PY="$venv/bin/python"
 fi
@@ -50,7 +51,13 @@ sm.create_secret(Name="devstack/smoke", SecretString='{"a":"1"}')
 assert sm.get_secret_value(SecretId="devstack/smoke")["SecretString"] == '{"a":"1"}'
 sm.put_secret_value(SecretId="devstack/smoke", SecretString='{"a":"2"}')
 assert sm.get_secret_value(SecretId="devstack/smoke")["SecretString"] == '{"a":"2"}'
-print("secretsmanager ok")
+sm.delete_secret(SecretId="devstack/smoke", ForceDeleteWithoutRecovery=True)
+try:
+    sm.get_secret_value(SecretId="devstack/smoke")
+    raise SystemExit("secret still readable after delete")
+except sm.exceptions.ResourceNotFoundException:
+    pass
+print("secretsmanager ok (create, get, put, delete)")
 ident = boto3.client("sts", **kw).get_caller_identity()
 assert ident["Account"] == "000000000000", ident
 print("sts ok:", ident["Arn"])
@@ -58,8 +65,14 @@ s3 = boto3.client("s3", **kw)
 s3.create_bucket(Bucket="devstack-smoke")
 s3.put_object(Bucket="devstack-smoke", Key="k.txt", Body=b"hello")
 assert s3.get_object(Bucket="devstack-smoke", Key="k.txt")["Body"].read() == b"hello"
-print("s3 ok")
+# what Flux's Bucket source (minio-go, generic provider) does: list, stat, get
+assert [o["Key"] for o in s3.list_objects_v2(Bucket="devstack-smoke")["Contents"]] == ["k.txt"]
+assert s3.head_object(Bucket="devstack-smoke", Key="k.txt")["ContentLength"] == 5
+print("s3 ok (create bucket, put, get, list v2, head)")
 PY
 state=$(docker inspect -f '{{.State.Health.Status}}' "$NAME" 2>/dev/null || true)
+echo "memory: $(docker stats --no-stream --format '{{.MemUsage}}' "$NAME" 2>/dev/null || echo n/a)"
+echo "--- container log lines with WARN/ERROR/deprecat/auth token:"
+docker logs "$NAME" 2>&1 | grep -iE 'warn|error|deprecat|auth.?token' | head -20 || true
 echo "docker health: ${state:-n/a}"
 echo "smoke-localstack: 3 passed, 0 failed"
