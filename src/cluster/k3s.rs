@@ -4,17 +4,13 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding, VolumeCreateRequest};
-use bollard::query_parameters::{
-    CreateContainerOptions, DownloadFromContainerOptions, ListVolumesOptions, RemoveVolumeOptions,
-};
-use futures::StreamExt;
 
 use crate::cluster::{Change, ClusterInfo, Plan, UpOptions, kubeconfig, node_name, preload};
-use crate::docker;
+use crate::docker::{self, Engine};
 use crate::error::{Error, Kind};
 use crate::profile::{Provider, Settings};
 use crate::ui::Step;
@@ -39,47 +35,64 @@ fn node_labels(settings: &Settings, role: &str) -> HashMap<String, String> {
     docker::labels(&settings.name, role)
 }
 
-/// Every K3s node container of the stack.
-async fn nodes(
-    docker: &Docker,
-    settings: &Settings,
-) -> Result<Vec<(String, String, bool, HashMap<String, String>)>, Error> {
+/// One K3s node container.
+#[derive(Debug, Clone)]
+struct Node {
+    name: String,
+    role: String,
+    running: bool,
+    labels: HashMap<String, String>,
+}
+
+/// Every K3s node container of the stack, the server first.
+async fn nodes(engine: &dyn Engine, settings: &Settings) -> Result<Vec<Node>, Error> {
     let mut filters = docker::stack_filter(Some(&settings.name));
     filters.push(docker::LABEL_ROLE.to_string());
-    let containers = docker::find_containers(docker, filters).await?;
-    let mut out: Vec<_> = containers
+    let containers = docker::find_containers(engine, filters).await?;
+    let mut out: Vec<Node> = containers
         .into_iter()
         .filter_map(|c| {
             let labels = c.labels.clone().unwrap_or_default();
             let role = labels.get(docker::LABEL_ROLE)?.clone();
-            (role == ROLE_SERVER || role == ROLE_AGENT).then(|| {
-                let running = c.state.as_ref().is_some_and(|s| s.to_string() == "running");
-                (docker::container_name_of(&c), role, running, labels)
+            (role == ROLE_SERVER || role == ROLE_AGENT).then(|| Node {
+                name: docker::container_name_of(&c),
+                running: c.state.as_ref().is_some_and(|s| s.to_string() == "running"),
+                role,
+                labels,
             })
         })
         .collect();
     // Servers first, then by name, so index 0 is the server.
-    out.sort_by(|a, b| (a.1 != ROLE_SERVER, &a.0).cmp(&(b.1 != ROLE_SERVER, &b.0)));
+    out.sort_by(|a, b| (a.role != ROLE_SERVER, &a.name).cmp(&(b.role != ROLE_SERVER, &b.name)));
     Ok(out)
 }
 
-/// K3s nodes as containers of the Docker engine `docker` talks to.
+/// K3s nodes as containers of the engine it is given.
 pub struct K3s {
-    docker: Docker,
+    engine: Arc<dyn Engine>,
 }
 
 impl K3s {
-    pub fn new(docker: Docker) -> Self {
-        K3s { docker }
+    pub fn new(engine: Arc<dyn Engine>) -> Self {
+        K3s { engine }
     }
 }
 
 /// Whether the stack has any K3s node container.
-async fn any_node(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
-    Ok(!nodes(docker, settings).await?.is_empty())
+async fn any_node(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
+    Ok(!nodes(engine, settings).await?.is_empty())
 }
 
-super::provider::docker_provider!(K3s, Provider::K3s, exists: any_node, plan: plan, up: up, delete: remove_nodes);
+super::provider::engine_provider!(
+    K3s,
+    Provider::K3s,
+    exists: any_node,
+    plan: plan,
+    up: up,
+    kubeconfig: kubeconfig,
+    load_images: load_images,
+    delete: remove_nodes
+);
 
 /// Agent index of a node container name `devstack-<stack>-agent-<i>`.
 fn agent_index(settings: &Settings, name: &str) -> Option<usize> {
@@ -91,13 +104,13 @@ fn agent_index(settings: &Settings, name: &str) -> Option<usize> {
 /// The running cluster against the settings: the agent count changes in
 /// place; the node image, the server's arguments and a fixed API port need
 /// a new cluster.
-async fn plan(docker: &Docker, settings: &Settings) -> Result<Plan, Error> {
-    let existing = nodes(docker, settings).await?;
+async fn plan(engine: &dyn Engine, settings: &Settings) -> Result<Plan, Error> {
+    let existing = nodes(engine, settings).await?;
     if existing.is_empty() {
         return Ok(Plan::default());
     }
-    let agents = existing.iter().filter(|n| n.1 == ROLE_AGENT).count();
-    let server = docker::inspect(docker, &node_name(settings, "server", 0))
+    let agents = existing.iter().filter(|n| n.role == ROLE_AGENT).count();
+    let server = docker::inspect(engine, &node_name(settings, "server", 0))
         .await?
         .map(|container| {
             let config = container.config.unwrap_or_default();
@@ -177,33 +190,32 @@ fn plan_of(settings: &Settings, agents: usize, server: Option<&ServerFacts>) -> 
 /// settings ask; returns what it did and the agents it removed (whose Node
 /// objects must go too).
 async fn scale_agents(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
-    existing: &[(String, String, bool, HashMap<String, String>)],
+    existing: &[Node],
     step: &Step,
 ) -> Result<(Vec<String>, Vec<String>), Error> {
     let wanted = usize::from(settings.cluster.agents);
     let mut done = Vec::new();
     let mut removed = Vec::new();
-    for (name, role, _, _) in existing {
-        if role == ROLE_AGENT && agent_index(settings, name).is_none_or(|i| i >= wanted) {
-            step.progress(format!("removing agent node {name}"));
-            docker::remove_container(docker, name).await?;
-            remove_node_volumes(docker, name).await?;
-            done.push(format!("removed agent node {name}"));
-            removed.push(name.clone());
+    let agents = existing.iter().filter(|n| n.role == ROLE_AGENT);
+    for node in agents.clone() {
+        if agent_index(settings, &node.name).is_none_or(|i| i >= wanted) {
+            step.progress(format!("removing agent node {}", node.name));
+            docker::remove_container(engine, &node.name).await?;
+            remove_node_volumes(engine, &node.name).await?;
+            done.push(format!("removed agent node {}", node.name));
+            removed.push(node.name.clone());
         }
     }
-    let have: Vec<usize> = existing
-        .iter()
-        .filter(|n| n.1 == ROLE_AGENT)
-        .filter_map(|n| agent_index(settings, &n.0))
+    let have: Vec<usize> = agents
+        .filter_map(|n| agent_index(settings, &n.name))
         .collect();
     let missing: Vec<usize> = (0..wanted).filter(|i| !have.contains(i)).collect();
     if !missing.is_empty() {
         let server = node_name(settings, "server", 0);
         // Agents join with the cluster's own token, which the server holds.
-        let token = docker::inspect(docker, &server)
+        let token = docker::inspect(engine, &server)
             .await?
             .and_then(|c| c.config)
             .and_then(|c| c.env)
@@ -217,21 +229,18 @@ async fn scale_agents(
                 .with_hint("`devstack up --recreate` creates the cluster again")
             })?;
         let wanted_images = preload::wanted_images(settings)?;
-        let tarballs = preload::tarballs(docker, settings, &wanted_images).await?;
+        let tarballs = preload::tarballs(engine, settings, &wanted_images).await?;
         for index in missing {
             let agent = node_name(settings, "agent", index);
             step.progress(format!("adding agent node {agent}"));
-            create_node(
-                docker,
-                settings,
-                &agent,
-                ROLE_AGENT,
-                agent_args(settings, &agent),
-                &token,
-                None,
-                &tarballs,
-            )
-            .await?;
+            let node = NewNode {
+                name: &agent,
+                role: ROLE_AGENT,
+                args: agent_args(settings, &agent),
+                token: &token,
+                api_port: None,
+            };
+            create_node(engine, settings, node, &tarballs).await?;
             done.push(format!("added agent node {agent}"));
         }
     }
@@ -267,91 +276,99 @@ fn agent_args(settings: &Settings, agent: &str) -> Vec<String> {
 }
 
 /// Removes the named volumes that hold one node's state.
-async fn remove_node_volumes(docker: &Docker, node: &str) -> Result<(), Error> {
+async fn remove_node_volumes(engine: &dyn Engine, node: &str) -> Result<(), Error> {
     for (suffix, _) in STATE_PATHS {
-        let volume = format!("{node}-{suffix}");
-        match docker
-            .remove_volume(&volume, Some(RemoveVolumeOptions { force: true }))
-            .await
-        {
-            Ok(()) => {}
-            Err(e) if docker::is_not_found(&e) => {}
-            Err(e) => return Err(docker::engine_error(format!("remove volume {volume}"), e)),
-        }
+        docker::remove_volume(engine, &format!("{node}-{suffix}")).await?;
     }
     Ok(())
 }
 
+/// What converging the node containers did.
+#[derive(Debug)]
+struct Converged {
+    api_port: u16,
+    created: bool,
+    repaired: Vec<String>,
+    /// Agents removed, whose Node objects must go too.
+    removed_agents: Vec<String>,
+}
+
+/// Brings the node containers to the settings' shape: creates the cluster
+/// when it has no server (rolling back what it created on failure, unless
+/// `retain`), else starts stopped nodes and adds or removes agents in place.
+async fn converge_nodes(
+    engine: &dyn Engine,
+    settings: &Settings,
+    options: UpOptions,
+    step: &Step,
+) -> Result<Converged, Error> {
+    docker::ensure_network(engine, &settings.name, &settings.resource_prefix()).await?;
+    let existing = nodes(engine, settings).await?;
+    let server = node_name(settings, "server", 0);
+    let Some(found) = existing.iter().find(|n| n.name == server) else {
+        if !existing.is_empty() {
+            // Agents without their server cannot join anything: start over.
+            remove_nodes(engine, settings).await?;
+        }
+        let api_port = super::choose_api_port(settings)?;
+        return match create_nodes(engine, settings, api_port, step).await {
+            Ok(()) => Ok(Converged {
+                api_port,
+                created: true,
+                repaired: Vec::new(),
+                removed_agents: Vec::new(),
+            }),
+            Err(err) => Err(rollback(engine, settings, options, err).await),
+        };
+    };
+    let api_port = api_port_of(&found.labels, &server)?;
+    let mut repaired = Vec::new();
+    for node in existing.iter().filter(|n| !n.running) {
+        step.progress(format!("starting stopped node {}", node.name));
+        engine
+            .start_container(&node.name)
+            .await
+            .map_err(|e| docker::engine_error(format!("start node {}", node.name), e))?;
+        repaired.push(format!("started stopped node {}", node.name));
+    }
+    let (scaled, removed_agents) = scale_agents(engine, settings, &existing, step).await?;
+    repaired.extend(scaled);
+    Ok(Converged {
+        api_port,
+        created: false,
+        repaired,
+        removed_agents,
+    })
+}
+
+fn api_port_of(labels: &HashMap<String, String>, server: &str) -> Result<u16, Error> {
+    labels
+        .get(LABEL_API_PORT)
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| {
+            Error::internal(format!("node {server} lacks its {LABEL_API_PORT} label"))
+                .with_hint("remove the stack with `devstack cluster down` and bring it up again")
+        })
+}
+
 pub async fn up(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     options: UpOptions,
     step: &Step,
 ) -> Result<ClusterInfo, Error> {
-    let network = settings.resource_prefix();
-    docker::ensure_network(docker, &settings.name, &network).await?;
-    let existing = nodes(docker, settings).await?;
-    let server = node_name(settings, "server", 0);
     let started = Instant::now();
-
-    let mut removed_agents = Vec::new();
-    let (api_port, created, repaired) =
-        if let Some((_, _, _, labels)) = existing.iter().find(|n| n.0 == server) {
-            let api_port: u16 = labels
-                .get(LABEL_API_PORT)
-                .and_then(|p| p.parse().ok())
-                .ok_or_else(|| {
-                    Error::internal(format!("node {server} lacks its {LABEL_API_PORT} label"))
-                        .with_hint(
-                            "remove the stack with `devstack cluster down` and bring it up again",
-                        )
-                })?;
-            let mut repaired = Vec::new();
-            for (name, _, running, _) in &existing {
-                if !running {
-                    step.progress(format!("starting stopped node {name}"));
-                    docker
-                        .start_container(
-                            name,
-                            None::<bollard::query_parameters::StartContainerOptions>,
-                        )
-                        .await
-                        .map_err(|e| docker::engine_error(format!("start node {name}"), e))?;
-                    repaired.push(format!("started stopped node {name}"));
-                }
-            }
-            let (scaled, removed) = scale_agents(docker, settings, &existing, step).await?;
-            repaired.extend(scaled);
-            removed_agents = removed;
-            (api_port, false, repaired)
-        } else {
-            if !existing.is_empty() {
-                // Agents without their server cannot join anything: start over.
-                remove_nodes(docker, settings).await?;
-            }
-            let api_port = super::choose_api_port(settings)?;
-            match create_nodes(docker, settings, api_port, step).await {
-                Ok(()) => (api_port, true, Vec::new()),
-                Err(err) => return Err(rollback(docker, settings, options, err).await),
-            }
-        };
-
+    let converged = converge_nodes(engine, settings, options, step).await?;
     let finish = async {
         step.progress("waiting for the kubeconfig");
-        let raw = read_kubeconfig(
-            docker,
-            &server,
-            settings
-                .timeouts
-                .cluster
-                .get()
-                .saturating_sub(started.elapsed()),
-        )
-        .await?;
-        let api_server = format!("https://127.0.0.1:{api_port}");
-        let config = kubeconfig::rename_context(&raw, &settings.kube_context(), Some(&api_server))?;
+        let budget = settings
+            .timeouts
+            .cluster
+            .get()
+            .saturating_sub(started.elapsed());
+        let config = kubeconfig_within(engine, settings, budget).await?;
         let client = crate::k8s::client_from_kubeconfig(&config).await?;
-        for agent in &removed_agents {
+        for agent in &converged.removed_agents {
             crate::k8s::delete_node(&client, agent).await?;
         }
         let expected = 1 + settings.cluster.agents as usize;
@@ -362,42 +379,58 @@ pub async fn up(
             step,
         )
         .await?;
-        let names: Vec<String> = nodes(docker, settings)
-            .await?
-            .into_iter()
-            .map(|n| n.0)
-            .collect();
-        let wanted: Vec<String> = preload::wanted_images(settings)?
-            .into_iter()
-            .map(|i| i.reference)
-            .collect();
-        wait_images_imported(
-            docker,
-            &names,
-            &wanted,
-            settings.timeouts.preload.get(),
-            step,
-        )
-        .await?;
         Ok::<_, Error>(ClusterInfo {
             provider: Provider::K3s,
-            nodes: names,
-            api_server,
+            nodes: nodes(engine, settings)
+                .await?
+                .into_iter()
+                .map(|n| n.name)
+                .collect(),
+            api_server: api_server_url(converged.api_port),
             kubeconfig: config,
-            created,
-            repaired,
+            created: converged.created,
+            repaired: converged.repaired.clone(),
         })
     };
     match finish.await {
         Ok(info) => Ok(info),
-        Err(err) if created => Err(rollback(docker, settings, options, err).await),
+        Err(err) if converged.created => Err(rollback(engine, settings, options, err).await),
         Err(err) => Err(err),
     }
 }
 
+fn api_server_url(port: u16) -> String {
+    format!("https://127.0.0.1:{port}")
+}
+
+/// The running cluster's kubeconfig, renamed to the stack's context.
+async fn kubeconfig(engine: &dyn Engine, settings: &Settings) -> Result<String, Error> {
+    kubeconfig_within(engine, settings, settings.timeouts.cluster.get()).await
+}
+
+/// [`kubeconfig`], waiting up to `limit` for a starting server to write it.
+async fn kubeconfig_within(
+    engine: &dyn Engine,
+    settings: &Settings,
+    limit: Duration,
+) -> Result<String, Error> {
+    let server = node_name(settings, "server", 0);
+    let labels = docker::inspect(engine, &server)
+        .await?
+        .and_then(|c| c.config)
+        .and_then(|c| c.labels)
+        .ok_or_else(|| {
+            Error::user(format!("stack `{}` has no K3s server node", settings.name))
+                .with_hint("`devstack up` creates it")
+        })?;
+    let api_server = api_server_url(api_port_of(&labels, &server)?);
+    let raw = read_kubeconfig(engine, &server, limit).await?;
+    kubeconfig::rename_context(&raw, &settings.kube_context(), Some(&api_server))
+}
+
 /// Removes what a failed `up` created, unless `--retain`, and says which.
-pub async fn rollback(
-    docker: &Docker,
+async fn rollback(
+    engine: &dyn Engine,
     settings: &Settings,
     options: UpOptions,
     err: Error,
@@ -405,7 +438,7 @@ pub async fn rollback(
     if options.retain {
         return err.context("cluster creation failed; the half-created cluster is retained for debugging (--retain)");
     }
-    match remove_nodes(docker, settings).await {
+    match remove_nodes(engine, settings).await {
         Ok(_) => err.context("cluster creation failed and was rolled back"),
         Err(rollback_err) => {
             let message = format!(
@@ -420,7 +453,7 @@ pub async fn rollback(
 }
 
 async fn create_nodes(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     api_port: u16,
     step: &Step,
@@ -428,46 +461,56 @@ async fn create_nodes(
     let image = &settings.cluster.image;
     let bundle = preload::open_bundle(settings)?;
     step.progress(format!("node image {image}"));
-    crate::bundle::ensure_image(docker, image, bundle.as_ref()).await?;
+    crate::bundle::ensure_image(engine, image, bundle.as_ref()).await?;
     let wanted = preload::wanted_images(settings)?;
-    let tarballs = preload::tarballs(docker, settings, &wanted).await?;
+    let tarballs = preload::tarballs(engine, settings, &wanted).await?;
     let token = hex::encode(rand::random::<[u8; 24]>());
     let server = node_name(settings, "server", 0);
-
-    let server_args = server_args(settings);
-    create_node(
-        docker,
-        settings,
-        &server,
-        ROLE_SERVER,
-        server_args,
-        &token,
-        Some(api_port),
-        &tarballs,
-    )
-    .await?;
+    let node = NewNode {
+        name: &server,
+        role: ROLE_SERVER,
+        args: server_args(settings),
+        token: &token,
+        api_port: Some(api_port),
+    };
+    create_node(engine, settings, node, &tarballs).await?;
     for index in 0..settings.cluster.agents as usize {
         let agent = node_name(settings, "agent", index);
-        let args = agent_args(settings, &agent);
-        create_node(
-            docker, settings, &agent, ROLE_AGENT, args, &token, None, &tarballs,
-        )
-        .await?;
+        let node = NewNode {
+            name: &agent,
+            role: ROLE_AGENT,
+            args: agent_args(settings, &agent),
+            token: &token,
+            api_port: None,
+        };
+        create_node(engine, settings, node, &tarballs).await?;
     }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn create_node(
-    docker: &Docker,
-    settings: &Settings,
-    name: &str,
-    role: &str,
+/// A node container to create.
+struct NewNode<'a> {
+    name: &'a str,
+    role: &'a str,
     args: Vec<String>,
-    token: &str,
+    token: &'a str,
+    /// The server's published API port.
     api_port: Option<u16>,
+}
+
+async fn create_node(
+    engine: &dyn Engine,
+    settings: &Settings,
+    node: NewNode<'_>,
     tarballs: &[(String, std::path::PathBuf)],
 ) -> Result<(), Error> {
+    let NewNode {
+        name,
+        role,
+        args,
+        token,
+        api_port,
+    } = node;
     let mut labels = node_labels(settings, role);
     if let Some(port) = api_port {
         labels.insert(LABEL_API_PORT.into(), port.to_string());
@@ -475,7 +518,7 @@ async fn create_node(
     let mut binds = Vec::new();
     for (suffix, path) in STATE_PATHS {
         let volume = format!("{name}-{suffix}");
-        docker
+        engine
             .create_volume(VolumeCreateRequest {
                 name: Some(volume.clone()),
                 labels: Some(node_labels(settings, "volume")),
@@ -553,51 +596,156 @@ async fn create_node(
         }),
         ..Default::default()
     };
-    docker
-        .create_container(
-            Some(CreateContainerOptions {
-                name: Some(name.to_string()),
-                ..Default::default()
-            }),
-            body,
-        )
-        .await
-        .map_err(|e| {
-            if docker::is_conflict(&e) {
-                Error::prerequisite(format!(
-                    "a container named `{name}` exists but is not this stack's K3s node"
-                ))
-                .with_hint(format!(
-                    "remove it (`docker rm -f {name}`) or use another stack name with --name"
-                ))
-            } else {
-                docker::engine_error(format!("create node {name}"), e)
-            }
-        })?;
-    docker
-        .start_container(
-            name,
-            None::<bollard::query_parameters::StartContainerOptions>,
-        )
-        .await
-        .map_err(|e| {
-            let message = docker::docker_message(&e);
-            if message.contains("port is already allocated")
-                || message.contains("address already in use")
-            {
-                Error::prerequisite(format!("node {name} cannot publish its ports: {message}"))
-                    .with_hint("choose other ports (`cluster.apiServerPort`, `cluster.ports`)")
-            } else {
-                docker::engine_error(format!("start node {name}"), e)
-            }
+    engine.create_container(name, body).await.map_err(|e| {
+        if docker::is_conflict(&e) {
+            Error::prerequisite(format!(
+                "a container named `{name}` exists but is not this stack's K3s node"
+            ))
+            .with_hint(format!(
+                "remove it (`docker rm -f {name}`) or use another stack name with --name"
+            ))
+        } else {
+            docker::engine_error(format!("create node {name}"), e)
+        }
+    })?;
+    engine.start_container(name).await.map_err(|e| {
+        let message = docker::docker_message(&e);
+        if message.contains("port is already allocated")
+            || message.contains("address already in use")
+        {
+            Error::prerequisite(format!("node {name} cannot publish its ports: {message}"))
+                .with_hint("choose other ports (`cluster.apiServerPort`, `cluster.ports`)")
+        } else {
+            docker::engine_error(format!("start node {name}"), e)
+        }
+    })
+}
+
+/// The images each node has, from `crictl images` (empty when it cannot
+/// tell yet, e.g. while containerd starts).
+async fn node_images(
+    engine: &dyn Engine,
+    node: &str,
+) -> Result<std::collections::HashSet<String>, Error> {
+    let (code, stdout) = docker::exec_in(engine, node, &["crictl", "images", "-o", "json"]).await?;
+    Ok(if code == 0 {
+        image_tags(&stdout)
+    } else {
+        Default::default()
+    })
+}
+
+/// The image tarballs bind-mounted into a node's images directory, which
+/// K3s imports by itself when the node starts.
+async fn mounted_tarballs(
+    engine: &dyn Engine,
+    node: &str,
+) -> Result<std::collections::HashSet<std::path::PathBuf>, Error> {
+    let mounts = docker::inspect(engine, node)
+        .await?
+        .and_then(|c| c.mounts)
+        .unwrap_or_default();
+    Ok(mounts
+        .into_iter()
+        .filter(|m| {
+            m.destination
+                .as_deref()
+                .is_some_and(|d| d.starts_with(IMAGES_IN_NODE))
         })
+        .filter_map(|m| m.source.map(std::path::PathBuf::from))
+        .collect())
+}
+
+/// Makes every wanted image present in every node, within
+/// `timeouts.preload`. Tarballs mounted into a node when it was created are
+/// imported by K3s in the background while the node turns Ready, so those
+/// are waited for; images added to the profile since (which no mount
+/// carries) are copied into the node's images directory, so a restart
+/// imports them too, and imported into its containerd now. Returns how many
+/// images it imported itself.
+async fn load_images(
+    engine: &dyn Engine,
+    settings: &Settings,
+    step: &Step,
+) -> Result<usize, Error> {
+    let wanted = preload::wanted_images(settings)?;
+    if wanted.is_empty() {
+        return Ok(0);
+    }
+    let limit = settings.timeouts.preload.get();
+    let started = Instant::now();
+    let names: Vec<String> = nodes(engine, settings)
+        .await?
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    let mut imported = 0;
+    let mut tarballs = None;
+    for node in &names {
+        let present = node_images(engine, node).await?;
+        let missing: Vec<&preload::PreloadImage> = wanted
+            .iter()
+            .filter(|w| !present.contains(&crate::bundle::normalize_reference(&w.reference)))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let mounted = mounted_tarballs(engine, node).await?;
+        if tarballs.is_none() {
+            tarballs = Some(preload::tarballs(engine, settings, &wanted).await?);
+        }
+        let all = tarballs.as_deref().unwrap_or_default();
+        for image in missing {
+            let Some((_, tarball)) = all.iter().find(|(r, _)| *r == image.reference) else {
+                continue;
+            };
+            let absolute = std::fs::canonicalize(tarball).unwrap_or_else(|_| tarball.clone());
+            if mounted.contains(&absolute) {
+                continue;
+            }
+            step.progress(format!("importing {} into {node}", image.reference));
+            let name = format!("added-{}", file_name(&absolute));
+            engine
+                .upload(node, IMAGES_IN_NODE, &name, &absolute)
+                .await?;
+            let path = format!("{IMAGES_IN_NODE}/{name}");
+            let left = limit.saturating_sub(started.elapsed());
+            let (code, _) = docker::exec_within(
+                engine,
+                node,
+                &["ctr", "--namespace", "k8s.io", "images", "import", &path],
+                left,
+            )
+            .await?;
+            if code != 0 {
+                return Err(Error::internal(format!(
+                    "importing {} into node {node} failed (exit code {code})",
+                    image.reference
+                ))
+                .with_hint(
+                    "`docker logs` of the node and `devstack doctor` (free disk) show why",
+                ));
+            }
+            imported += 1;
+        }
+    }
+    let wanted: Vec<String> = wanted.into_iter().map(|i| i.reference).collect();
+    wait_images_imported(
+        engine,
+        &names,
+        &wanted,
+        limit.saturating_sub(started.elapsed()),
+        step,
+    )
+    .await?;
+    Ok(imported)
 }
 
 /// K3s imports its images directory in the background while the node turns
 /// Ready; workloads must not start before the preloaded images are there, or
 /// they would try to pull them.
 async fn wait_images_imported(
-    docker: &Docker,
+    engine: &dyn Engine,
     nodes: &[String],
     wanted: &[String],
     timeout: Duration,
@@ -610,13 +758,7 @@ async fn wait_images_imported(
     loop {
         let mut missing = Vec::new();
         for node in nodes {
-            let (code, stdout) =
-                docker::exec_in(docker, node, &["crictl", "images", "-o", "json"]).await?;
-            let present = if code == 0 {
-                image_tags(&stdout)
-            } else {
-                Default::default()
-            };
+            let present = node_images(engine, node).await?;
             missing.extend(
                 wanted
                     .iter()
@@ -680,39 +822,22 @@ fn registries_yaml(settings: &Settings) -> String {
 
 /// Polls the server container until K3s has written its kubeconfig.
 async fn read_kubeconfig(
-    docker: &Docker,
+    engine: &dyn Engine,
     server: &str,
     timeout: Duration,
 ) -> Result<String, Error> {
     let started = Instant::now();
     loop {
-        let state = docker::inspect(docker, server).await?.and_then(|c| c.state);
+        let state = docker::inspect(engine, server).await?.and_then(|c| c.state);
         if !state.as_ref().and_then(|s| s.running).unwrap_or(false) {
-            let logs = docker::tail_logs(docker, server, 20).await;
+            let logs = docker::tail_logs(engine, server, 20).await;
             return Err(Error::new(
                 Kind::Internal,
                 format!("K3s node {server} stopped while starting; last log lines:\n{logs}"),
             )
             .with_hint("`docker logs` of the node shows more; check `devstack doctor`"));
         }
-        let mut stream = docker.download_from_container(
-            server,
-            Some(DownloadFromContainerOptions {
-                path: KUBECONFIG_IN_NODE.into(),
-            }),
-        );
-        let mut bytes = Vec::new();
-        let mut ok = true;
-        while let Some(chunk) = stream.next().await {
-            match chunk {
-                Ok(c) => bytes.extend_from_slice(&c),
-                Err(_) => {
-                    ok = false;
-                    break;
-                }
-            }
-        }
-        if ok
+        if let Ok(bytes) = engine.download(server, KUBECONFIG_IN_NODE).await
             && let Some(text) = first_file_in_tar(&bytes)
             && text.contains("server:")
         {
@@ -741,35 +866,17 @@ fn first_file_in_tar(bytes: &[u8]) -> Option<String> {
 }
 
 /// Removes the stack's K3s node containers and their volumes.
-async fn remove_nodes(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
+async fn remove_nodes(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
     let mut removed = false;
-    for (name, _, _, _) in nodes(docker, settings).await? {
-        removed |= docker::remove_container(docker, &name).await?;
+    for node in nodes(engine, settings).await? {
+        removed |= docker::remove_container(engine, &node.name).await?;
     }
-    let options = ListVolumesOptions {
-        filters: Some(HashMap::from([(
-            "label".to_string(),
-            docker::stack_filter(Some(&settings.name)),
-        )])),
-    };
-    let volumes = docker
-        .list_volumes(Some(options))
+    let volumes = engine
+        .list_volumes(docker::stack_filter(Some(&settings.name)))
         .await
         .map_err(|e| docker::engine_error("list volumes", e))?;
-    for volume in volumes.volumes.unwrap_or_default() {
-        match docker
-            .remove_volume(&volume.name, Some(RemoveVolumeOptions { force: true }))
-            .await
-        {
-            Ok(()) => removed = true,
-            Err(e) if docker::is_not_found(&e) => {}
-            Err(e) => {
-                return Err(docker::engine_error(
-                    format!("remove volume {}", volume.name),
-                    e,
-                ));
-            }
-        }
+    for volume in volumes {
+        removed |= docker::remove_volume(engine, &volume).await?;
     }
     Ok(removed)
 }

@@ -18,17 +18,16 @@ use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bollard::Docker;
-use bollard::models::{ContainerSummaryStateEnum, NetworkConnectRequest};
-use bollard::query_parameters::StartContainerOptions;
+use bollard::models::ContainerSummaryStateEnum;
 use serde::Serialize;
 
 use crate::bundle::normalize_reference;
 use crate::cluster::preload::{self, PreloadImage};
 use crate::cluster::{Change, ClusterInfo, Plan, UpOptions, kubeconfig};
-use crate::docker::{self, exec_in};
+use crate::docker::{self, Engine, exec_in};
 use crate::error::Error;
 use crate::hostinfo::{parse_semver, tool_version};
 use crate::profile::{HumanDuration, Provider, Settings};
@@ -518,9 +517,9 @@ fn sort_nodes(nodes: &mut [KindNode]) {
 }
 
 /// Every container of the kind cluster, whatever its state.
-async fn list_nodes(docker: &Docker, cluster: &str) -> Result<Vec<KindNode>, Error> {
+async fn list_nodes(engine: &dyn Engine, cluster: &str) -> Result<Vec<KindNode>, Error> {
     let containers =
-        docker::find_containers(docker, vec![format!("{LABEL_CLUSTER}={cluster}")]).await?;
+        docker::find_containers(engine, vec![format!("{LABEL_CLUSTER}={cluster}")]).await?;
     let mut nodes: Vec<KindNode> = containers
         .iter()
         .map(|c| KindNode {
@@ -554,8 +553,8 @@ enum Found {
     Foreign,
 }
 
-async fn find_cluster(docker: &Docker, settings: &Settings) -> Result<Found, Error> {
-    let nodes = list_nodes(docker, &cluster_name(settings)).await?;
+async fn find_cluster(engine: &dyn Engine, settings: &Settings) -> Result<Found, Error> {
+    let nodes = list_nodes(engine, &cluster_name(settings)).await?;
     if nodes.is_empty() {
         return Ok(Found::None);
     }
@@ -563,7 +562,7 @@ async fn find_cluster(docker: &Docker, settings: &Settings) -> Result<Found, Err
     let mut kubernetes_nodes = 0;
     for node in nodes.iter().filter(|n| n.is_kubernetes_node()) {
         kubernetes_nodes += 1;
-        let marked = docker::inspect(docker, &node.name)
+        let marked = docker::inspect(engine, &node.name)
             .await?
             .and_then(|c| c.mounts)
             .unwrap_or_default()
@@ -600,7 +599,7 @@ fn foreign_cluster(settings: &Settings) -> Error {
 /// Starts stopped or paused node containers (the load balancer too, or the
 /// API server is unreachable on multi-control-plane clusters).
 async fn start_stopped(
-    docker: &Docker,
+    engine: &dyn Engine,
     nodes: &[KindNode],
     step: &Step,
 ) -> Result<Vec<String>, Error> {
@@ -612,7 +611,7 @@ async fn start_stopped(
             | Some(ContainerSummaryStateEnum::RESTARTING) => {}
             Some(ContainerSummaryStateEnum::PAUSED) => {
                 step.progress(format!("unpausing node {name}"));
-                docker
+                engine
                     .unpause_container(name)
                     .await
                     .map_err(|e| docker::engine_error(format!("unpause node {name}"), e))?;
@@ -620,8 +619,8 @@ async fn start_stopped(
             }
             _ => {
                 step.progress(format!("starting stopped node {name}"));
-                docker
-                    .start_container(name, None::<StartContainerOptions>)
+                engine
+                    .start_container(name)
                     .await
                     .map_err(|e| docker::engine_error(format!("start node {name}"), e))?;
                 repaired.push(format!("started stopped node {name}"));
@@ -635,19 +634,15 @@ async fn start_stopped(
 /// so pods reach it without going through the host. Returns the nodes it
 /// had to connect.
 async fn connect_to_stack_network(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     nodes: &[&KindNode],
 ) -> Result<Vec<String>, Error> {
     let network = settings.resource_prefix();
-    docker::ensure_network(docker, &settings.name, &network).await?;
+    docker::ensure_network(engine, &settings.name, &network).await?;
     let mut connected = Vec::new();
     for node in nodes.iter().filter(|n| !n.networks.contains(&network)) {
-        let request = NetworkConnectRequest {
-            container: node.name.clone(),
-            endpoint_config: None,
-        };
-        match docker.connect_network(&network, request).await {
+        match engine.connect_network(&network, &node.name).await {
             Ok(()) => connected.push(node.name.clone()),
             // A concurrent `up` got there first.
             Err(e) if docker::docker_message(&e).contains("already exists") => {}
@@ -665,7 +660,7 @@ async fn connect_to_stack_network(
 /// Writes each mirrored registry's `hosts.toml` into every node. containerd
 /// reads these per pull, so no restart is needed; rewriting is idempotent.
 async fn write_registry_hosts(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     nodes: &[&KindNode],
 ) -> Result<(), Error> {
@@ -675,7 +670,7 @@ async fn write_registry_hosts(
         let content = hosts_toml(registry, endpoints);
         for node in nodes {
             let (code, _) = exec_in(
-                docker,
+                engine,
                 &node.name,
                 &["sh", "-c", SCRIPT, "sh", &dir, &content],
             )
@@ -697,9 +692,9 @@ async fn write_registry_hosts(
 
 /// Images in a node's containerd, normalized like [`normalize_reference`].
 /// Unknown (an empty set) when the node cannot tell, so the image is loaded.
-async fn node_images(docker: &Docker, node: &str) -> HashSet<String> {
+async fn node_images(engine: &dyn Engine, node: &str) -> HashSet<String> {
     match exec_in(
-        docker,
+        engine,
         node,
         &["ctr", "--namespace", "k8s.io", "images", "list", "--quiet"],
     )
@@ -729,8 +724,8 @@ fn parse_image_list(stdout: &str) -> HashSet<String> {
 
 /// The snapshotter the node's CRI unpacks images with (kind's nodes:
 /// `overlayfs`; rootless ones `fuse-overlayfs`), as kind's own `load` reads it.
-async fn node_snapshotter(docker: &Docker, node: &str) -> String {
-    let dump = exec_in(docker, node, &["containerd", "config", "dump"])
+async fn node_snapshotter(engine: &dyn Engine, node: &str) -> String {
+    let dump = exec_in(engine, node, &["containerd", "config", "dump"])
         .await
         .ok()
         .filter(|(code, _)| *code == 0)
@@ -754,7 +749,7 @@ fn parse_snapshotter(dump: &str) -> Option<String> {
 /// measured 2x faster than `kind load image-archive`, which goes node by
 /// node). Returns how many images were imported.
 async fn preload_images(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     nodes: &[&KindNode],
     step: &Step,
@@ -767,7 +762,7 @@ async fn preload_images(
     let work = async {
         step.progress("checking images already in the nodes");
         let present =
-            futures::future::join_all(nodes.iter().map(|n| node_images(docker, &n.name))).await;
+            futures::future::join_all(nodes.iter().map(|n| node_images(engine, &n.name))).await;
         let mut todo: Vec<(PreloadImage, Vec<&str>)> = Vec::new();
         for image in wanted {
             let want = normalize_reference(&image.reference);
@@ -786,9 +781,9 @@ async fn preload_images(
         }
         let images: Vec<PreloadImage> = todo.iter().map(|(i, _)| i.clone()).collect();
         // Local-store images become tarballs (cached) like the bundle's.
-        let tarballs = preload::tarballs(docker, settings, &images).await?;
+        let tarballs = preload::tarballs(engine, settings, &images).await?;
         let snapshotters: Vec<String> =
-            futures::future::join_all(nodes.iter().map(|n| node_snapshotter(docker, &n.name)))
+            futures::future::join_all(nodes.iter().map(|n| node_snapshotter(engine, &n.name)))
                 .await;
         let snapshotter_of = |node: &str| {
             nodes
@@ -881,7 +876,7 @@ fn server_of(kubeconfig: &str) -> Option<String> {
 }
 
 pub async fn up(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     options: UpOptions,
     step: &Step,
@@ -890,14 +885,14 @@ pub async fn up(
     require_docker_cli()?;
     validate_mirrors(settings)?;
 
-    match find_cluster(docker, settings).await? {
+    match find_cluster(engine, settings).await? {
         Found::Foreign => return Err(foreign_cluster(settings)),
         Found::Ours(existing) => {
             // Kind cannot change a running cluster's shape: `plan` reports it
             // and the caller recreates or refuses before this point.
-            plan(docker, settings).await?.check(false, settings)?;
-            let repaired = start_stopped(docker, &existing, step).await?;
-            return converge(docker, settings, &kind, false, repaired, step).await;
+            plan(engine, settings).await?.check(false, settings)?;
+            let repaired = start_stopped(engine, &existing, step).await?;
+            return converge(engine, settings, &kind, false, repaired, step).await;
         }
         Found::None => {}
     }
@@ -907,13 +902,13 @@ pub async fn up(
     // offline bundle.
     step.progress(format!("node image {}", settings.cluster.image));
     let bundle = preload::open_bundle(settings)?;
-    crate::bundle::ensure_image(docker, &settings.cluster.image, bundle.as_ref()).await?;
+    crate::bundle::ensure_image(engine, &settings.cluster.image, bundle.as_ref()).await?;
 
     // kubeadm's init and join take most of `kind create`; the nodes'
     // containerd serves from its first seconds, so the images go in
     // meanwhile instead of after it.
     let create = create(&kind, settings, api_port, step);
-    let early = early_preload(docker, settings, step);
+    let early = early_preload(engine, settings, step);
     tokio::pin!(create, early);
     let (created, early_done) = tokio::select! {
         created = &mut create => (created, false),
@@ -925,36 +920,36 @@ pub async fn up(
     if let Err(failure) = created {
         return Err(match failure {
             CreateFailure::NothingCreated(err) => err,
-            CreateFailure::MayExist(err) => rollback(docker, settings, &kind, options, err).await,
+            CreateFailure::MayExist(err) => rollback(engine, settings, &kind, options, err).await,
         });
     }
-    match converge(docker, settings, &kind, true, Vec::new(), step).await {
+    match converge(engine, settings, &kind, true, Vec::new(), step).await {
         Ok(info) => Ok(info),
-        Err(err) => Err(rollback(docker, settings, &kind, options, err).await),
+        Err(err) => Err(rollback(engine, settings, &kind, options, err).await),
     }
 }
 
 /// Imports the stack's images into the nodes of a cluster `kind create` is
 /// still bringing up, once every node's containerd answers. Best effort:
 /// whatever it does not import, `converge` does.
-async fn early_preload(docker: &Docker, settings: &Settings, step: &Step) {
+async fn early_preload(engine: &dyn Engine, settings: &Settings, step: &Step) {
     let name = cluster_name(settings);
     let expected = usize::from(settings.cluster.servers) + usize::from(settings.cluster.agents);
     let work = async {
         loop {
-            let all = list_nodes(docker, &name).await?;
+            let all = list_nodes(engine, &name).await?;
             let nodes: Vec<&KindNode> = all.iter().filter(|n| n.is_kubernetes_node()).collect();
             if nodes.len() == expected {
                 let answers = futures::future::join_all(nodes.iter().map(|n| {
                     exec_in(
-                        docker,
+                        engine,
                         &n.name,
                         &["ctr", "--namespace", "k8s.io", "version"],
                     )
                 }))
                 .await;
                 if answers.iter().all(|a| matches!(a, Ok((0, _)))) {
-                    return preload_images(docker, settings, &nodes, step).await;
+                    return preload_images(engine, settings, &nodes, step).await;
                 }
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1037,36 +1032,9 @@ async fn create(
     Err(CreateFailure::MayExist(err))
 }
 
-/// Brings an existing (or just created) cluster to the profile's shape and
-/// waits for it: stack network, registry mirrors, kubeconfig, Ready, images.
-async fn converge(
-    docker: &Docker,
-    settings: &Settings,
-    kind: &Path,
-    created: bool,
-    mut repaired: Vec<String>,
-    step: &Step,
-) -> Result<ClusterInfo, Error> {
+/// The API server URL and the renamed kubeconfig, from `kind get kubeconfig`.
+async fn kind_kubeconfig(kind: &Path, settings: &Settings) -> Result<(String, String), Error> {
     let name = cluster_name(settings);
-    let all = list_nodes(docker, &name).await?;
-    let nodes: Vec<&KindNode> = all.iter().filter(|n| n.is_kubernetes_node()).collect();
-    if nodes.is_empty() {
-        return Err(
-            Error::internal(format!("kind cluster `{name}` has no node containers"))
-                .with_hint("`devstack cluster down`, then `up` again"),
-        );
-    }
-
-    let network = settings.resource_prefix();
-    step.progress(format!("connecting nodes to network {network}"));
-    for node in connect_to_stack_network(docker, settings, &nodes).await? {
-        if !created {
-            repaired.push(format!("connected node {node} to network {network}"));
-        }
-    }
-    write_registry_hosts(docker, settings, &nodes).await?;
-
-    step.progress("reading the kubeconfig");
     let args = [
         OsStr::new("get"),
         OsStr::new("kubeconfig"),
@@ -1082,6 +1050,41 @@ async fn converge(
         ))
     })?;
     let kubeconfig = kubeconfig::rename_context(&raw, &settings.kube_context(), None)?;
+    Ok((api_server, kubeconfig))
+}
+
+/// Brings an existing (or just created) cluster to the profile's shape and
+/// waits for it: stack network, registry mirrors, kubeconfig, Ready. Images
+/// are [`load_images`]' business.
+async fn converge(
+    engine: &dyn Engine,
+    settings: &Settings,
+    kind: &Path,
+    created: bool,
+    mut repaired: Vec<String>,
+    step: &Step,
+) -> Result<ClusterInfo, Error> {
+    let name = cluster_name(settings);
+    let all = list_nodes(engine, &name).await?;
+    let nodes: Vec<&KindNode> = all.iter().filter(|n| n.is_kubernetes_node()).collect();
+    if nodes.is_empty() {
+        return Err(
+            Error::internal(format!("kind cluster `{name}` has no node containers"))
+                .with_hint("`devstack cluster down`, then `up` again"),
+        );
+    }
+
+    let network = settings.resource_prefix();
+    step.progress(format!("connecting nodes to network {network}"));
+    for node in connect_to_stack_network(engine, settings, &nodes).await? {
+        if !created {
+            repaired.push(format!("connected node {node} to network {network}"));
+        }
+    }
+    write_registry_hosts(engine, settings, &nodes).await?;
+
+    step.progress("reading the kubeconfig");
+    let (api_server, kubeconfig) = kind_kubeconfig(kind, settings).await?;
 
     // Ready first: on a cluster whose nodes were just restarted, containerd
     // (which `kind load` imports into) may not be up yet.
@@ -1089,8 +1092,6 @@ async fn converge(
     let client = crate::k8s::client_from_kubeconfig(&kubeconfig).await?;
     let budget = crate::k8s::Budget::new(settings.timeouts.cluster.get(), "timeouts.cluster");
     crate::k8s::wait_nodes_ready(&client, nodes.len(), budget, step).await?;
-
-    preload_images(docker, settings, &nodes, step).await?;
 
     Ok(ClusterInfo {
         provider: Provider::Kind,
@@ -1104,7 +1105,7 @@ async fn converge(
 
 /// Deletes what a failed `up` created, unless `--retain`, and says which.
 async fn rollback(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     kind: &Path,
     options: UpOptions,
@@ -1116,7 +1117,7 @@ async fn rollback(
             "kind cluster `{name}` creation failed; the half-created cluster is retained for debugging (--retain)"
         ));
     }
-    match delete_ours(docker, settings, kind).await {
+    match delete_ours(engine, settings, kind).await {
         Ok(_) => err.context(format!(
             "kind cluster `{name}` creation failed and was rolled back"
         )),
@@ -1132,32 +1133,59 @@ async fn rollback(
 }
 
 /// Kind clusters, created and deleted with the `kind` CLI, their node
-/// containers on the Docker engine `docker` talks to.
+/// containers on the engine it is given.
 pub struct Kind {
-    docker: Docker,
+    engine: Arc<dyn Engine>,
 }
 
 impl Kind {
-    pub fn new(docker: Docker) -> Self {
-        Kind { docker }
+    pub fn new(engine: Arc<dyn Engine>) -> Self {
+        Kind { engine }
     }
 }
 
 /// Whether the stack has any container of its kind cluster.
-async fn any_node(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
+async fn any_node(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
     Ok(matches!(
-        find_cluster(docker, settings).await?,
+        find_cluster(engine, settings).await?,
         Found::Ours(_)
     ))
 }
 
-super::provider::docker_provider!(Kind, Provider::Kind, exists: any_node, plan: plan, up: up, delete: down);
+super::provider::engine_provider!(
+    Kind,
+    Provider::Kind,
+    exists: any_node,
+    plan: plan,
+    up: up,
+    kubeconfig: kubeconfig,
+    load_images: load_images,
+    delete: down
+);
+
+/// The running cluster's kubeconfig from `kind get kubeconfig`, renamed.
+async fn kubeconfig(engine: &dyn Engine, settings: &Settings) -> Result<String, Error> {
+    let _ = engine;
+    let kind = find_kind(settings).await?.path;
+    Ok(kind_kubeconfig(&kind, settings).await?.1)
+}
+
+/// Imports the stack's images into the Kubernetes nodes that lack them.
+async fn load_images(
+    engine: &dyn Engine,
+    settings: &Settings,
+    step: &Step,
+) -> Result<usize, Error> {
+    let all = list_nodes(engine, &cluster_name(settings)).await?;
+    let nodes: Vec<&KindNode> = all.iter().filter(|n| n.is_kubernetes_node()).collect();
+    preload_images(engine, settings, &nodes, step).await
+}
 
 /// The running cluster against the settings. Kind cannot add or remove
 /// nodes or change a node's image in place: every difference needs a new
 /// cluster.
-async fn plan(docker: &Docker, settings: &Settings) -> Result<Plan, Error> {
-    let all = match find_cluster(docker, settings).await? {
+async fn plan(engine: &dyn Engine, settings: &Settings) -> Result<Plan, Error> {
+    let all = match find_cluster(engine, settings).await? {
         Found::None => return Ok(Plan::default()),
         Found::Foreign => return Err(foreign_cluster(settings)),
         Found::Ours(nodes) => nodes,
@@ -1198,8 +1226,8 @@ async fn plan(docker: &Docker, settings: &Settings) -> Result<Plan, Error> {
 /// touched; the stack network and LocalStack are other modules' business. A
 /// cluster of the same name devstack did not create is left alone, with a
 /// warning.
-pub async fn down(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
-    match find_cluster(docker, settings).await? {
+pub async fn down(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
+    match find_cluster(engine, settings).await? {
         Found::None => Ok(false),
         Found::Foreign => {
             tracing::warn!("{}; left untouched", foreign_cluster(settings).message());
@@ -1220,7 +1248,7 @@ pub async fn down(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
                 })?
                 .path;
             require_docker_cli()?;
-            delete_ours(docker, settings, &kind).await
+            delete_ours(engine, settings, &kind).await
         }
     }
 }
@@ -1228,11 +1256,11 @@ pub async fn down(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
 /// `kind delete cluster` until no node of the stack's own cluster is left: a
 /// `kind create` killed by Ctrl-C can leave a `docker run` finishing after
 /// the first delete listed the nodes.
-async fn delete_ours(docker: &Docker, settings: &Settings, kind: &Path) -> Result<bool, Error> {
+async fn delete_ours(engine: &dyn Engine, settings: &Settings, kind: &Path) -> Result<bool, Error> {
     let name = cluster_name(settings);
     let mut deleted = false;
     for _ in 0..3 {
-        match find_cluster(docker, settings).await? {
+        match find_cluster(engine, settings).await? {
             Found::Ours(_) => {
                 delete_cluster(kind, &name).await?;
                 deleted = true;
@@ -1240,7 +1268,7 @@ async fn delete_ours(docker: &Docker, settings: &Settings, kind: &Path) -> Resul
             Found::None | Found::Foreign => return Ok(deleted),
         }
     }
-    match find_cluster(docker, settings).await? {
+    match find_cluster(engine, settings).await? {
         Found::Ours(nodes) => Err(Error::internal(format!(
             "kind cluster `{name}` still has nodes after deleting it three times: {}",
             nodes
