@@ -114,7 +114,12 @@ async fn plan(engine: &dyn Engine, settings: &Settings) -> Result<Plan, Error> {
         .await?
         .map(|container| {
             let config = container.config.unwrap_or_default();
+            let bindings = container
+                .host_config
+                .and_then(|h| h.port_bindings)
+                .unwrap_or_default();
             ServerFacts {
+                ports: published_ports(&bindings),
                 image: config.image.unwrap_or_default(),
                 args: config.cmd.unwrap_or_default(),
                 api_port: config
@@ -132,6 +137,20 @@ struct ServerFacts {
     image: String,
     args: Vec<String>,
     api_port: Option<u16>,
+    /// `cluster.ports` as published: (port in the node, port on the host).
+    ports: Vec<(u16, u16)>,
+}
+
+/// The host ports a node publishes besides the API server's.
+fn published_ports(bindings: &bollard::models::PortMap) -> Vec<(u16, u16)> {
+    bindings
+        .iter()
+        .filter_map(|(key, to)| {
+            let inside: u16 = key.split('/').next()?.parse().ok()?;
+            let host = to.as_ref()?.first()?.host_port.as_ref()?.parse().ok()?;
+            (inside != API_PORT).then_some((inside, host))
+        })
+        .collect()
 }
 
 /// The plan rule on what exists, kept apart from Docker so it is tested
@@ -180,6 +199,10 @@ fn plan_of(settings: &Settings, agents: usize, server: Option<&ServerFacts>) -> 
             in_place: false,
         });
     }
+    changes.extend(super::provider::ports_change(
+        server.ports.clone(),
+        settings,
+    ));
     Plan {
         exists: true,
         changes,
@@ -898,6 +921,7 @@ mod tests {
             image: settings.cluster.image.clone(),
             args: server_args(settings),
             api_port: Some(api_port),
+            ports: Vec::new(),
         }
     }
 
@@ -947,5 +971,312 @@ mod tests {
         assert_eq!(agent_index(&s, "devstack-t-agent-3"), Some(3));
         assert_eq!(agent_index(&s, "devstack-t-server-0"), None);
         assert_eq!(agent_index(&s, "devstack-other-agent-0"), None);
+    }
+}
+
+/// Converge, drift and rollback against the in-memory engine.
+#[cfg(test)]
+mod engine_tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::docker::fake::{FakeContainer, FakeEngine};
+
+    struct Fixture {
+        engine: Arc<FakeEngine>,
+        /// Holds the state directory (image cache) for the test's length.
+        _state: tempfile::TempDir,
+        settings: Settings,
+    }
+
+    fn fixture(cluster: &str) -> Fixture {
+        let state = tempfile::tempdir().unwrap();
+        let text = format!(
+            "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: t\ncluster:\n  provider: k3s\n{cluster}"
+        );
+        let loaded = crate::profile::load::parse("t.yaml", &text, ".".into()).unwrap();
+        let mut settings = Settings::resolve(loaded, &Default::default()).unwrap();
+        settings.state_dir = state.path().to_path_buf();
+        settings.images.bundle = None;
+        let engine = Arc::new(FakeEngine::new());
+        engine.with(|s| s.images.insert(settings.cluster.image.clone()));
+        Fixture {
+            engine,
+            _state: state,
+            settings,
+        }
+    }
+
+    impl Fixture {
+        fn with(&self, cluster: &str) -> Settings {
+            let mut next = fixture(cluster).settings;
+            next.state_dir = self.settings.state_dir.clone();
+            next
+        }
+
+        /// A server node as `up` leaves it, running or stopped.
+        fn add_server(&self, running: bool) {
+            let mut labels = node_labels(&self.settings, ROLE_SERVER);
+            labels.insert(LABEL_API_PORT.into(), "6550".into());
+            let server = FakeContainer {
+                image: self.settings.cluster.image.clone(),
+                cmd: server_args(&self.settings),
+                env: vec!["K3S_TOKEN=secret-token".into()],
+                labels,
+                running,
+                ports: vec![(API_PORT, 6550)],
+                ..Default::default()
+            };
+            self.engine.with(|s| {
+                s.containers.insert("devstack-t-server-0".into(), server);
+                for (suffix, _) in STATE_PATHS {
+                    s.volumes.insert(
+                        format!("devstack-t-server-0-{suffix}"),
+                        node_labels(&self.settings, "volume"),
+                    );
+                }
+            });
+        }
+    }
+
+    fn step() -> Step {
+        crate::ui::Ui::silent().step("test")
+    }
+
+    #[tokio::test]
+    async fn converge_starts_stopped_nodes_and_scales_agents_in_place() {
+        let f = fixture("");
+        f.add_server(false);
+        let one = f.with("  agents: 1\n");
+        let engine = f.engine.as_ref();
+
+        let done = converge_nodes(engine, &one, UpOptions::default(), &step())
+            .await
+            .unwrap();
+        assert!(!done.created);
+        assert_eq!(done.api_port, 6550);
+        assert_eq!(
+            done.repaired,
+            [
+                "started stopped node devstack-t-server-0",
+                "added agent node devstack-t-agent-0"
+            ]
+        );
+        assert!(done.removed_agents.is_empty());
+        let agent = f.engine.container("devstack-t-agent-0").unwrap();
+        assert!(agent.running);
+        assert!(
+            agent.env.contains(&"K3S_TOKEN=secret-token".to_string()),
+            "agents join with the server's token: {:?}",
+            agent.env
+        );
+        assert_eq!(agent.cmd, agent_args(&one, "devstack-t-agent-0"));
+        assert_eq!(f.engine.volume_names().len(), 2 * STATE_PATHS.len());
+        assert!(f.engine.container("devstack-t-server-0").unwrap().running);
+
+        // Nothing to do: no engine call changes anything.
+        let before = f.engine.calls().len();
+        let again = converge_nodes(engine, &one, UpOptions::default(), &step())
+            .await
+            .unwrap();
+        assert!(again.repaired.is_empty(), "{:?}", again.repaired);
+        assert_eq!(f.engine.calls().len(), before, "{:?}", f.engine.calls());
+
+        let none = f.with("");
+        let done = converge_nodes(engine, &none, UpOptions::default(), &step())
+            .await
+            .unwrap();
+        assert_eq!(done.repaired, ["removed agent node devstack-t-agent-0"]);
+        assert_eq!(done.removed_agents, ["devstack-t-agent-0"]);
+        assert_eq!(f.engine.container_names(), ["devstack-t-server-0"]);
+        assert_eq!(
+            f.engine.volume_names().len(),
+            STATE_PATHS.len(),
+            "the agent's volumes went with it: {:?}",
+            f.engine.volume_names()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_create_removes_exactly_what_it_created() {
+        let f = fixture("  agents: 1\n");
+        // A container of another stack, which the rollback must not touch.
+        f.engine.with(|s| {
+            s.containers.insert(
+                "devstack-other-server-0".into(),
+                FakeContainer {
+                    labels: crate::docker::labels("other", ROLE_SERVER),
+                    ..Default::default()
+                },
+            );
+            s.fail_on = Some("create container devstack-t-agent-0".into());
+        });
+        let err = converge_nodes(
+            f.engine.as_ref(),
+            &f.settings,
+            UpOptions::default(),
+            &step(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.message().starts_with(
+                "cluster creation failed and was rolled back: create node devstack-t-agent-0"
+            ),
+            "{}",
+            err.message()
+        );
+        assert_eq!(f.engine.container_names(), ["devstack-other-server-0"]);
+        assert!(
+            f.engine.volume_names().is_empty(),
+            "{:?}",
+            f.engine.volume_names()
+        );
+        let calls = f.engine.calls();
+        let created = calls
+            .iter()
+            .position(|c| c == "create container devstack-t-server-0");
+        let removed = calls
+            .iter()
+            .position(|c| c == "remove container devstack-t-server-0");
+        assert!(created < removed, "{calls:?}");
+
+        // --retain keeps the wreck.
+        let f = fixture("  agents: 1\n");
+        f.engine
+            .with(|s| s.fail_on = Some("create container devstack-t-agent-0".into()));
+        let retain = UpOptions {
+            retain: true,
+            ..Default::default()
+        };
+        let err = converge_nodes(f.engine.as_ref(), &f.settings, retain, &step())
+            .await
+            .unwrap_err();
+        assert!(err.message().contains("retained"), "{}", err.message());
+        assert_eq!(f.engine.container_names(), ["devstack-t-server-0"]);
+    }
+
+    #[tokio::test]
+    async fn plan_reads_the_running_cluster() {
+        let f = fixture("");
+        let engine = f.engine.as_ref();
+        assert_eq!(plan(engine, &f.settings).await.unwrap(), Plan::default());
+        f.add_server(true);
+        assert_eq!(plan(engine, &f.settings).await.unwrap().changes, []);
+
+        let changed = f.with(
+            "  agents: 2\n  image: rancher/k3s:v9.9.9-k3s1\n  apiServerPort: 6551\n  ports:\n  - {hostPort: 8080, containerPort: 30080}\n",
+        );
+        let plan = plan(engine, &changed).await.unwrap();
+        let changes: Vec<(&str, bool)> = plan
+            .changes
+            .iter()
+            .map(|c| (c.what.as_str(), c.in_place))
+            .collect();
+        let image = format!(
+            "image {} -> rancher/k3s:v9.9.9-k3s1",
+            f.settings.cluster.image
+        );
+        assert_eq!(
+            changes,
+            [
+                ("agents 0 -> 2", true),
+                (image.as_str(), false),
+                ("apiServerPort 6550 -> 6551", false),
+                ("ports [] -> [8080:30080]", false),
+            ]
+        );
+        assert!(plan.check(false, &changed).is_err());
+    }
+
+    #[tokio::test]
+    async fn images_added_to_the_profile_are_imported_into_running_nodes() {
+        let f = fixture("");
+        f.add_server(true);
+        let image = "example.test/added:1";
+        f.engine.with(|s| s.images.insert(image.to_string()));
+        let mut settings = f.settings.clone();
+        settings.images.preload = vec![image.to_string()];
+        // The node's containerd: what `crictl images` lists and `ctr import` adds.
+        let present: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = present.clone();
+        f.engine.on_exec(move |_, cmd| match cmd {
+            ["crictl", "images", ..] => {
+                let tags: Vec<_> = seen.lock().unwrap().clone();
+                (
+                    0,
+                    serde_json::json!({"images": [{"repoTags": tags}]}).to_string(),
+                )
+            }
+            ["ctr", "--namespace", "k8s.io", "images", "import", _] => {
+                seen.lock().unwrap().push(image.to_string());
+                (0, String::new())
+            }
+            other => panic!("unexpected command {other:?}"),
+        });
+
+        let imported = load_images(f.engine.as_ref(), &settings, &step())
+            .await
+            .unwrap();
+        assert_eq!(imported, 1);
+        let server = f.engine.container("devstack-t-server-0").unwrap();
+        assert_eq!(server.files.len(), 1, "copied for the next start too");
+        assert!(
+            server.files.keys().all(|p| p.starts_with(IMAGES_IN_NODE)),
+            "{:?}",
+            server.files
+        );
+        // Present now: nothing is imported again.
+        let imported = load_images(f.engine.as_ref(), &settings, &step())
+            .await
+            .unwrap();
+        assert_eq!(imported, 0);
+        assert_eq!(
+            f.engine
+                .calls()
+                .iter()
+                .filter(|c| c.starts_with("upload"))
+                .count(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn a_step_that_created_the_cluster_is_undone_by_the_runner() {
+        let f = fixture("");
+        f.add_server(true);
+        let engine: Arc<dyn Engine> = f.engine.clone();
+        let runner = crate::pipeline::Runner::new(&crate::ui::Ui::silent());
+        let network = f.settings.resource_prefix();
+        assert!(
+            docker::ensure_network(engine.as_ref(), "t", &network)
+                .await
+                .unwrap()
+        );
+        let (e, n) = (engine.clone(), network.clone());
+        runner.created(format!("network {network}"), move || {
+            Box::pin(async move {
+                docker::remove_network_if_unused(e.as_ref(), &n)
+                    .await
+                    .map(drop)
+            })
+        });
+        let (e, s) = (engine.clone(), f.settings.clone());
+        runner.created("k3s cluster", move || {
+            Box::pin(async move { remove_nodes(e.as_ref(), &s).await.map(drop) })
+        });
+        let failed: Result<(), Error> = runner
+            .step("Fails", None, |_| async { Err(Error::internal("boom")) })
+            .await;
+        assert!(failed.is_err());
+        let rollback = runner.rollback(&Default::default()).await;
+        assert!(rollback.complete(), "{rollback:?}");
+        assert_eq!(
+            rollback.undone,
+            ["k3s cluster", &format!("network {network}")]
+        );
+        assert!(f.engine.container_names().is_empty());
+        assert!(f.engine.volume_names().is_empty());
+        assert!(f.engine.with(|s| s.networks.is_empty()));
     }
 }

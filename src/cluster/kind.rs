@@ -40,6 +40,8 @@ const LABEL_CLUSTER: &str = "io.x-k8s.kind.cluster";
 const LABEL_ROLE: &str = "io.x-k8s.kind.role";
 const ROLE_CONTROL_PLANE: &str = "control-plane";
 const ROLE_WORKER: &str = "worker";
+/// The API server's port inside a control-plane node.
+const KIND_API_PORT: u16 = 6443;
 
 /// Where the nodes' containerd reads per-registry `hosts.toml` files.
 const REGISTRY_CONFIG_DIR: &str = "/etc/containerd/certs.d";
@@ -495,6 +497,8 @@ struct KindNode {
     role: String,
     state: Option<ContainerSummaryStateEnum>,
     networks: Vec<String>,
+    /// Published ports: (port in the node, port on the host).
+    ports: Vec<(u16, u16)>,
 }
 
 impl KindNode {
@@ -538,6 +542,12 @@ async fn list_nodes(engine: &dyn Engine, cluster: &str) -> Result<Vec<KindNode>,
                 .and_then(|n| n.networks.as_ref())
                 .map(|n| n.keys().cloned().collect())
                 .unwrap_or_default(),
+            ports: c
+                .ports
+                .iter()
+                .flatten()
+                .filter_map(|p| Some((p.private_port, p.public_port?)))
+                .collect(),
         })
         .collect();
     sort_nodes(&mut nodes);
@@ -1216,6 +1226,29 @@ async fn plan(engine: &dyn Engine, settings: &Settings) -> Result<Plan, Error> {
             });
         }
     }
+    // Published ports live on the first control plane (kind's API server
+    // port, then `cluster.ports`); a port is part of the container.
+    let published = nodes
+        .first()
+        .map(|n| n.ports.as_slice())
+        .unwrap_or_default();
+    let api_port = published
+        .iter()
+        .find(|(inside, _)| *inside == KIND_API_PORT)
+        .map(|(_, host)| *host);
+    if let (Some(have), Some(want)) = (api_port, settings.cluster.api_server_port.fixed())
+        && have != want
+    {
+        changes.push(Change {
+            what: format!("apiServerPort {have} -> {want}"),
+            in_place: false,
+        });
+    }
+    let extra = published
+        .iter()
+        .filter(|(inside, _)| *inside != KIND_API_PORT)
+        .copied();
+    changes.extend(super::provider::ports_change(extra.collect(), settings));
     Ok(Plan {
         exists: true,
         changes,
@@ -1656,6 +1689,7 @@ containerdConfigPatches:
             role: role.into(),
             state: None,
             networks: Vec::new(),
+            ports: Vec::new(),
         }
     }
 
@@ -1744,5 +1778,148 @@ containerdConfigPatches:
             ..output
         };
         assert_eq!(kind_failed(&args, &output).kind(), Kind::Prerequisite);
+    }
+}
+
+/// Drift against the in-memory engine.
+#[cfg(test)]
+mod engine_tests {
+    use super::*;
+    use crate::docker::fake::{FakeContainer, FakeEngine};
+
+    fn settings(cluster: &str) -> Settings {
+        let text = format!(
+            "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: t\ncluster:\n  provider: kind\n{cluster}"
+        );
+        let loaded = crate::profile::load::parse("t.yaml", &text, ".".into()).unwrap();
+        let mut settings = Settings::resolve(loaded, &Default::default()).unwrap();
+        settings.state_dir = "/state".into();
+        settings
+    }
+
+    /// A node as `kind create` leaves it; `marked`: with devstack's owner mount.
+    fn add_node(engine: &FakeEngine, settings: &Settings, name: &str, role: &str, marked: bool) {
+        let cluster = cluster_name(settings);
+        let mut node = FakeContainer {
+            image: settings.cluster.image.clone(),
+            labels: [
+                (LABEL_CLUSTER.to_string(), cluster.clone()),
+                (LABEL_ROLE.to_string(), role.to_string()),
+            ]
+            .into(),
+            running: true,
+            ..Default::default()
+        };
+        if marked {
+            node.binds.push(format!(
+                "{}:{MARKER_IN_NODE}:ro",
+                owner_marker_dir(settings).display()
+            ));
+        }
+        if role == ROLE_CONTROL_PLANE {
+            node.ports = vec![(KIND_API_PORT, 41234), (30080, 8080)];
+        }
+        engine.with(|s| s.containers.insert(format!("{cluster}-{name}"), node));
+    }
+
+    fn changes(plan: &Plan) -> Vec<(&str, bool)> {
+        plan.changes
+            .iter()
+            .map(|c| (c.what.as_str(), c.in_place))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn every_difference_needs_a_new_cluster() {
+        let ports = "  ports:\n  - {hostPort: 8080, containerPort: 30080}\n";
+        let same = settings(ports);
+        let engine = FakeEngine::new();
+        assert_eq!(plan(&engine, &same).await.unwrap(), Plan::default());
+        add_node(&engine, &same, "control-plane", ROLE_CONTROL_PLANE, true);
+        let plan_now = plan(&engine, &same).await.unwrap();
+        assert!(plan_now.exists);
+        assert_eq!(changes(&plan_now), []);
+
+        let other = settings(
+            "  agents: 1\n  image: kindest/node:v9.9.9\n  apiServerPort: 41235\n  ports:\n  - {hostPort: 8081, containerPort: 30080}\n",
+        );
+        let plan_now = plan(&engine, &other).await.unwrap();
+        let image = format!("image {} -> kindest/node:v9.9.9", same.cluster.image);
+        assert_eq!(
+            changes(&plan_now),
+            [
+                ("agents 0 -> 1", false),
+                (image.as_str(), false),
+                ("apiServerPort 41234 -> 41235", false),
+                ("ports [8080:30080] -> [8081:30080]", false),
+            ]
+        );
+        let err = plan_now.check(false, &other).unwrap_err();
+        assert!(err.hint().unwrap().contains("--recreate"));
+
+        // `auto` keeps whatever port the cluster has.
+        assert_eq!(changes(&plan(&engine, &same).await.unwrap()), []);
+    }
+
+    #[tokio::test]
+    async fn a_cluster_without_the_owner_mount_is_someone_elses() {
+        let s = settings("");
+        let engine = FakeEngine::new();
+        add_node(&engine, &s, "control-plane", ROLE_CONTROL_PLANE, false);
+        let err = plan(&engine, &s).await.unwrap_err();
+        assert_eq!(err.kind(), crate::error::Kind::Prerequisite);
+        assert!(
+            err.message().contains("devstack did not create it"),
+            "{}",
+            err.message()
+        );
+        assert!(!any_node(&engine, &s).await.unwrap());
+        // `down` leaves it alone (and needs no kind binary to decide so).
+        assert!(!down(&engine, &s).await.unwrap());
+        assert_eq!(engine.container_names().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn converging_starts_and_unpauses_nodes_and_joins_the_stack_network() {
+        let s = settings("  agents: 1\n");
+        let engine = FakeEngine::new();
+        add_node(&engine, &s, "control-plane", ROLE_CONTROL_PLANE, true);
+        add_node(&engine, &s, "worker", ROLE_WORKER, true);
+        let cluster = cluster_name(&s);
+        engine.with(|st| {
+            st.containers
+                .get_mut(&format!("{cluster}-control-plane"))
+                .unwrap()
+                .running = false;
+            st.containers
+                .get_mut(&format!("{cluster}-worker"))
+                .unwrap()
+                .paused = true;
+        });
+        let Found::Ours(nodes) = find_cluster(&engine, &s).await.unwrap() else {
+            panic!("the cluster is ours");
+        };
+        let step = crate::ui::Ui::silent().step("test");
+        let repaired = start_stopped(&engine, &nodes, &step).await.unwrap();
+        assert_eq!(
+            repaired,
+            [
+                format!("started stopped node {cluster}-control-plane"),
+                format!("unpaused node {cluster}-worker"),
+            ]
+        );
+        let kubernetes: Vec<&KindNode> = nodes.iter().collect();
+        let connected = connect_to_stack_network(&engine, &s, &kubernetes)
+            .await
+            .unwrap();
+        assert_eq!(connected.len(), 2);
+        let network = s.resource_prefix();
+        assert!(
+            engine
+                .container(&format!("{cluster}-worker"))
+                .unwrap()
+                .networks
+                .contains(&network)
+        );
     }
 }

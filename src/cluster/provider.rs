@@ -65,6 +65,33 @@ impl Plan {
     }
 }
 
+/// The change of `cluster.ports` when a cluster publishes `have` (port in
+/// the node, port on the host) besides its API server. Published ports are
+/// fixed when a node container is created, so only a recreate changes them.
+pub(crate) fn ports_change(mut have: Vec<(u16, u16)>, settings: &Settings) -> Option<Change> {
+    let mut want: Vec<(u16, u16)> = settings
+        .cluster
+        .ports
+        .iter()
+        .map(|p| (p.container_port, p.host_port))
+        .collect();
+    have.sort_unstable();
+    have.dedup();
+    want.sort_unstable();
+    want.dedup();
+    let list = |ports: &[(u16, u16)]| {
+        ports
+            .iter()
+            .map(|(inside, host)| format!("{host}:{inside}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    (have != want).then(|| Change {
+        what: format!("ports [{}] -> [{}]", list(&have), list(&want)),
+        in_place: false,
+    })
+}
+
 /// A kind of Kubernetes cluster devstack can run a stack on.
 pub trait ClusterProvider: Send + Sync {
     fn provider(&self) -> Provider;

@@ -28,6 +28,8 @@ pub struct FakeContainer {
     pub running: bool,
     pub paused: bool,
     pub networks: BTreeSet<String>,
+    /// Published ports: (port in the container, port on the host).
+    pub ports: Vec<(u16, u16)>,
     /// Files written into the container (`upload`), by path.
     pub files: BTreeMap<String, PathBuf>,
 }
@@ -147,6 +149,16 @@ impl Engine for FakeEngine {
                                 .collect(),
                         ),
                     }),
+                    ports: Some(
+                        c.ports
+                            .iter()
+                            .map(|(inside, host)| bollard::models::PortSummary {
+                                private_port: *inside,
+                                public_port: Some(*host),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    ),
                     ..Default::default()
                 })
                 .collect()
@@ -189,6 +201,21 @@ impl Engine for FakeEngine {
                     ..Default::default()
                 }),
                 mounts: Some(mounts),
+                host_config: Some(bollard::models::HostConfig {
+                    port_bindings: Some(
+                        c.ports
+                            .iter()
+                            .map(|(inside, host)| {
+                                let binding = bollard::models::PortBinding {
+                                    host_ip: Some("127.0.0.1".into()),
+                                    host_port: Some(host.to_string()),
+                                };
+                                (format!("{inside}/tcp"), Some(vec![binding]))
+                            })
+                            .collect(),
+                    ),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }
         }))
@@ -207,6 +234,22 @@ impl Engine for FakeEngine {
                         return Err(server_error(409, format!("name {name} is already in use")));
                     }
                     let host = body.host_config.unwrap_or_default();
+                    let ports: Vec<(u16, u16)> = host
+                        .port_bindings
+                        .iter()
+                        .flatten()
+                        .filter_map(|(key, bindings)| {
+                            let inside: u16 = key.split('/').next()?.parse().ok()?;
+                            let host: u16 = bindings
+                                .as_ref()?
+                                .first()?
+                                .host_port
+                                .as_ref()?
+                                .parse()
+                                .ok()?;
+                            Some((inside, host))
+                        })
+                        .collect();
                     s.containers.insert(
                         name.to_string(),
                         FakeContainer {
@@ -216,6 +259,7 @@ impl Engine for FakeEngine {
                             labels: body.labels.unwrap_or_default(),
                             binds: host.binds.unwrap_or_default(),
                             networks: host.network_mode.into_iter().collect(),
+                            ports,
                             ..Default::default()
                         },
                     );
@@ -414,7 +458,7 @@ impl Engine for FakeEngine {
     fn image_id<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, EngineResult<String>> {
         let found = self.with(|s| s.images.contains(reference));
         ready(if found {
-            Ok(format!("sha256:{reference}"))
+            Ok(format!("sha256:{}", hex::encode(reference)))
         } else {
             Err(not_found(reference))
         })
