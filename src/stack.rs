@@ -403,12 +403,7 @@ impl Stack {
         } else {
             missing_flux_objects(&client).await
         };
-        let gitops = runner
-            .timed(
-                "GitOps",
-                gitops::deliver(&client, settings, DeliverOptions::default(), &self.ui),
-            )
-            .await?;
+        let gitops = gitops::deliver(&client, settings, DeliverOptions::default(), runner).await?;
         if existed {
             repaired.extend(
                 missing_before

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding, VolumeCreateRequest};
@@ -67,23 +66,13 @@ async fn nodes(engine: &dyn Engine, settings: &Settings) -> Result<Vec<Node>, Er
     Ok(out)
 }
 
-/// K3s nodes as containers of the engine it is given.
-pub struct K3s {
-    engine: Arc<dyn Engine>,
-}
-
-impl K3s {
-    pub fn new(engine: Arc<dyn Engine>) -> Self {
-        K3s { engine }
-    }
-}
-
 /// Whether the stack has any K3s node container.
 async fn any_node(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
     Ok(!nodes(engine, settings).await?.is_empty())
 }
 
 super::provider::engine_provider!(
+    /// K3s nodes as containers of the engine it is given.
     K3s,
     Provider::K3s,
     exists: any_node,
@@ -256,13 +245,7 @@ async fn scale_agents(
         for index in missing {
             let agent = node_name(settings, "agent", index);
             step.progress(format!("adding agent node {agent}"));
-            let node = NewNode {
-                name: &agent,
-                role: ROLE_AGENT,
-                args: agent_args(settings, &agent),
-                token: &token,
-                api_port: None,
-            };
+            let node = NewNode::agent(settings, &agent, &token);
             create_node(engine, settings, node, &tarballs).await?;
             done.push(format!("added agent node {agent}"));
         }
@@ -499,13 +482,7 @@ async fn create_nodes(
     create_node(engine, settings, node, &tarballs).await?;
     for index in 0..settings.cluster.agents as usize {
         let agent = node_name(settings, "agent", index);
-        let node = NewNode {
-            name: &agent,
-            role: ROLE_AGENT,
-            args: agent_args(settings, &agent),
-            token: &token,
-            api_port: None,
-        };
+        let node = NewNode::agent(settings, &agent, &token);
         create_node(engine, settings, node, &tarballs).await?;
     }
     Ok(())
@@ -519,6 +496,18 @@ struct NewNode<'a> {
     token: &'a str,
     /// The server's published API port.
     api_port: Option<u16>,
+}
+
+impl<'a> NewNode<'a> {
+    fn agent(settings: &Settings, name: &'a str, token: &'a str) -> Self {
+        NewNode {
+            name,
+            role: ROLE_AGENT,
+            args: agent_args(settings, name),
+            token,
+            api_port: None,
+        }
+    }
 }
 
 async fn create_node(
@@ -727,11 +716,8 @@ async fn load_images(
                 continue;
             }
             step.progress(format!("importing {} into {node}", image.reference));
-            let name = format!("added-{}", file_name(&absolute));
-            engine
-                .upload(node, IMAGES_IN_NODE, &name, &absolute)
-                .await?;
-            let path = format!("{IMAGES_IN_NODE}/{name}");
+            let path = format!("{IMAGES_IN_NODE}/added-{}", file_name(&absolute));
+            engine.upload(node, &path, &absolute).await?;
             let left = limit.saturating_sub(started.elapsed());
             let (code, _) = docker::exec_within(
                 engine,

@@ -18,7 +18,6 @@ use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::models::ContainerSummaryStateEnum;
@@ -628,11 +627,8 @@ async fn start_stopped(
                 repaired.push(format!("unpaused node {name}"));
             }
             _ => {
-                step.progress(format!("starting stopped node {name}"));
-                engine
-                    .start_container(name)
-                    .await
-                    .map_err(|e| docker::engine_error(format!("start node {name}"), e))?;
+                let started = engine.start_container(name).await;
+                started.map_err(|e| docker::engine_error(format!("start node {name}"), e))?;
                 repaired.push(format!("started stopped node {name}"));
             }
         }
@@ -885,7 +881,7 @@ fn server_of(kubeconfig: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-pub async fn up(
+async fn up(
     engine: &dyn Engine,
     settings: &Settings,
     options: UpOptions,
@@ -1142,18 +1138,6 @@ async fn rollback(
     }
 }
 
-/// Kind clusters, created and deleted with the `kind` CLI, their node
-/// containers on the engine it is given.
-pub struct Kind {
-    engine: Arc<dyn Engine>,
-}
-
-impl Kind {
-    pub fn new(engine: Arc<dyn Engine>) -> Self {
-        Kind { engine }
-    }
-}
-
 /// Whether the stack has any container of its kind cluster.
 async fn any_node(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
     Ok(matches!(
@@ -1163,6 +1147,8 @@ async fn any_node(engine: &dyn Engine, settings: &Settings) -> Result<bool, Erro
 }
 
 super::provider::engine_provider!(
+    /// Kind clusters, created and deleted with the `kind` CLI, their node
+    /// containers on the engine it is given.
     Kind,
     Provider::Kind,
     exists: any_node,

@@ -130,11 +130,12 @@ pub trait ClusterProvider: Send + Sync {
     fn delete<'a>(&'a self, settings: &'a Settings) -> BoxFuture<'a, Result<bool, Error>>;
 }
 
-/// Implements [`ClusterProvider`] for a provider struct holding an
-/// `engine: Arc<dyn Engine>`, from its module's free functions
+/// Declares a provider struct holding an `engine: Arc<dyn Engine>` and
+/// implements [`ClusterProvider`] for it from its module's free functions
 /// `(engine, settings, ...)`.
 macro_rules! engine_provider {
     (
+        $(#[$doc:meta])*
         $ty:ident,
         $provider:expr,
         exists: $exists:path,
@@ -144,6 +145,17 @@ macro_rules! engine_provider {
         load_images: $load_images:path,
         delete: $delete:path
     ) => {
+        $(#[$doc])*
+        pub struct $ty {
+            engine: std::sync::Arc<dyn $crate::docker::Engine>,
+        }
+
+        impl $ty {
+            pub fn new(engine: std::sync::Arc<dyn $crate::docker::Engine>) -> Self {
+                $ty { engine }
+            }
+        }
+
         impl $crate::cluster::ClusterProvider for $ty {
             fn provider(&self) -> $crate::profile::Provider {
                 $provider

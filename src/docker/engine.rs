@@ -57,12 +57,12 @@ pub trait Engine: Send + Sync {
         container: &'a str,
         path: &'a str,
     ) -> BoxFuture<'a, EngineResult<Vec<u8>>>;
-    /// Copies the host file `local` into the container as `dir/name`.
+    /// Copies the host file `local` into the container at `path`, whose
+    /// directory exists.
     fn upload<'a>(
         &'a self,
         container: &'a str,
-        dir: &'a str,
-        name: &'a str,
+        path: &'a str,
         local: &'a Path,
     ) -> BoxFuture<'a, Result<(), Error>>;
     /// The last `lines` lines of a container's output (empty when unknown).
@@ -212,12 +212,12 @@ impl Engine for Docker {
     fn upload<'a>(
         &'a self,
         container: &'a str,
-        dir: &'a str,
-        name: &'a str,
+        path: &'a str,
         local: &'a Path,
     ) -> BoxFuture<'a, Result<(), Error>> {
         use tokio::io::AsyncReadExt;
         Box::pin(async move {
+            let (dir, name) = path.rsplit_once('/').unwrap_or((".", path));
             let unreadable = |e: std::io::Error| {
                 Error::internal(format!("cannot read {}", local.display())).with_source(e)
             };

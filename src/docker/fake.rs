@@ -106,6 +106,22 @@ impl FakeEngine {
         self.with(|s| s.volumes.keys().cloned().collect())
     }
 
+    /// Records `call` and applies `f` to the container `name`.
+    fn change(
+        &self,
+        call: String,
+        name: &str,
+        f: impl FnOnce(&mut FakeContainer),
+    ) -> EngineResult<()> {
+        self.call(call)?;
+        self.with(|s| {
+            s.containers
+                .get_mut(name)
+                .map(f)
+                .ok_or_else(|| not_found(name))
+        })
+    }
+
     /// Records a mutating call; fails it when the test asked so.
     fn call(&self, what: String) -> EngineResult<()> {
         self.with(|s| {
@@ -270,29 +286,11 @@ impl Engine for FakeEngine {
     }
 
     fn start_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
-        let result = self.call(format!("start {name}")).and_then(|()| {
-            self.with(|s| match s.containers.get_mut(name) {
-                Some(c) => {
-                    c.running = true;
-                    Ok(())
-                }
-                None => Err(not_found(name)),
-            })
-        });
-        ready(result)
+        ready(self.change(format!("start {name}"), name, |c| c.running = true))
     }
 
     fn unpause_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
-        let result = self.call(format!("unpause {name}")).and_then(|()| {
-            self.with(|s| match s.containers.get_mut(name) {
-                Some(c) => {
-                    c.paused = false;
-                    Ok(())
-                }
-                None => Err(not_found(name)),
-            })
-        });
-        ready(result)
+        ready(self.change(format!("unpause {name}"), name, |c| c.paused = false))
     }
 
     fn remove_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
@@ -338,24 +336,14 @@ impl Engine for FakeEngine {
     fn upload<'a>(
         &'a self,
         container: &'a str,
-        dir: &'a str,
-        name: &'a str,
+        to: &'a str,
         local: &'a Path,
     ) -> BoxFuture<'a, Result<(), Error>> {
-        let path = format!("{dir}/{name}");
-        let result = self
-            .call(format!("upload {container}:{path}"))
-            .and_then(|()| {
-                self.with(|s| match s.containers.get_mut(container) {
-                    Some(c) => {
-                        c.files.insert(path, local.to_path_buf());
-                        Ok(())
-                    }
-                    None => Err(not_found(container)),
-                })
-            })
-            .map_err(|e| super::engine_error("upload", e));
-        ready(result)
+        let call = format!("upload {container}:{to}");
+        let result = self.change(call, container, |c| {
+            c.files.insert(to.to_string(), local.to_path_buf());
+        });
+        ready(result.map_err(|e| super::engine_error("upload", e)))
     }
 
     fn logs_tail<'a>(&'a self, _container: &'a str, _lines: usize) -> BoxFuture<'a, String> {
@@ -441,18 +429,10 @@ impl Engine for FakeEngine {
         network: &'a str,
         container: &'a str,
     ) -> BoxFuture<'a, EngineResult<()>> {
-        let result = self
-            .call(format!("connect {container} to {network}"))
-            .and_then(|()| {
-                self.with(|s| match s.containers.get_mut(container) {
-                    Some(c) => {
-                        c.networks.insert(network.to_string());
-                        Ok(())
-                    }
-                    None => Err(not_found(container)),
-                })
-            });
-        ready(result)
+        let call = format!("connect {container} to {network}");
+        ready(self.change(call, container, |c| {
+            c.networks.insert(network.to_string());
+        }))
     }
 
     fn image_id<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, EngineResult<String>> {
