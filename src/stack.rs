@@ -642,9 +642,7 @@ async fn preflight(
     plan.check(recreate, settings)?;
     crate::cluster::kubeconfig::check_writable(&state::kubeconfig_path(settings))?;
     if settings.cluster.merge_kubeconfig {
-        crate::cluster::kubeconfig::check_writable(
-            &crate::cluster::kubeconfig::user_kubeconfig_path(),
-        )?;
+        crate::cluster::kubeconfig::check_writable(&settings.user_kubeconfig)?;
     }
     crate::cluster::preload::open_bundle(settings)?;
     Ok(plan)

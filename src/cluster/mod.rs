@@ -194,14 +194,20 @@ pub async fn provision(
     let path = crate::state::kubeconfig_path(settings);
     kubeconfig::check_writable(&path)?;
     if settings.cluster.merge_kubeconfig {
-        kubeconfig::check_writable(&kubeconfig::user_kubeconfig_path())?;
+        kubeconfig::check_writable(&settings.user_kubeconfig)?;
     }
     let info = up(engine, settings, options, step).await?;
     let written = kubeconfig::write_private(&path, &info.kubeconfig).and_then(|()| {
         settings
             .cluster
             .merge_kubeconfig
-            .then(|| kubeconfig::merge_into_user(&info.kubeconfig, settings.cluster.switch_context))
+            .then(|| {
+                kubeconfig::merge_into_user(
+                    &settings.user_kubeconfig,
+                    &info.kubeconfig,
+                    settings.cluster.switch_context,
+                )
+            })
             .transpose()
     });
     let written = written.and_then(|merged_into| {
@@ -230,7 +236,8 @@ pub async fn remove(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<boo
     let removed = down(engine, settings).await?;
     let path = crate::state::kubeconfig_path(settings);
     let had_file = std::fs::remove_file(&path).is_ok();
-    let had_context = kubeconfig::remove_from_user(&settings.kube_context())?;
+    let had_context =
+        kubeconfig::remove_from_user(&settings.user_kubeconfig, &settings.kube_context())?;
     crate::docker::remove_network_if_unused(engine.as_ref(), &settings.resource_prefix()).await?;
     Ok(removed || had_file || had_context)
 }

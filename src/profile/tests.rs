@@ -609,3 +609,23 @@ fn the_state_directory_is_resolved_once_from_the_environment() {
         PathBuf::from("/d")
     );
 }
+
+#[test]
+fn the_user_kubeconfig_is_resolved_once_from_the_environment() {
+    let text = format!("{HEADER}name: p\n");
+    let path = |env: &[(&'static str, &'static str)]| {
+        let env: HashMap<&str, &str> = env.iter().copied().collect();
+        resolve(&text, &Overrides::default(), &env)
+            .unwrap()
+            .user_kubeconfig
+    };
+    assert_eq!(
+        path(&[("HOME", "/home/u")]),
+        PathBuf::from("/home/u/.kube/config")
+    );
+    assert_eq!(
+        path(&[("HOME", "/home/u"), ("KUBECONFIG", "/a/one:/b/two")]),
+        PathBuf::from("/a/one"),
+        "the first KUBECONFIG entry"
+    );
+}
