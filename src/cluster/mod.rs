@@ -96,10 +96,6 @@ pub fn node_name(settings: &Settings, role: &str, index: usize) -> String {
     format!("{}-{role}-{index}", settings.resource_prefix())
 }
 
-pub fn provider_label(settings: &Settings) -> &'static str {
-    settings.cluster.provider.as_str()
-}
-
 /// Brings the cluster up (or converges an existing one), loads the stack's
 /// images into its nodes and waits for CoreDNS, all within
 /// `timeouts.cluster` (images: `timeouts.preload`). A cluster this call
