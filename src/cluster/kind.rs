@@ -1159,9 +1159,9 @@ super::provider::engine_provider!(
     delete: down
 );
 
-/// The running cluster's kubeconfig from `kind get kubeconfig`, renamed.
-async fn kubeconfig(engine: &dyn Engine, settings: &Settings) -> Result<String, Error> {
-    let _ = engine;
+/// The running cluster's kubeconfig from `kind get kubeconfig`, renamed
+/// (kind reads it off the nodes itself).
+async fn kubeconfig(_engine: &dyn Engine, settings: &Settings) -> Result<String, Error> {
     let kind = find_kind(settings).await?.path;
     Ok(kind_kubeconfig(&kind, settings).await?.1)
 }
