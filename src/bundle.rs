@@ -5,11 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use bollard::Docker;
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::docker;
+use crate::docker::{self, Engine};
 use crate::error::Error;
 use crate::profile::{Provider, Settings};
 
@@ -286,53 +284,25 @@ pub fn normalize_reference(reference: &str) -> String {
     }
 }
 
-/// Loads an image tarball into the Docker engine (`docker load`).
-pub async fn load_into_docker(docker: &Docker, tarball: &Path) -> Result<(), Error> {
-    let file = tokio::fs::File::open(tarball).await.map_err(|e| {
-        Error::user(format!(
-            "cannot open image tarball {}: {e}",
-            tarball.display()
-        ))
-        .with_hint("rebuild the bundle with `make kit`")
-    })?;
-    let body = tokio_util::io::ReaderStream::new(file);
-    let options = bollard::query_parameters::ImportImageOptions {
-        quiet: true,
-        ..Default::default()
-    };
-    let mut stream = docker.import_image_stream(options, body, None);
-    while let Some(item) = stream.next().await {
-        let info =
-            item.map_err(|e| docker::engine_error(format!("load {}", tarball.display()), e))?;
-        if let Some(err) = info.error_detail.and_then(|d| d.message) {
-            return Err(Error::internal(format!(
-                "load {}: {err}",
-                tarball.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// Makes `image` available in the engine: present already, loaded from the
 /// bundle, or pulled — in that order.
 pub async fn ensure_image(
-    docker: &Docker,
+    engine: &dyn Engine,
     image: &str,
     bundle: Option<&Bundle>,
 ) -> Result<(), Error> {
-    if docker.inspect_image(image).await.is_ok() {
+    if engine.image_id(image).await.is_ok() {
         return Ok(());
     }
     if let Some(bundle) = bundle
         && let Some(artifact) = bundle.image(image)
     {
-        load_into_docker(docker, &bundle.path_of(artifact)).await?;
-        if docker.inspect_image(image).await.is_ok() {
+        engine.load_image(&bundle.path_of(artifact)).await?;
+        if engine.image_id(image).await.is_ok() {
             return Ok(());
         }
     }
-    docker::pull_image(docker, image).await
+    docker::pull_image(engine, image).await
 }
 
 #[cfg(test)]

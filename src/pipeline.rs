@@ -199,22 +199,6 @@ impl Runner {
         }
     }
 
-    /// Times work that prints its own steps; a cancellation abandons it.
-    pub async fn timed<T>(
-        &self,
-        name: &str,
-        work: impl Future<Output = Result<T, Error>>,
-    ) -> Result<T, Error> {
-        let cancel = self.cancel.clone();
-        self.timed_cooperative(name, async move {
-            tokio::select! {
-                result = work => result,
-                _ = cancel.cancelled() => Err(Error::interrupted()),
-            }
-        })
-        .await
-    }
-
     /// Times work that watches [`Runner::cancel_token`] itself, so that it
     /// can clean up what it made before it returns (never abandoned).
     pub async fn timed_cooperative<T>(

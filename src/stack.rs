@@ -157,7 +157,7 @@ impl Stack {
             !docker::find_containers(docker, docker::stack_filter(Some(&self.settings.name)))
                 .await?
                 .is_empty()
-                || cluster::exists(docker, &self.settings).await?,
+                || cluster::exists(&docker::shared(docker), &self.settings).await?,
         )
     }
 
@@ -303,11 +303,12 @@ impl Stack {
                 Box::pin(async move { localstack::down(&docker, &owned).await.map(|_| ()) })
             });
         }
+        let engine = docker::shared(docker);
         if !cluster_plan.exists || (options.recreate && cluster_plan.needs_recreate()) {
-            let (docker, owned) = (docker.clone(), settings.clone());
+            let (engine, owned) = (engine.clone(), settings.clone());
             runner.created(
                 format!("{} cluster", settings.cluster.provider.as_str()),
-                move || Box::pin(async move { cluster::remove(&docker, &owned).await.map(|_| ()) }),
+                move || Box::pin(async move { cluster::remove(&engine, &owned).await.map(|_| ()) }),
             );
         }
 
@@ -352,7 +353,7 @@ impl Stack {
                     retain: true,
                     recreate: options.recreate,
                 };
-                let provisioned = cluster::provision(docker, settings, options, &step).await?;
+                let provisioned = cluster::provision(&engine, settings, options, &step).await?;
                 let summary = provisioned.info.summary();
                 Ok((provisioned, summary))
             },
@@ -402,12 +403,7 @@ impl Stack {
         } else {
             missing_flux_objects(&client).await
         };
-        let gitops = runner
-            .timed(
-                "GitOps",
-                gitops::deliver(&client, settings, DeliverOptions::default(), &self.ui),
-            )
-            .await?;
+        let gitops = gitops::deliver(&client, settings, DeliverOptions::default(), runner).await?;
         if existed {
             repaired.extend(
                 missing_before
@@ -475,7 +471,7 @@ impl Stack {
 
     async fn remove(&self, docker: &bollard::Docker) -> Result<DownReport, Error> {
         let settings = &self.settings;
-        let cluster = cluster::remove(docker, settings).await?;
+        let cluster = cluster::remove(&docker::shared(docker), settings).await?;
         let localstack = localstack::down(docker, settings).await?;
         docker::remove_network_if_unused(docker, &localstack::network_name(settings)).await?;
         let dir = state::stack_dir(settings);
@@ -642,13 +638,11 @@ async fn preflight(
         .map_err(|e| docker::engine_error("ping the Docker engine", e))?;
     // A change the cluster cannot take in place is refused before anything
     // (LocalStack included) is touched.
-    let plan = cluster::plan(docker, settings).await?;
+    let plan = cluster::plan(&docker::shared(docker), settings).await?;
     plan.check(recreate, settings)?;
     crate::cluster::kubeconfig::check_writable(&state::kubeconfig_path(settings))?;
     if settings.cluster.merge_kubeconfig {
-        crate::cluster::kubeconfig::check_writable(
-            &crate::cluster::kubeconfig::user_kubeconfig_path(),
-        )?;
+        crate::cluster::kubeconfig::check_writable(&settings.user_kubeconfig)?;
     }
     // A pinned version the offline bundle lacks fails here, not minutes
     // later when Flux or the chart is reached.

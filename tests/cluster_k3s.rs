@@ -267,3 +267,47 @@ fn k3s_engine_going_away_mid_create_is_reported_and_the_next_run_converges() {
     stack.run(&profile, &["cluster", "down"]).ok();
     assert!(stack.containers().is_empty());
 }
+/// An image added to `images.preload` after the cluster was created is
+/// imported into the running nodes by the next `up`, which no mount made at
+/// creation carries; `timeouts.preload` is short so that waiting for an
+/// import that never comes fails the test instead of only slowing it.
+#[test]
+fn k3s_a_preload_image_added_later_is_imported_into_running_nodes() {
+    if !require_cluster_kit() {
+        return;
+    }
+    ensure_busybox_image();
+    let stack = TestStack::new("addimg");
+    let with = |extra: &str| {
+        stack.profile(&format!(
+            "cluster:\n  provider: k3s\n  kubeconfig: {{merge: false}}\nimages:\n  bundle: {}\n{extra}",
+            bundle_dir().display()
+        ))
+    };
+    stack.run(&with(""), &["cluster", "up"]).ok();
+    let server = format!("devstack-{}-server-0", stack.name);
+    let images = || {
+        String::from_utf8_lossy(&docker(&["exec", &server, "crictl", "images"]).stdout).into_owned()
+    };
+    assert!(!images().contains("devstack-test/busybox"), "{}", images());
+
+    let profile = with(&format!("  preload: [{BUSYBOX}]\n"));
+    let text = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(
+        &profile,
+        text.replace("timeouts:\n", "timeouts:\n  preload: 45s\n"),
+    )
+    .unwrap();
+    let up = stack.run(&profile, &["cluster", "up", "--json"]);
+    up.ok();
+    assert_eq!(up.json()["cluster"]["created"], false, "{}", up.all());
+    assert!(
+        images().contains("devstack-test/busybox"),
+        "the added image is in the node: {}",
+        images()
+    );
+    // A second run finds it there and imports nothing again.
+    stack.run(&profile, &["cluster", "up"]).ok();
+    stack.run(&profile, &["cluster", "down"]).ok();
+    assert!(stack.containers().is_empty(), "{:?}", stack.containers());
+}

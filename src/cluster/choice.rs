@@ -89,7 +89,7 @@ pub async fn existing_provider(
     for provider in [Provider::K3s, Provider::Kind] {
         let mut other = settings.clone();
         other.cluster.provider = provider;
-        if super::provider::for_settings(docker, &other)
+        if super::provider::for_settings(std::sync::Arc::new(docker.clone()), &other)
             .exists(&other)
             .await?
         {

@@ -6,15 +6,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding, VolumeCreateRequest};
-use bollard::query_parameters::{
-    CreateContainerOptions, DownloadFromContainerOptions, ListVolumesOptions, RemoveVolumeOptions,
-};
-use futures::StreamExt;
 
 use crate::cluster::{Change, ClusterInfo, Plan, UpOptions, kubeconfig, node_name, preload};
-use crate::docker;
+use crate::docker::{self, Engine};
 use crate::error::{Error, Kind};
 use crate::profile::{Provider, Settings};
 use crate::ui::Step;
@@ -39,47 +34,54 @@ fn node_labels(settings: &Settings, role: &str) -> HashMap<String, String> {
     docker::labels(&settings.name, role)
 }
 
-/// Every K3s node container of the stack.
-async fn nodes(
-    docker: &Docker,
-    settings: &Settings,
-) -> Result<Vec<(String, String, bool, HashMap<String, String>)>, Error> {
+/// One K3s node container.
+#[derive(Debug, Clone)]
+struct Node {
+    name: String,
+    role: String,
+    running: bool,
+    labels: HashMap<String, String>,
+}
+
+/// Every K3s node container of the stack, the server first.
+async fn nodes(engine: &dyn Engine, settings: &Settings) -> Result<Vec<Node>, Error> {
     let mut filters = docker::stack_filter(Some(&settings.name));
     filters.push(docker::LABEL_ROLE.to_string());
-    let containers = docker::find_containers(docker, filters).await?;
-    let mut out: Vec<_> = containers
+    let containers = docker::find_containers(engine, filters).await?;
+    let mut out: Vec<Node> = containers
         .into_iter()
         .filter_map(|c| {
             let labels = c.labels.clone().unwrap_or_default();
             let role = labels.get(docker::LABEL_ROLE)?.clone();
-            (role == ROLE_SERVER || role == ROLE_AGENT).then(|| {
-                let running = c.state.as_ref().is_some_and(|s| s.to_string() == "running");
-                (docker::container_name_of(&c), role, running, labels)
+            (role == ROLE_SERVER || role == ROLE_AGENT).then(|| Node {
+                name: docker::container_name_of(&c),
+                running: c.state.as_ref().is_some_and(|s| s.to_string() == "running"),
+                role,
+                labels,
             })
         })
         .collect();
     // Servers first, then by name, so index 0 is the server.
-    out.sort_by(|a, b| (a.1 != ROLE_SERVER, &a.0).cmp(&(b.1 != ROLE_SERVER, &b.0)));
+    out.sort_by(|a, b| (a.role != ROLE_SERVER, &a.name).cmp(&(b.role != ROLE_SERVER, &b.name)));
     Ok(out)
 }
 
-/// K3s nodes as containers of the Docker engine `docker` talks to.
-pub struct K3s {
-    docker: Docker,
-}
-
-impl K3s {
-    pub fn new(docker: Docker) -> Self {
-        K3s { docker }
-    }
-}
-
 /// Whether the stack has any K3s node container.
-async fn any_node(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
-    Ok(!nodes(docker, settings).await?.is_empty())
+async fn any_node(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
+    Ok(!nodes(engine, settings).await?.is_empty())
 }
 
-super::provider::docker_provider!(K3s, Provider::K3s, exists: any_node, plan: plan, up: up, delete: remove_nodes);
+super::provider::engine_provider!(
+    /// K3s nodes as containers of the engine it is given.
+    K3s,
+    Provider::K3s,
+    exists: any_node,
+    plan: plan,
+    up: up,
+    kubeconfig: kubeconfig,
+    load_images: load_images,
+    delete: remove_nodes
+);
 
 /// Agent index of a node container name `devstack-<stack>-agent-<i>`.
 fn agent_index(settings: &Settings, name: &str) -> Option<usize> {
@@ -91,17 +93,22 @@ fn agent_index(settings: &Settings, name: &str) -> Option<usize> {
 /// The running cluster against the settings: the agent count changes in
 /// place; the node image, the server's arguments and a fixed API port need
 /// a new cluster.
-async fn plan(docker: &Docker, settings: &Settings) -> Result<Plan, Error> {
-    let existing = nodes(docker, settings).await?;
+async fn plan(engine: &dyn Engine, settings: &Settings) -> Result<Plan, Error> {
+    let existing = nodes(engine, settings).await?;
     if existing.is_empty() {
         return Ok(Plan::default());
     }
-    let agents = existing.iter().filter(|n| n.1 == ROLE_AGENT).count();
-    let server = docker::inspect(docker, &node_name(settings, "server", 0))
+    let agents = existing.iter().filter(|n| n.role == ROLE_AGENT).count();
+    let server = docker::inspect(engine, &node_name(settings, "server", 0))
         .await?
         .map(|container| {
             let config = container.config.unwrap_or_default();
+            let bindings = container
+                .host_config
+                .and_then(|h| h.port_bindings)
+                .unwrap_or_default();
             ServerFacts {
+                ports: published_ports(&bindings),
                 image: config.image.unwrap_or_default(),
                 args: config.cmd.unwrap_or_default(),
                 api_port: config
@@ -119,6 +126,20 @@ struct ServerFacts {
     image: String,
     args: Vec<String>,
     api_port: Option<u16>,
+    /// `cluster.ports` as published: (port in the node, port on the host).
+    ports: Vec<(u16, u16)>,
+}
+
+/// The host ports a node publishes besides the API server's.
+fn published_ports(bindings: &bollard::models::PortMap) -> Vec<(u16, u16)> {
+    bindings
+        .iter()
+        .filter_map(|(key, to)| {
+            let inside: u16 = key.split('/').next()?.parse().ok()?;
+            let host = to.as_ref()?.first()?.host_port.as_ref()?.parse().ok()?;
+            (inside != API_PORT).then_some((inside, host))
+        })
+        .collect()
 }
 
 /// The plan rule on what exists, kept apart from Docker so it is tested
@@ -167,6 +188,10 @@ fn plan_of(settings: &Settings, agents: usize, server: Option<&ServerFacts>) -> 
             in_place: false,
         });
     }
+    changes.extend(super::provider::ports_change(
+        server.ports.clone(),
+        settings,
+    ));
     Plan {
         exists: true,
         changes,
@@ -177,33 +202,32 @@ fn plan_of(settings: &Settings, agents: usize, server: Option<&ServerFacts>) -> 
 /// settings ask; returns what it did and the agents it removed (whose Node
 /// objects must go too).
 async fn scale_agents(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
-    existing: &[(String, String, bool, HashMap<String, String>)],
+    existing: &[Node],
     step: &Step,
 ) -> Result<(Vec<String>, Vec<String>), Error> {
     let wanted = usize::from(settings.cluster.agents);
     let mut done = Vec::new();
     let mut removed = Vec::new();
-    for (name, role, _, _) in existing {
-        if role == ROLE_AGENT && agent_index(settings, name).is_none_or(|i| i >= wanted) {
-            step.progress(format!("removing agent node {name}"));
-            docker::remove_container(docker, name).await?;
-            remove_node_volumes(docker, name).await?;
-            done.push(format!("removed agent node {name}"));
-            removed.push(name.clone());
+    let agents = existing.iter().filter(|n| n.role == ROLE_AGENT);
+    for node in agents.clone() {
+        if agent_index(settings, &node.name).is_none_or(|i| i >= wanted) {
+            step.progress(format!("removing agent node {}", node.name));
+            docker::remove_container(engine, &node.name).await?;
+            remove_node_volumes(engine, &node.name).await?;
+            done.push(format!("removed agent node {}", node.name));
+            removed.push(node.name.clone());
         }
     }
-    let have: Vec<usize> = existing
-        .iter()
-        .filter(|n| n.1 == ROLE_AGENT)
-        .filter_map(|n| agent_index(settings, &n.0))
+    let have: Vec<usize> = agents
+        .filter_map(|n| agent_index(settings, &n.name))
         .collect();
     let missing: Vec<usize> = (0..wanted).filter(|i| !have.contains(i)).collect();
     if !missing.is_empty() {
         let server = node_name(settings, "server", 0);
         // Agents join with the cluster's own token, which the server holds.
-        let token = docker::inspect(docker, &server)
+        let token = docker::inspect(engine, &server)
             .await?
             .and_then(|c| c.config)
             .and_then(|c| c.env)
@@ -217,21 +241,12 @@ async fn scale_agents(
                 .with_hint("`devstack up --recreate` creates the cluster again")
             })?;
         let wanted_images = preload::wanted_images(settings)?;
-        let tarballs = preload::tarballs(docker, settings, &wanted_images).await?;
+        let tarballs = preload::tarballs(engine, settings, &wanted_images).await?;
         for index in missing {
             let agent = node_name(settings, "agent", index);
             step.progress(format!("adding agent node {agent}"));
-            create_node(
-                docker,
-                settings,
-                &agent,
-                ROLE_AGENT,
-                agent_args(settings, &agent),
-                &token,
-                None,
-                &tarballs,
-            )
-            .await?;
+            let node = NewNode::agent(settings, &agent, &token);
+            create_node(engine, settings, node, &tarballs).await?;
             done.push(format!("added agent node {agent}"));
         }
     }
@@ -267,91 +282,99 @@ fn agent_args(settings: &Settings, agent: &str) -> Vec<String> {
 }
 
 /// Removes the named volumes that hold one node's state.
-async fn remove_node_volumes(docker: &Docker, node: &str) -> Result<(), Error> {
+async fn remove_node_volumes(engine: &dyn Engine, node: &str) -> Result<(), Error> {
     for (suffix, _) in STATE_PATHS {
-        let volume = format!("{node}-{suffix}");
-        match docker
-            .remove_volume(&volume, Some(RemoveVolumeOptions { force: true }))
-            .await
-        {
-            Ok(()) => {}
-            Err(e) if docker::is_not_found(&e) => {}
-            Err(e) => return Err(docker::engine_error(format!("remove volume {volume}"), e)),
-        }
+        docker::remove_volume(engine, &format!("{node}-{suffix}")).await?;
     }
     Ok(())
 }
 
+/// What converging the node containers did.
+#[derive(Debug)]
+struct Converged {
+    api_port: u16,
+    created: bool,
+    repaired: Vec<String>,
+    /// Agents removed, whose Node objects must go too.
+    removed_agents: Vec<String>,
+}
+
+/// Brings the node containers to the settings' shape: creates the cluster
+/// when it has no server (rolling back what it created on failure, unless
+/// `retain`), else starts stopped nodes and adds or removes agents in place.
+async fn converge_nodes(
+    engine: &dyn Engine,
+    settings: &Settings,
+    options: UpOptions,
+    step: &Step,
+) -> Result<Converged, Error> {
+    docker::ensure_network(engine, &settings.name, &settings.resource_prefix()).await?;
+    let existing = nodes(engine, settings).await?;
+    let server = node_name(settings, "server", 0);
+    let Some(found) = existing.iter().find(|n| n.name == server) else {
+        if !existing.is_empty() {
+            // Agents without their server cannot join anything: start over.
+            remove_nodes(engine, settings).await?;
+        }
+        let api_port = super::choose_api_port(settings)?;
+        return match create_nodes(engine, settings, api_port, step).await {
+            Ok(()) => Ok(Converged {
+                api_port,
+                created: true,
+                repaired: Vec::new(),
+                removed_agents: Vec::new(),
+            }),
+            Err(err) => Err(rollback(engine, settings, options, err).await),
+        };
+    };
+    let api_port = api_port_of(&found.labels, &server)?;
+    let mut repaired = Vec::new();
+    for node in existing.iter().filter(|n| !n.running) {
+        step.progress(format!("starting stopped node {}", node.name));
+        engine
+            .start_container(&node.name)
+            .await
+            .map_err(|e| docker::engine_error(format!("start node {}", node.name), e))?;
+        repaired.push(format!("started stopped node {}", node.name));
+    }
+    let (scaled, removed_agents) = scale_agents(engine, settings, &existing, step).await?;
+    repaired.extend(scaled);
+    Ok(Converged {
+        api_port,
+        created: false,
+        repaired,
+        removed_agents,
+    })
+}
+
+fn api_port_of(labels: &HashMap<String, String>, server: &str) -> Result<u16, Error> {
+    labels
+        .get(LABEL_API_PORT)
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| {
+            Error::internal(format!("node {server} lacks its {LABEL_API_PORT} label"))
+                .with_hint("remove the stack with `devstack cluster down` and bring it up again")
+        })
+}
+
 pub async fn up(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     options: UpOptions,
     step: &Step,
 ) -> Result<ClusterInfo, Error> {
-    let network = settings.resource_prefix();
-    docker::ensure_network(docker, &settings.name, &network).await?;
-    let existing = nodes(docker, settings).await?;
-    let server = node_name(settings, "server", 0);
     let started = Instant::now();
-
-    let mut removed_agents = Vec::new();
-    let (api_port, created, repaired) =
-        if let Some((_, _, _, labels)) = existing.iter().find(|n| n.0 == server) {
-            let api_port: u16 = labels
-                .get(LABEL_API_PORT)
-                .and_then(|p| p.parse().ok())
-                .ok_or_else(|| {
-                    Error::internal(format!("node {server} lacks its {LABEL_API_PORT} label"))
-                        .with_hint(
-                            "remove the stack with `devstack cluster down` and bring it up again",
-                        )
-                })?;
-            let mut repaired = Vec::new();
-            for (name, _, running, _) in &existing {
-                if !running {
-                    step.progress(format!("starting stopped node {name}"));
-                    docker
-                        .start_container(
-                            name,
-                            None::<bollard::query_parameters::StartContainerOptions>,
-                        )
-                        .await
-                        .map_err(|e| docker::engine_error(format!("start node {name}"), e))?;
-                    repaired.push(format!("started stopped node {name}"));
-                }
-            }
-            let (scaled, removed) = scale_agents(docker, settings, &existing, step).await?;
-            repaired.extend(scaled);
-            removed_agents = removed;
-            (api_port, false, repaired)
-        } else {
-            if !existing.is_empty() {
-                // Agents without their server cannot join anything: start over.
-                remove_nodes(docker, settings).await?;
-            }
-            let api_port = super::choose_api_port(settings)?;
-            match create_nodes(docker, settings, api_port, step).await {
-                Ok(()) => (api_port, true, Vec::new()),
-                Err(err) => return Err(rollback(docker, settings, options, err).await),
-            }
-        };
-
+    let converged = converge_nodes(engine, settings, options, step).await?;
     let finish = async {
         step.progress("waiting for the kubeconfig");
-        let raw = read_kubeconfig(
-            docker,
-            &server,
-            settings
-                .timeouts
-                .cluster
-                .get()
-                .saturating_sub(started.elapsed()),
-        )
-        .await?;
-        let api_server = format!("https://127.0.0.1:{api_port}");
-        let config = kubeconfig::rename_context(&raw, &settings.kube_context(), Some(&api_server))?;
+        let budget = settings
+            .timeouts
+            .cluster
+            .get()
+            .saturating_sub(started.elapsed());
+        let config = kubeconfig_within(engine, settings, budget).await?;
         let client = crate::k8s::client_from_kubeconfig(&config).await?;
-        for agent in &removed_agents {
+        for agent in &converged.removed_agents {
             crate::k8s::delete_node(&client, agent).await?;
         }
         let expected = 1 + settings.cluster.agents as usize;
@@ -362,42 +385,58 @@ pub async fn up(
             step,
         )
         .await?;
-        let names: Vec<String> = nodes(docker, settings)
-            .await?
-            .into_iter()
-            .map(|n| n.0)
-            .collect();
-        let wanted: Vec<String> = preload::wanted_images(settings)?
-            .into_iter()
-            .map(|i| i.reference)
-            .collect();
-        wait_images_imported(
-            docker,
-            &names,
-            &wanted,
-            settings.timeouts.preload.get(),
-            step,
-        )
-        .await?;
         Ok::<_, Error>(ClusterInfo {
             provider: Provider::K3s,
-            nodes: names,
-            api_server,
+            nodes: nodes(engine, settings)
+                .await?
+                .into_iter()
+                .map(|n| n.name)
+                .collect(),
+            api_server: api_server_url(converged.api_port),
             kubeconfig: config,
-            created,
-            repaired,
+            created: converged.created,
+            repaired: converged.repaired.clone(),
         })
     };
     match finish.await {
         Ok(info) => Ok(info),
-        Err(err) if created => Err(rollback(docker, settings, options, err).await),
+        Err(err) if converged.created => Err(rollback(engine, settings, options, err).await),
         Err(err) => Err(err),
     }
 }
 
+fn api_server_url(port: u16) -> String {
+    format!("https://127.0.0.1:{port}")
+}
+
+/// The running cluster's kubeconfig, renamed to the stack's context.
+async fn kubeconfig(engine: &dyn Engine, settings: &Settings) -> Result<String, Error> {
+    kubeconfig_within(engine, settings, settings.timeouts.cluster.get()).await
+}
+
+/// [`kubeconfig`], waiting up to `limit` for a starting server to write it.
+async fn kubeconfig_within(
+    engine: &dyn Engine,
+    settings: &Settings,
+    limit: Duration,
+) -> Result<String, Error> {
+    let server = node_name(settings, "server", 0);
+    let labels = docker::inspect(engine, &server)
+        .await?
+        .and_then(|c| c.config)
+        .and_then(|c| c.labels)
+        .ok_or_else(|| {
+            Error::user(format!("stack `{}` has no K3s server node", settings.name))
+                .with_hint("`devstack up` creates it")
+        })?;
+    let api_server = api_server_url(api_port_of(&labels, &server)?);
+    let raw = read_kubeconfig(engine, &server, limit).await?;
+    kubeconfig::rename_context(&raw, &settings.kube_context(), Some(&api_server))
+}
+
 /// Removes what a failed `up` created, unless `--retain`, and says which.
-pub async fn rollback(
-    docker: &Docker,
+async fn rollback(
+    engine: &dyn Engine,
     settings: &Settings,
     options: UpOptions,
     err: Error,
@@ -405,7 +444,7 @@ pub async fn rollback(
     if options.retain {
         return err.context("cluster creation failed; the half-created cluster is retained for debugging (--retain)");
     }
-    match remove_nodes(docker, settings).await {
+    match remove_nodes(engine, settings).await {
         Ok(_) => err.context("cluster creation failed and was rolled back"),
         Err(rollback_err) => {
             let message = format!(
@@ -420,7 +459,7 @@ pub async fn rollback(
 }
 
 async fn create_nodes(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     api_port: u16,
     step: &Step,
@@ -428,46 +467,62 @@ async fn create_nodes(
     let image = &settings.cluster.image;
     let bundle = preload::open_bundle(settings)?;
     step.progress(format!("node image {image}"));
-    crate::bundle::ensure_image(docker, image, bundle.as_ref()).await?;
+    crate::bundle::ensure_image(engine, image, bundle.as_ref()).await?;
     let wanted = preload::wanted_images(settings)?;
-    let tarballs = preload::tarballs(docker, settings, &wanted).await?;
+    let tarballs = preload::tarballs(engine, settings, &wanted).await?;
     let token = hex::encode(rand::random::<[u8; 24]>());
     let server = node_name(settings, "server", 0);
-
-    let server_args = server_args(settings);
-    create_node(
-        docker,
-        settings,
-        &server,
-        ROLE_SERVER,
-        server_args,
-        &token,
-        Some(api_port),
-        &tarballs,
-    )
-    .await?;
+    let node = NewNode {
+        name: &server,
+        role: ROLE_SERVER,
+        args: server_args(settings),
+        token: &token,
+        api_port: Some(api_port),
+    };
+    create_node(engine, settings, node, &tarballs).await?;
     for index in 0..settings.cluster.agents as usize {
         let agent = node_name(settings, "agent", index);
-        let args = agent_args(settings, &agent);
-        create_node(
-            docker, settings, &agent, ROLE_AGENT, args, &token, None, &tarballs,
-        )
-        .await?;
+        let node = NewNode::agent(settings, &agent, &token);
+        create_node(engine, settings, node, &tarballs).await?;
     }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn create_node(
-    docker: &Docker,
-    settings: &Settings,
-    name: &str,
-    role: &str,
+/// A node container to create.
+struct NewNode<'a> {
+    name: &'a str,
+    role: &'a str,
     args: Vec<String>,
-    token: &str,
+    token: &'a str,
+    /// The server's published API port.
     api_port: Option<u16>,
+}
+
+impl<'a> NewNode<'a> {
+    fn agent(settings: &Settings, name: &'a str, token: &'a str) -> Self {
+        NewNode {
+            name,
+            role: ROLE_AGENT,
+            args: agent_args(settings, name),
+            token,
+            api_port: None,
+        }
+    }
+}
+
+async fn create_node(
+    engine: &dyn Engine,
+    settings: &Settings,
+    node: NewNode<'_>,
     tarballs: &[(String, std::path::PathBuf)],
 ) -> Result<(), Error> {
+    let NewNode {
+        name,
+        role,
+        args,
+        token,
+        api_port,
+    } = node;
     let mut labels = node_labels(settings, role);
     if let Some(port) = api_port {
         labels.insert(LABEL_API_PORT.into(), port.to_string());
@@ -475,7 +530,7 @@ async fn create_node(
     let mut binds = Vec::new();
     for (suffix, path) in STATE_PATHS {
         let volume = format!("{name}-{suffix}");
-        docker
+        engine
             .create_volume(VolumeCreateRequest {
                 name: Some(volume.clone()),
                 labels: Some(node_labels(settings, "volume")),
@@ -553,51 +608,153 @@ async fn create_node(
         }),
         ..Default::default()
     };
-    docker
-        .create_container(
-            Some(CreateContainerOptions {
-                name: Some(name.to_string()),
-                ..Default::default()
-            }),
-            body,
-        )
-        .await
-        .map_err(|e| {
-            if docker::is_conflict(&e) {
-                Error::prerequisite(format!(
-                    "a container named `{name}` exists but is not this stack's K3s node"
-                ))
-                .with_hint(format!(
-                    "remove it (`docker rm -f {name}`) or use another stack name with --name"
-                ))
-            } else {
-                docker::engine_error(format!("create node {name}"), e)
-            }
-        })?;
-    docker
-        .start_container(
-            name,
-            None::<bollard::query_parameters::StartContainerOptions>,
-        )
-        .await
-        .map_err(|e| {
-            let message = docker::docker_message(&e);
-            if message.contains("port is already allocated")
-                || message.contains("address already in use")
-            {
-                Error::prerequisite(format!("node {name} cannot publish its ports: {message}"))
-                    .with_hint("choose other ports (`cluster.apiServerPort`, `cluster.ports`)")
-            } else {
-                docker::engine_error(format!("start node {name}"), e)
-            }
+    engine.create_container(name, body).await.map_err(|e| {
+        if docker::is_conflict(&e) {
+            Error::prerequisite(format!(
+                "a container named `{name}` exists but is not this stack's K3s node"
+            ))
+            .with_hint(format!(
+                "remove it (`docker rm -f {name}`) or use another stack name with --name"
+            ))
+        } else {
+            docker::engine_error(format!("create node {name}"), e)
+        }
+    })?;
+    engine.start_container(name).await.map_err(|e| {
+        let message = docker::docker_message(&e);
+        if message.contains("port is already allocated")
+            || message.contains("address already in use")
+        {
+            Error::prerequisite(format!("node {name} cannot publish its ports: {message}"))
+                .with_hint("choose other ports (`cluster.apiServerPort`, `cluster.ports`)")
+        } else {
+            docker::engine_error(format!("start node {name}"), e)
+        }
+    })
+}
+
+/// The images each node has, from `crictl images` (empty when it cannot
+/// tell yet, e.g. while containerd starts).
+async fn node_images(
+    engine: &dyn Engine,
+    node: &str,
+) -> Result<std::collections::HashSet<String>, Error> {
+    let (code, stdout) = docker::exec_in(engine, node, &["crictl", "images", "-o", "json"]).await?;
+    Ok(if code == 0 {
+        image_tags(&stdout)
+    } else {
+        Default::default()
+    })
+}
+
+/// The image tarballs bind-mounted into a node's images directory, which
+/// K3s imports by itself when the node starts.
+async fn mounted_tarballs(
+    engine: &dyn Engine,
+    node: &str,
+) -> Result<std::collections::HashSet<std::path::PathBuf>, Error> {
+    let mounts = docker::inspect(engine, node)
+        .await?
+        .and_then(|c| c.mounts)
+        .unwrap_or_default();
+    Ok(mounts
+        .into_iter()
+        .filter(|m| {
+            m.destination
+                .as_deref()
+                .is_some_and(|d| d.starts_with(IMAGES_IN_NODE))
         })
+        .filter_map(|m| m.source.map(std::path::PathBuf::from))
+        .collect())
+}
+
+/// Makes every wanted image present in every node, within
+/// `timeouts.preload`. Tarballs mounted into a node when it was created are
+/// imported by K3s in the background while the node turns Ready, so those
+/// are waited for; images added to the profile since (which no mount
+/// carries) are copied into the node's images directory, so a restart
+/// imports them too, and imported into its containerd now. Returns how many
+/// images it imported itself.
+async fn load_images(
+    engine: &dyn Engine,
+    settings: &Settings,
+    step: &Step,
+) -> Result<usize, Error> {
+    let wanted = preload::wanted_images(settings)?;
+    if wanted.is_empty() {
+        return Ok(0);
+    }
+    let limit = settings.timeouts.preload.get();
+    let started = Instant::now();
+    let names: Vec<String> = nodes(engine, settings)
+        .await?
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    let mut imported = 0;
+    let mut tarballs = None;
+    for node in &names {
+        let present = node_images(engine, node).await?;
+        let missing: Vec<&preload::PreloadImage> = wanted
+            .iter()
+            .filter(|w| !present.contains(&crate::bundle::normalize_reference(&w.reference)))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let mounted = mounted_tarballs(engine, node).await?;
+        if tarballs.is_none() {
+            tarballs = Some(preload::tarballs(engine, settings, &wanted).await?);
+        }
+        let all = tarballs.as_deref().unwrap_or_default();
+        for image in missing {
+            let Some((_, tarball)) = all.iter().find(|(r, _)| *r == image.reference) else {
+                continue;
+            };
+            let absolute = std::fs::canonicalize(tarball).unwrap_or_else(|_| tarball.clone());
+            if mounted.contains(&absolute) {
+                continue;
+            }
+            step.progress(format!("importing {} into {node}", image.reference));
+            let path = format!("{IMAGES_IN_NODE}/added-{}", file_name(&absolute));
+            engine.upload(node, &path, &absolute).await?;
+            let left = limit.saturating_sub(started.elapsed());
+            let (code, _) = docker::exec_within(
+                engine,
+                node,
+                &["ctr", "--namespace", "k8s.io", "images", "import", &path],
+                left,
+            )
+            .await?;
+            if code != 0 {
+                return Err(Error::internal(format!(
+                    "importing {} into node {node} failed (exit code {code})",
+                    image.reference
+                ))
+                .with_hint(
+                    "`docker logs` of the node and `devstack doctor` (free disk) show why",
+                ));
+            }
+            imported += 1;
+        }
+    }
+    let wanted: Vec<String> = wanted.into_iter().map(|i| i.reference).collect();
+    wait_images_imported(
+        engine,
+        &names,
+        &wanted,
+        limit.saturating_sub(started.elapsed()),
+        step,
+    )
+    .await?;
+    Ok(imported)
 }
 
 /// K3s imports its images directory in the background while the node turns
 /// Ready; workloads must not start before the preloaded images are there, or
 /// they would try to pull them.
 async fn wait_images_imported(
-    docker: &Docker,
+    engine: &dyn Engine,
     nodes: &[String],
     wanted: &[String],
     timeout: Duration,
@@ -610,13 +767,7 @@ async fn wait_images_imported(
     loop {
         let mut missing = Vec::new();
         for node in nodes {
-            let (code, stdout) =
-                docker::exec_in(docker, node, &["crictl", "images", "-o", "json"]).await?;
-            let present = if code == 0 {
-                image_tags(&stdout)
-            } else {
-                Default::default()
-            };
+            let present = node_images(engine, node).await?;
             missing.extend(
                 wanted
                     .iter()
@@ -680,39 +831,22 @@ fn registries_yaml(settings: &Settings) -> String {
 
 /// Polls the server container until K3s has written its kubeconfig.
 async fn read_kubeconfig(
-    docker: &Docker,
+    engine: &dyn Engine,
     server: &str,
     timeout: Duration,
 ) -> Result<String, Error> {
     let started = Instant::now();
     loop {
-        let state = docker::inspect(docker, server).await?.and_then(|c| c.state);
+        let state = docker::inspect(engine, server).await?.and_then(|c| c.state);
         if !state.as_ref().and_then(|s| s.running).unwrap_or(false) {
-            let logs = docker::tail_logs(docker, server, 20).await;
+            let logs = docker::tail_logs(engine, server, 20).await;
             return Err(Error::new(
                 Kind::Internal,
                 format!("K3s node {server} stopped while starting; last log lines:\n{logs}"),
             )
             .with_hint("`docker logs` of the node shows more; check `devstack doctor`"));
         }
-        let mut stream = docker.download_from_container(
-            server,
-            Some(DownloadFromContainerOptions {
-                path: KUBECONFIG_IN_NODE.into(),
-            }),
-        );
-        let mut bytes = Vec::new();
-        let mut ok = true;
-        while let Some(chunk) = stream.next().await {
-            match chunk {
-                Ok(c) => bytes.extend_from_slice(&c),
-                Err(_) => {
-                    ok = false;
-                    break;
-                }
-            }
-        }
-        if ok
+        if let Ok(bytes) = engine.download(server, KUBECONFIG_IN_NODE).await
             && let Some(text) = first_file_in_tar(&bytes)
             && text.contains("server:")
         {
@@ -741,35 +875,17 @@ fn first_file_in_tar(bytes: &[u8]) -> Option<String> {
 }
 
 /// Removes the stack's K3s node containers and their volumes.
-async fn remove_nodes(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
+async fn remove_nodes(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
     let mut removed = false;
-    for (name, _, _, _) in nodes(docker, settings).await? {
-        removed |= docker::remove_container(docker, &name).await?;
+    for node in nodes(engine, settings).await? {
+        removed |= docker::remove_container(engine, &node.name).await?;
     }
-    let options = ListVolumesOptions {
-        filters: Some(HashMap::from([(
-            "label".to_string(),
-            docker::stack_filter(Some(&settings.name)),
-        )])),
-    };
-    let volumes = docker
-        .list_volumes(Some(options))
+    let volumes = engine
+        .list_volumes(docker::stack_filter(Some(&settings.name)))
         .await
         .map_err(|e| docker::engine_error("list volumes", e))?;
-    for volume in volumes.volumes.unwrap_or_default() {
-        match docker
-            .remove_volume(&volume.name, Some(RemoveVolumeOptions { force: true }))
-            .await
-        {
-            Ok(()) => removed = true,
-            Err(e) if docker::is_not_found(&e) => {}
-            Err(e) => {
-                return Err(docker::engine_error(
-                    format!("remove volume {}", volume.name),
-                    e,
-                ));
-            }
-        }
+    for volume in volumes {
+        removed |= docker::remove_volume(engine, &volume).await?;
     }
     Ok(removed)
 }
@@ -791,6 +907,7 @@ mod tests {
             image: settings.cluster.image.clone(),
             args: server_args(settings),
             api_port: Some(api_port),
+            ports: Vec::new(),
         }
     }
 
@@ -840,5 +957,312 @@ mod tests {
         assert_eq!(agent_index(&s, "devstack-t-agent-3"), Some(3));
         assert_eq!(agent_index(&s, "devstack-t-server-0"), None);
         assert_eq!(agent_index(&s, "devstack-other-agent-0"), None);
+    }
+}
+
+/// Converge, drift and rollback against the in-memory engine.
+#[cfg(test)]
+mod engine_tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::docker::fake::{FakeContainer, FakeEngine};
+
+    struct Fixture {
+        engine: Arc<FakeEngine>,
+        /// Holds the state directory (image cache) for the test's length.
+        _state: tempfile::TempDir,
+        settings: Settings,
+    }
+
+    fn fixture(cluster: &str) -> Fixture {
+        let state = tempfile::tempdir().unwrap();
+        let text = format!(
+            "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: t\ncluster:\n  provider: k3s\n{cluster}"
+        );
+        let loaded = crate::profile::load::parse("t.yaml", &text, ".".into()).unwrap();
+        let mut settings = Settings::resolve(loaded, &Default::default()).unwrap();
+        settings.state_dir = state.path().to_path_buf();
+        settings.images.bundle = None;
+        let engine = Arc::new(FakeEngine::new());
+        engine.with(|s| s.images.insert(settings.cluster.image.clone()));
+        Fixture {
+            engine,
+            _state: state,
+            settings,
+        }
+    }
+
+    impl Fixture {
+        fn with(&self, cluster: &str) -> Settings {
+            let mut next = fixture(cluster).settings;
+            next.state_dir = self.settings.state_dir.clone();
+            next
+        }
+
+        /// A server node as `up` leaves it, running or stopped.
+        fn add_server(&self, running: bool) {
+            let mut labels = node_labels(&self.settings, ROLE_SERVER);
+            labels.insert(LABEL_API_PORT.into(), "6550".into());
+            let server = FakeContainer {
+                image: self.settings.cluster.image.clone(),
+                cmd: server_args(&self.settings),
+                env: vec!["K3S_TOKEN=secret-token".into()],
+                labels,
+                running,
+                ports: vec![(API_PORT, 6550)],
+                ..Default::default()
+            };
+            self.engine.with(|s| {
+                s.containers.insert("devstack-t-server-0".into(), server);
+                for (suffix, _) in STATE_PATHS {
+                    s.volumes.insert(
+                        format!("devstack-t-server-0-{suffix}"),
+                        node_labels(&self.settings, "volume"),
+                    );
+                }
+            });
+        }
+    }
+
+    fn step() -> Step {
+        crate::ui::Ui::silent().step("test")
+    }
+
+    #[tokio::test]
+    async fn converge_starts_stopped_nodes_and_scales_agents_in_place() {
+        let f = fixture("");
+        f.add_server(false);
+        let one = f.with("  agents: 1\n");
+        let engine = f.engine.as_ref();
+
+        let done = converge_nodes(engine, &one, UpOptions::default(), &step())
+            .await
+            .unwrap();
+        assert!(!done.created);
+        assert_eq!(done.api_port, 6550);
+        assert_eq!(
+            done.repaired,
+            [
+                "started stopped node devstack-t-server-0",
+                "added agent node devstack-t-agent-0"
+            ]
+        );
+        assert!(done.removed_agents.is_empty());
+        let agent = f.engine.container("devstack-t-agent-0").unwrap();
+        assert!(agent.running);
+        assert!(
+            agent.env.contains(&"K3S_TOKEN=secret-token".to_string()),
+            "agents join with the server's token: {:?}",
+            agent.env
+        );
+        assert_eq!(agent.cmd, agent_args(&one, "devstack-t-agent-0"));
+        assert_eq!(f.engine.volume_names().len(), 2 * STATE_PATHS.len());
+        assert!(f.engine.container("devstack-t-server-0").unwrap().running);
+
+        // Nothing to do: no engine call changes anything.
+        let before = f.engine.calls().len();
+        let again = converge_nodes(engine, &one, UpOptions::default(), &step())
+            .await
+            .unwrap();
+        assert!(again.repaired.is_empty(), "{:?}", again.repaired);
+        assert_eq!(f.engine.calls().len(), before, "{:?}", f.engine.calls());
+
+        let none = f.with("");
+        let done = converge_nodes(engine, &none, UpOptions::default(), &step())
+            .await
+            .unwrap();
+        assert_eq!(done.repaired, ["removed agent node devstack-t-agent-0"]);
+        assert_eq!(done.removed_agents, ["devstack-t-agent-0"]);
+        assert_eq!(f.engine.container_names(), ["devstack-t-server-0"]);
+        assert_eq!(
+            f.engine.volume_names().len(),
+            STATE_PATHS.len(),
+            "the agent's volumes went with it: {:?}",
+            f.engine.volume_names()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_create_removes_exactly_what_it_created() {
+        let f = fixture("  agents: 1\n");
+        // A container of another stack, which the rollback must not touch.
+        f.engine.with(|s| {
+            s.containers.insert(
+                "devstack-other-server-0".into(),
+                FakeContainer {
+                    labels: crate::docker::labels("other", ROLE_SERVER),
+                    ..Default::default()
+                },
+            );
+            s.fail_on = Some("create container devstack-t-agent-0".into());
+        });
+        let err = converge_nodes(
+            f.engine.as_ref(),
+            &f.settings,
+            UpOptions::default(),
+            &step(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.message().starts_with(
+                "cluster creation failed and was rolled back: create node devstack-t-agent-0"
+            ),
+            "{}",
+            err.message()
+        );
+        assert_eq!(f.engine.container_names(), ["devstack-other-server-0"]);
+        assert!(
+            f.engine.volume_names().is_empty(),
+            "{:?}",
+            f.engine.volume_names()
+        );
+        let calls = f.engine.calls();
+        let created = calls
+            .iter()
+            .position(|c| c == "create container devstack-t-server-0");
+        let removed = calls
+            .iter()
+            .position(|c| c == "remove container devstack-t-server-0");
+        assert!(created < removed, "{calls:?}");
+
+        // --retain keeps the wreck.
+        let f = fixture("  agents: 1\n");
+        f.engine
+            .with(|s| s.fail_on = Some("create container devstack-t-agent-0".into()));
+        let retain = UpOptions {
+            retain: true,
+            ..Default::default()
+        };
+        let err = converge_nodes(f.engine.as_ref(), &f.settings, retain, &step())
+            .await
+            .unwrap_err();
+        assert!(err.message().contains("retained"), "{}", err.message());
+        assert_eq!(f.engine.container_names(), ["devstack-t-server-0"]);
+    }
+
+    #[tokio::test]
+    async fn plan_reads_the_running_cluster() {
+        let f = fixture("");
+        let engine = f.engine.as_ref();
+        assert_eq!(plan(engine, &f.settings).await.unwrap(), Plan::default());
+        f.add_server(true);
+        assert_eq!(plan(engine, &f.settings).await.unwrap().changes, []);
+
+        let changed = f.with(
+            "  agents: 2\n  image: rancher/k3s:v9.9.9-k3s1\n  apiServerPort: 6551\n  ports:\n  - {hostPort: 8080, containerPort: 30080}\n",
+        );
+        let plan = plan(engine, &changed).await.unwrap();
+        let changes: Vec<(&str, bool)> = plan
+            .changes
+            .iter()
+            .map(|c| (c.what.as_str(), c.in_place))
+            .collect();
+        let image = format!(
+            "image {} -> rancher/k3s:v9.9.9-k3s1",
+            f.settings.cluster.image
+        );
+        assert_eq!(
+            changes,
+            [
+                ("agents 0 -> 2", true),
+                (image.as_str(), false),
+                ("apiServerPort 6550 -> 6551", false),
+                ("ports [] -> [8080:30080]", false),
+            ]
+        );
+        assert!(plan.check(false, &changed).is_err());
+    }
+
+    #[tokio::test]
+    async fn images_added_to_the_profile_are_imported_into_running_nodes() {
+        let f = fixture("");
+        f.add_server(true);
+        let image = "example.test/added:1";
+        f.engine.with(|s| s.images.insert(image.to_string()));
+        let mut settings = f.settings.clone();
+        settings.images.preload = vec![image.to_string()];
+        // The node's containerd: what `crictl images` lists and `ctr import` adds.
+        let present: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = present.clone();
+        f.engine.on_exec(move |_, cmd| match cmd {
+            ["crictl", "images", ..] => {
+                let tags: Vec<_> = seen.lock().unwrap().clone();
+                (
+                    0,
+                    serde_json::json!({"images": [{"repoTags": tags}]}).to_string(),
+                )
+            }
+            ["ctr", "--namespace", "k8s.io", "images", "import", _] => {
+                seen.lock().unwrap().push(image.to_string());
+                (0, String::new())
+            }
+            other => panic!("unexpected command {other:?}"),
+        });
+
+        let imported = load_images(f.engine.as_ref(), &settings, &step())
+            .await
+            .unwrap();
+        assert_eq!(imported, 1);
+        let server = f.engine.container("devstack-t-server-0").unwrap();
+        assert_eq!(server.files.len(), 1, "copied for the next start too");
+        assert!(
+            server.files.keys().all(|p| p.starts_with(IMAGES_IN_NODE)),
+            "{:?}",
+            server.files
+        );
+        // Present now: nothing is imported again.
+        let imported = load_images(f.engine.as_ref(), &settings, &step())
+            .await
+            .unwrap();
+        assert_eq!(imported, 0);
+        assert_eq!(
+            f.engine
+                .calls()
+                .iter()
+                .filter(|c| c.starts_with("upload"))
+                .count(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn a_step_that_created_the_cluster_is_undone_by_the_runner() {
+        let f = fixture("");
+        f.add_server(true);
+        let engine: Arc<dyn Engine> = f.engine.clone();
+        let runner = crate::pipeline::Runner::new(&crate::ui::Ui::silent());
+        let network = f.settings.resource_prefix();
+        assert!(
+            docker::ensure_network(engine.as_ref(), "t", &network)
+                .await
+                .unwrap()
+        );
+        let (e, n) = (engine.clone(), network.clone());
+        runner.created(format!("network {network}"), move || {
+            Box::pin(async move {
+                docker::remove_network_if_unused(e.as_ref(), &n)
+                    .await
+                    .map(drop)
+            })
+        });
+        let (e, s) = (engine.clone(), f.settings.clone());
+        runner.created("k3s cluster", move || {
+            Box::pin(async move { remove_nodes(e.as_ref(), &s).await.map(drop) })
+        });
+        let failed: Result<(), Error> = runner
+            .step("Fails", None, |_| async { Err(Error::internal("boom")) })
+            .await;
+        assert!(failed.is_err());
+        let rollback = runner.rollback(&Default::default()).await;
+        assert!(rollback.complete(), "{rollback:?}");
+        assert_eq!(
+            rollback.undone,
+            ["k3s cluster", &format!("network {network}")]
+        );
+        assert!(f.engine.container_names().is_empty());
+        assert!(f.engine.volume_names().is_empty());
+        assert!(f.engine.with(|s| s.networks.is_empty()));
     }
 }

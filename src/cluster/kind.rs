@@ -20,15 +20,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use bollard::Docker;
-use bollard::models::{ContainerSummaryStateEnum, NetworkConnectRequest};
-use bollard::query_parameters::StartContainerOptions;
+use bollard::models::ContainerSummaryStateEnum;
 use serde::Serialize;
 
 use crate::bundle::normalize_reference;
 use crate::cluster::preload::{self, PreloadImage};
 use crate::cluster::{Change, ClusterInfo, Plan, UpOptions, kubeconfig};
-use crate::docker::{self, exec_in};
+use crate::docker::{self, Engine, exec_in};
 use crate::error::Error;
 use crate::hostinfo::{parse_semver, tool_version};
 use crate::profile::{HumanDuration, Provider, Settings};
@@ -41,6 +39,8 @@ const LABEL_CLUSTER: &str = "io.x-k8s.kind.cluster";
 const LABEL_ROLE: &str = "io.x-k8s.kind.role";
 const ROLE_CONTROL_PLANE: &str = "control-plane";
 const ROLE_WORKER: &str = "worker";
+/// The API server's port inside a control-plane node.
+const KIND_API_PORT: u16 = 6443;
 
 /// Where the nodes' containerd reads per-registry `hosts.toml` files.
 const REGISTRY_CONFIG_DIR: &str = "/etc/containerd/certs.d";
@@ -496,6 +496,8 @@ struct KindNode {
     role: String,
     state: Option<ContainerSummaryStateEnum>,
     networks: Vec<String>,
+    /// Published ports: (port in the node, port on the host).
+    ports: Vec<(u16, u16)>,
 }
 
 impl KindNode {
@@ -518,9 +520,9 @@ fn sort_nodes(nodes: &mut [KindNode]) {
 }
 
 /// Every container of the kind cluster, whatever its state.
-async fn list_nodes(docker: &Docker, cluster: &str) -> Result<Vec<KindNode>, Error> {
+async fn list_nodes(engine: &dyn Engine, cluster: &str) -> Result<Vec<KindNode>, Error> {
     let containers =
-        docker::find_containers(docker, vec![format!("{LABEL_CLUSTER}={cluster}")]).await?;
+        docker::find_containers(engine, vec![format!("{LABEL_CLUSTER}={cluster}")]).await?;
     let mut nodes: Vec<KindNode> = containers
         .iter()
         .map(|c| KindNode {
@@ -539,6 +541,12 @@ async fn list_nodes(docker: &Docker, cluster: &str) -> Result<Vec<KindNode>, Err
                 .and_then(|n| n.networks.as_ref())
                 .map(|n| n.keys().cloned().collect())
                 .unwrap_or_default(),
+            ports: c
+                .ports
+                .iter()
+                .flatten()
+                .filter_map(|p| Some((p.private_port, p.public_port?)))
+                .collect(),
         })
         .collect();
     sort_nodes(&mut nodes);
@@ -554,8 +562,8 @@ enum Found {
     Foreign,
 }
 
-async fn find_cluster(docker: &Docker, settings: &Settings) -> Result<Found, Error> {
-    let nodes = list_nodes(docker, &cluster_name(settings)).await?;
+async fn find_cluster(engine: &dyn Engine, settings: &Settings) -> Result<Found, Error> {
+    let nodes = list_nodes(engine, &cluster_name(settings)).await?;
     if nodes.is_empty() {
         return Ok(Found::None);
     }
@@ -563,7 +571,7 @@ async fn find_cluster(docker: &Docker, settings: &Settings) -> Result<Found, Err
     let mut kubernetes_nodes = 0;
     for node in nodes.iter().filter(|n| n.is_kubernetes_node()) {
         kubernetes_nodes += 1;
-        match node_mounts(docker, &node.name).await? {
+        match node_mounts(engine, &node.name).await? {
             // Gone since the listing: nothing to judge it by.
             None => continue,
             Some(mounts) => {
@@ -589,12 +597,12 @@ async fn find_cluster(docker: &Docker, settings: &Settings) -> Result<Found, Err
 /// as when Ctrl-C killed `kind create` mid `docker run`, shows none for a
 /// moment, so that is waited out rather than read as someone else's node.
 async fn node_mounts(
-    docker: &Docker,
+    engine: &dyn Engine,
     node: &str,
 ) -> Result<Option<Vec<bollard::models::MountPoint>>, Error> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let Some(container) = docker::inspect(docker, node).await? else {
+        let Some(container) = docker::inspect(engine, node).await? else {
             return Ok(None);
         };
         let mounts = container.mounts.unwrap_or_default();
@@ -622,7 +630,7 @@ fn foreign_cluster(settings: &Settings) -> Error {
 /// Starts stopped or paused node containers (the load balancer too, or the
 /// API server is unreachable on multi-control-plane clusters).
 async fn start_stopped(
-    docker: &Docker,
+    engine: &dyn Engine,
     nodes: &[KindNode],
     step: &Step,
 ) -> Result<Vec<String>, Error> {
@@ -634,18 +642,15 @@ async fn start_stopped(
             | Some(ContainerSummaryStateEnum::RESTARTING) => {}
             Some(ContainerSummaryStateEnum::PAUSED) => {
                 step.progress(format!("unpausing node {name}"));
-                docker
+                engine
                     .unpause_container(name)
                     .await
                     .map_err(|e| docker::engine_error(format!("unpause node {name}"), e))?;
                 repaired.push(format!("unpaused node {name}"));
             }
             _ => {
-                step.progress(format!("starting stopped node {name}"));
-                docker
-                    .start_container(name, None::<StartContainerOptions>)
-                    .await
-                    .map_err(|e| docker::engine_error(format!("start node {name}"), e))?;
+                let started = engine.start_container(name).await;
+                started.map_err(|e| docker::engine_error(format!("start node {name}"), e))?;
                 repaired.push(format!("started stopped node {name}"));
             }
         }
@@ -657,19 +662,15 @@ async fn start_stopped(
 /// so pods reach it without going through the host. Returns the nodes it
 /// had to connect.
 async fn connect_to_stack_network(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     nodes: &[&KindNode],
 ) -> Result<Vec<String>, Error> {
     let network = settings.resource_prefix();
-    docker::ensure_network(docker, &settings.name, &network).await?;
+    docker::ensure_network(engine, &settings.name, &network).await?;
     let mut connected = Vec::new();
     for node in nodes.iter().filter(|n| !n.networks.contains(&network)) {
-        let request = NetworkConnectRequest {
-            container: node.name.clone(),
-            endpoint_config: None,
-        };
-        match docker.connect_network(&network, request).await {
+        match engine.connect_network(&network, &node.name).await {
             Ok(()) => connected.push(node.name.clone()),
             // A concurrent `up` got there first.
             Err(e) if docker::docker_message(&e).contains("already exists") => {}
@@ -687,7 +688,7 @@ async fn connect_to_stack_network(
 /// Writes each mirrored registry's `hosts.toml` into every node. containerd
 /// reads these per pull, so no restart is needed; rewriting is idempotent.
 async fn write_registry_hosts(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     nodes: &[&KindNode],
 ) -> Result<(), Error> {
@@ -697,7 +698,7 @@ async fn write_registry_hosts(
         let content = hosts_toml(registry, endpoints);
         for node in nodes {
             let (code, _) = exec_in(
-                docker,
+                engine,
                 &node.name,
                 &["sh", "-c", SCRIPT, "sh", &dir, &content],
             )
@@ -719,9 +720,9 @@ async fn write_registry_hosts(
 
 /// Images in a node's containerd, normalized like [`normalize_reference`].
 /// Unknown (an empty set) when the node cannot tell, so the image is loaded.
-async fn node_images(docker: &Docker, node: &str) -> HashSet<String> {
+async fn node_images(engine: &dyn Engine, node: &str) -> HashSet<String> {
     match exec_in(
-        docker,
+        engine,
         node,
         &["ctr", "--namespace", "k8s.io", "images", "list", "--quiet"],
     )
@@ -751,8 +752,8 @@ fn parse_image_list(stdout: &str) -> HashSet<String> {
 
 /// The snapshotter the node's CRI unpacks images with (kind's nodes:
 /// `overlayfs`; rootless ones `fuse-overlayfs`), as kind's own `load` reads it.
-async fn node_snapshotter(docker: &Docker, node: &str) -> String {
-    let dump = exec_in(docker, node, &["containerd", "config", "dump"])
+async fn node_snapshotter(engine: &dyn Engine, node: &str) -> String {
+    let dump = exec_in(engine, node, &["containerd", "config", "dump"])
         .await
         .ok()
         .filter(|(code, _)| *code == 0)
@@ -776,7 +777,7 @@ fn parse_snapshotter(dump: &str) -> Option<String> {
 /// measured 2x faster than `kind load image-archive`, which goes node by
 /// node). Returns how many images were imported.
 async fn preload_images(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     nodes: &[&KindNode],
     step: &Step,
@@ -789,7 +790,7 @@ async fn preload_images(
     let work = async {
         step.progress("checking images already in the nodes");
         let present =
-            futures::future::join_all(nodes.iter().map(|n| node_images(docker, &n.name))).await;
+            futures::future::join_all(nodes.iter().map(|n| node_images(engine, &n.name))).await;
         let mut todo: Vec<(PreloadImage, Vec<&str>)> = Vec::new();
         for image in wanted {
             let want = normalize_reference(&image.reference);
@@ -808,9 +809,9 @@ async fn preload_images(
         }
         let images: Vec<PreloadImage> = todo.iter().map(|(i, _)| i.clone()).collect();
         // Local-store images become tarballs (cached) like the bundle's.
-        let tarballs = preload::tarballs(docker, settings, &images).await?;
+        let tarballs = preload::tarballs(engine, settings, &images).await?;
         let snapshotters: Vec<String> =
-            futures::future::join_all(nodes.iter().map(|n| node_snapshotter(docker, &n.name)))
+            futures::future::join_all(nodes.iter().map(|n| node_snapshotter(engine, &n.name)))
                 .await;
         let snapshotter_of = |node: &str| {
             nodes
@@ -902,8 +903,8 @@ fn server_of(kubeconfig: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-pub async fn up(
-    docker: &Docker,
+async fn up(
+    engine: &dyn Engine,
     settings: &Settings,
     options: UpOptions,
     step: &Step,
@@ -912,14 +913,14 @@ pub async fn up(
     require_docker_cli()?;
     validate_mirrors(settings)?;
 
-    match find_cluster(docker, settings).await? {
+    match find_cluster(engine, settings).await? {
         Found::Foreign => return Err(foreign_cluster(settings)),
         Found::Ours(existing) => {
             // Kind cannot change a running cluster's shape: `plan` reports it
             // and the caller recreates or refuses before this point.
-            plan(docker, settings).await?.check(false, settings)?;
-            let repaired = start_stopped(docker, &existing, step).await?;
-            return converge(docker, settings, &kind, false, repaired, step).await;
+            plan(engine, settings).await?.check(false, settings)?;
+            let repaired = start_stopped(engine, &existing, step).await?;
+            return converge(engine, settings, &kind, false, repaired, step).await;
         }
         Found::None => {}
     }
@@ -929,13 +930,13 @@ pub async fn up(
     // offline bundle.
     step.progress(format!("node image {}", settings.cluster.image));
     let bundle = preload::open_bundle(settings)?;
-    crate::bundle::ensure_image(docker, &settings.cluster.image, bundle.as_ref()).await?;
+    crate::bundle::ensure_image(engine, &settings.cluster.image, bundle.as_ref()).await?;
 
     // kubeadm's init and join take most of `kind create`; the nodes'
     // containerd serves from its first seconds, so the images go in
     // meanwhile instead of after it.
     let create = create(&kind, settings, api_port, step);
-    let early = early_preload(docker, settings, step);
+    let early = early_preload(engine, settings, step);
     tokio::pin!(create, early);
     let (created, early_done) = tokio::select! {
         created = &mut create => (created, false),
@@ -947,36 +948,36 @@ pub async fn up(
     if let Err(failure) = created {
         return Err(match failure {
             CreateFailure::NothingCreated(err) => err,
-            CreateFailure::MayExist(err) => rollback(docker, settings, &kind, options, err).await,
+            CreateFailure::MayExist(err) => rollback(engine, settings, &kind, options, err).await,
         });
     }
-    match converge(docker, settings, &kind, true, Vec::new(), step).await {
+    match converge(engine, settings, &kind, true, Vec::new(), step).await {
         Ok(info) => Ok(info),
-        Err(err) => Err(rollback(docker, settings, &kind, options, err).await),
+        Err(err) => Err(rollback(engine, settings, &kind, options, err).await),
     }
 }
 
 /// Imports the stack's images into the nodes of a cluster `kind create` is
 /// still bringing up, once every node's containerd answers. Best effort:
 /// whatever it does not import, `converge` does.
-async fn early_preload(docker: &Docker, settings: &Settings, step: &Step) {
+async fn early_preload(engine: &dyn Engine, settings: &Settings, step: &Step) {
     let name = cluster_name(settings);
     let expected = usize::from(settings.cluster.servers) + usize::from(settings.cluster.agents);
     let work = async {
         loop {
-            let all = list_nodes(docker, &name).await?;
+            let all = list_nodes(engine, &name).await?;
             let nodes: Vec<&KindNode> = all.iter().filter(|n| n.is_kubernetes_node()).collect();
             if nodes.len() == expected {
                 let answers = futures::future::join_all(nodes.iter().map(|n| {
                     exec_in(
-                        docker,
+                        engine,
                         &n.name,
                         &["ctr", "--namespace", "k8s.io", "version"],
                     )
                 }))
                 .await;
                 if answers.iter().all(|a| matches!(a, Ok((0, _)))) {
-                    return preload_images(docker, settings, &nodes, step).await;
+                    return preload_images(engine, settings, &nodes, step).await;
                 }
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1059,36 +1060,9 @@ async fn create(
     Err(CreateFailure::MayExist(err))
 }
 
-/// Brings an existing (or just created) cluster to the profile's shape and
-/// waits for it: stack network, registry mirrors, kubeconfig, Ready, images.
-async fn converge(
-    docker: &Docker,
-    settings: &Settings,
-    kind: &Path,
-    created: bool,
-    mut repaired: Vec<String>,
-    step: &Step,
-) -> Result<ClusterInfo, Error> {
+/// The API server URL and the renamed kubeconfig, from `kind get kubeconfig`.
+async fn kind_kubeconfig(kind: &Path, settings: &Settings) -> Result<(String, String), Error> {
     let name = cluster_name(settings);
-    let all = list_nodes(docker, &name).await?;
-    let nodes: Vec<&KindNode> = all.iter().filter(|n| n.is_kubernetes_node()).collect();
-    if nodes.is_empty() {
-        return Err(
-            Error::internal(format!("kind cluster `{name}` has no node containers"))
-                .with_hint("`devstack cluster down`, then `up` again"),
-        );
-    }
-
-    let network = settings.resource_prefix();
-    step.progress(format!("connecting nodes to network {network}"));
-    for node in connect_to_stack_network(docker, settings, &nodes).await? {
-        if !created {
-            repaired.push(format!("connected node {node} to network {network}"));
-        }
-    }
-    write_registry_hosts(docker, settings, &nodes).await?;
-
-    step.progress("reading the kubeconfig");
     let args = [
         OsStr::new("get"),
         OsStr::new("kubeconfig"),
@@ -1104,6 +1078,41 @@ async fn converge(
         ))
     })?;
     let kubeconfig = kubeconfig::rename_context(&raw, &settings.kube_context(), None)?;
+    Ok((api_server, kubeconfig))
+}
+
+/// Brings an existing (or just created) cluster to the profile's shape and
+/// waits for it: stack network, registry mirrors, kubeconfig, Ready. Images
+/// are [`load_images`]' business.
+async fn converge(
+    engine: &dyn Engine,
+    settings: &Settings,
+    kind: &Path,
+    created: bool,
+    mut repaired: Vec<String>,
+    step: &Step,
+) -> Result<ClusterInfo, Error> {
+    let name = cluster_name(settings);
+    let all = list_nodes(engine, &name).await?;
+    let nodes: Vec<&KindNode> = all.iter().filter(|n| n.is_kubernetes_node()).collect();
+    if nodes.is_empty() {
+        return Err(
+            Error::internal(format!("kind cluster `{name}` has no node containers"))
+                .with_hint("`devstack cluster down`, then `up` again"),
+        );
+    }
+
+    let network = settings.resource_prefix();
+    step.progress(format!("connecting nodes to network {network}"));
+    for node in connect_to_stack_network(engine, settings, &nodes).await? {
+        if !created {
+            repaired.push(format!("connected node {node} to network {network}"));
+        }
+    }
+    write_registry_hosts(engine, settings, &nodes).await?;
+
+    step.progress("reading the kubeconfig");
+    let (api_server, kubeconfig) = kind_kubeconfig(kind, settings).await?;
 
     // Ready first: on a cluster whose nodes were just restarted, containerd
     // (which `kind load` imports into) may not be up yet.
@@ -1111,8 +1120,6 @@ async fn converge(
     let client = crate::k8s::client_from_kubeconfig(&kubeconfig).await?;
     let budget = crate::k8s::Budget::new(settings.timeouts.cluster.get(), "timeouts.cluster");
     crate::k8s::wait_nodes_ready(&client, nodes.len(), budget, step).await?;
-
-    preload_images(docker, settings, &nodes, step).await?;
 
     Ok(ClusterInfo {
         provider: Provider::Kind,
@@ -1126,7 +1133,7 @@ async fn converge(
 
 /// Deletes what a failed `up` created, unless `--retain`, and says which.
 async fn rollback(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     kind: &Path,
     options: UpOptions,
@@ -1138,7 +1145,7 @@ async fn rollback(
             "kind cluster `{name}` creation failed; the half-created cluster is retained for debugging (--retain)"
         ));
     }
-    match delete_ours(docker, settings, kind).await {
+    match delete_ours(engine, settings, kind).await {
         Ok(_) => err.context(format!(
             "kind cluster `{name}` creation failed and was rolled back"
         )),
@@ -1153,33 +1160,50 @@ async fn rollback(
     }
 }
 
-/// Kind clusters, created and deleted with the `kind` CLI, their node
-/// containers on the Docker engine `docker` talks to.
-pub struct Kind {
-    docker: Docker,
-}
-
-impl Kind {
-    pub fn new(docker: Docker) -> Self {
-        Kind { docker }
-    }
-}
-
 /// Whether the stack has any container of its kind cluster.
-async fn any_node(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
+async fn any_node(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
     Ok(matches!(
-        find_cluster(docker, settings).await?,
+        find_cluster(engine, settings).await?,
         Found::Ours(_)
     ))
 }
 
-super::provider::docker_provider!(Kind, Provider::Kind, exists: any_node, plan: plan, up: up, delete: down);
+super::provider::engine_provider!(
+    /// Kind clusters, created and deleted with the `kind` CLI, their node
+    /// containers on the engine it is given.
+    Kind,
+    Provider::Kind,
+    exists: any_node,
+    plan: plan,
+    up: up,
+    kubeconfig: kubeconfig,
+    load_images: load_images,
+    delete: down
+);
+
+/// The running cluster's kubeconfig from `kind get kubeconfig`, renamed
+/// (kind reads it off the nodes itself).
+async fn kubeconfig(_engine: &dyn Engine, settings: &Settings) -> Result<String, Error> {
+    let kind = find_kind(settings).await?.path;
+    Ok(kind_kubeconfig(&kind, settings).await?.1)
+}
+
+/// Imports the stack's images into the Kubernetes nodes that lack them.
+async fn load_images(
+    engine: &dyn Engine,
+    settings: &Settings,
+    step: &Step,
+) -> Result<usize, Error> {
+    let all = list_nodes(engine, &cluster_name(settings)).await?;
+    let nodes: Vec<&KindNode> = all.iter().filter(|n| n.is_kubernetes_node()).collect();
+    preload_images(engine, settings, &nodes, step).await
+}
 
 /// The running cluster against the settings. Kind cannot add or remove
 /// nodes or change a node's image in place: every difference needs a new
 /// cluster.
-async fn plan(docker: &Docker, settings: &Settings) -> Result<Plan, Error> {
-    let all = match find_cluster(docker, settings).await? {
+async fn plan(engine: &dyn Engine, settings: &Settings) -> Result<Plan, Error> {
+    let all = match find_cluster(engine, settings).await? {
         Found::None => return Ok(Plan::default()),
         Found::Foreign => return Err(foreign_cluster(settings)),
         Found::Ours(nodes) => nodes,
@@ -1210,6 +1234,29 @@ async fn plan(docker: &Docker, settings: &Settings) -> Result<Plan, Error> {
             });
         }
     }
+    // Published ports live on the first control plane (kind's API server
+    // port, then `cluster.ports`); a port is part of the container.
+    let published = nodes
+        .first()
+        .map(|n| n.ports.as_slice())
+        .unwrap_or_default();
+    let api_port = published
+        .iter()
+        .find(|(inside, _)| *inside == KIND_API_PORT)
+        .map(|(_, host)| *host);
+    if let (Some(have), Some(want)) = (api_port, settings.cluster.api_server_port.fixed())
+        && have != want
+    {
+        changes.push(Change {
+            what: format!("apiServerPort {have} -> {want}"),
+            in_place: false,
+        });
+    }
+    let extra = published
+        .iter()
+        .filter(|(inside, _)| *inside != KIND_API_PORT)
+        .copied();
+    changes.extend(super::provider::ports_change(extra.collect(), settings));
     Ok(Plan {
         exists: true,
         changes,
@@ -1220,8 +1267,8 @@ async fn plan(docker: &Docker, settings: &Settings) -> Result<Plan, Error> {
 /// touched; the stack network and LocalStack are other modules' business. A
 /// cluster of the same name devstack did not create is left alone, with a
 /// warning.
-pub async fn down(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
-    match find_cluster(docker, settings).await? {
+pub async fn down(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
+    match find_cluster(engine, settings).await? {
         Found::None => Ok(false),
         Found::Foreign => {
             tracing::warn!("{}; left untouched", foreign_cluster(settings).message());
@@ -1242,7 +1289,7 @@ pub async fn down(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
                 })?
                 .path;
             require_docker_cli()?;
-            delete_ours(docker, settings, &kind).await
+            delete_ours(engine, settings, &kind).await
         }
     }
 }
@@ -1250,11 +1297,11 @@ pub async fn down(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
 /// `kind delete cluster` until no node of the stack's own cluster is left: a
 /// `kind create` killed by Ctrl-C can leave a `docker run` finishing after
 /// the first delete listed the nodes.
-async fn delete_ours(docker: &Docker, settings: &Settings, kind: &Path) -> Result<bool, Error> {
+async fn delete_ours(engine: &dyn Engine, settings: &Settings, kind: &Path) -> Result<bool, Error> {
     let name = cluster_name(settings);
     let mut deleted = false;
     for _ in 0..3 {
-        match find_cluster(docker, settings).await? {
+        match find_cluster(engine, settings).await? {
             Found::Ours(_) => {
                 delete_cluster(kind, &name).await?;
                 deleted = true;
@@ -1262,7 +1309,7 @@ async fn delete_ours(docker: &Docker, settings: &Settings, kind: &Path) -> Resul
             Found::None | Found::Foreign => return Ok(deleted),
         }
     }
-    match find_cluster(docker, settings).await? {
+    match find_cluster(engine, settings).await? {
         Found::Ours(nodes) => Err(Error::internal(format!(
             "kind cluster `{name}` still has nodes after deleting it three times: {}",
             nodes
@@ -1650,6 +1697,7 @@ containerdConfigPatches:
             role: role.into(),
             state: None,
             networks: Vec::new(),
+            ports: Vec::new(),
         }
     }
 
@@ -1738,5 +1786,148 @@ containerdConfigPatches:
             ..output
         };
         assert_eq!(kind_failed(&args, &output).kind(), Kind::Prerequisite);
+    }
+}
+
+/// Drift against the in-memory engine.
+#[cfg(test)]
+mod engine_tests {
+    use super::*;
+    use crate::docker::fake::{FakeContainer, FakeEngine};
+
+    fn settings(cluster: &str) -> Settings {
+        let text = format!(
+            "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: t\ncluster:\n  provider: kind\n{cluster}"
+        );
+        let loaded = crate::profile::load::parse("t.yaml", &text, ".".into()).unwrap();
+        let mut settings = Settings::resolve(loaded, &Default::default()).unwrap();
+        settings.state_dir = "/state".into();
+        settings
+    }
+
+    /// A node as `kind create` leaves it; `marked`: with devstack's owner mount.
+    fn add_node(engine: &FakeEngine, settings: &Settings, name: &str, role: &str, marked: bool) {
+        let cluster = cluster_name(settings);
+        let mut node = FakeContainer {
+            image: settings.cluster.image.clone(),
+            labels: [
+                (LABEL_CLUSTER.to_string(), cluster.clone()),
+                (LABEL_ROLE.to_string(), role.to_string()),
+            ]
+            .into(),
+            running: true,
+            ..Default::default()
+        };
+        if marked {
+            node.binds.push(format!(
+                "{}:{MARKER_IN_NODE}:ro",
+                owner_marker_dir(settings).display()
+            ));
+        }
+        if role == ROLE_CONTROL_PLANE {
+            node.ports = vec![(KIND_API_PORT, 41234), (30080, 8080)];
+        }
+        engine.with(|s| s.containers.insert(format!("{cluster}-{name}"), node));
+    }
+
+    fn changes(plan: &Plan) -> Vec<(&str, bool)> {
+        plan.changes
+            .iter()
+            .map(|c| (c.what.as_str(), c.in_place))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn every_difference_needs_a_new_cluster() {
+        let ports = "  ports:\n  - {hostPort: 8080, containerPort: 30080}\n";
+        let same = settings(ports);
+        let engine = FakeEngine::new();
+        assert_eq!(plan(&engine, &same).await.unwrap(), Plan::default());
+        add_node(&engine, &same, "control-plane", ROLE_CONTROL_PLANE, true);
+        let plan_now = plan(&engine, &same).await.unwrap();
+        assert!(plan_now.exists);
+        assert_eq!(changes(&plan_now), []);
+
+        let other = settings(
+            "  agents: 1\n  image: kindest/node:v9.9.9\n  apiServerPort: 41235\n  ports:\n  - {hostPort: 8081, containerPort: 30080}\n",
+        );
+        let plan_now = plan(&engine, &other).await.unwrap();
+        let image = format!("image {} -> kindest/node:v9.9.9", same.cluster.image);
+        assert_eq!(
+            changes(&plan_now),
+            [
+                ("agents 0 -> 1", false),
+                (image.as_str(), false),
+                ("apiServerPort 41234 -> 41235", false),
+                ("ports [8080:30080] -> [8081:30080]", false),
+            ]
+        );
+        let err = plan_now.check(false, &other).unwrap_err();
+        assert!(err.hint().unwrap().contains("--recreate"));
+
+        // `auto` keeps whatever port the cluster has.
+        assert_eq!(changes(&plan(&engine, &same).await.unwrap()), []);
+    }
+
+    #[tokio::test]
+    async fn a_cluster_without_the_owner_mount_is_someone_elses() {
+        let s = settings("");
+        let engine = FakeEngine::new();
+        add_node(&engine, &s, "control-plane", ROLE_CONTROL_PLANE, false);
+        let err = plan(&engine, &s).await.unwrap_err();
+        assert_eq!(err.kind(), crate::error::Kind::Prerequisite);
+        assert!(
+            err.message().contains("devstack did not create it"),
+            "{}",
+            err.message()
+        );
+        assert!(!any_node(&engine, &s).await.unwrap());
+        // `down` leaves it alone (and needs no kind binary to decide so).
+        assert!(!down(&engine, &s).await.unwrap());
+        assert_eq!(engine.container_names().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn converging_starts_and_unpauses_nodes_and_joins_the_stack_network() {
+        let s = settings("  agents: 1\n");
+        let engine = FakeEngine::new();
+        add_node(&engine, &s, "control-plane", ROLE_CONTROL_PLANE, true);
+        add_node(&engine, &s, "worker", ROLE_WORKER, true);
+        let cluster = cluster_name(&s);
+        engine.with(|st| {
+            st.containers
+                .get_mut(&format!("{cluster}-control-plane"))
+                .unwrap()
+                .running = false;
+            st.containers
+                .get_mut(&format!("{cluster}-worker"))
+                .unwrap()
+                .paused = true;
+        });
+        let Found::Ours(nodes) = find_cluster(&engine, &s).await.unwrap() else {
+            panic!("the cluster is ours");
+        };
+        let step = crate::ui::Ui::silent().step("test");
+        let repaired = start_stopped(&engine, &nodes, &step).await.unwrap();
+        assert_eq!(
+            repaired,
+            [
+                format!("started stopped node {cluster}-control-plane"),
+                format!("unpaused node {cluster}-worker"),
+            ]
+        );
+        let kubernetes: Vec<&KindNode> = nodes.iter().collect();
+        let connected = connect_to_stack_network(&engine, &s, &kubernetes)
+            .await
+            .unwrap();
+        assert_eq!(connected.len(), 2);
+        let network = s.resource_prefix();
+        assert!(
+            engine
+                .container(&format!("{cluster}-worker"))
+                .unwrap()
+                .networks
+                .contains(&network)
+        );
     }
 }

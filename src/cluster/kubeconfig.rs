@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::envvars;
 use crate::error::Error;
 
 fn parse(yaml: &str, what: &str) -> Result<Value, Error> {
@@ -110,17 +109,6 @@ pub fn write_private(path: &Path, contents: &str) -> Result<(), Error> {
     })
 }
 
-/// The kubeconfig file devstack merges into: the first `KUBECONFIG` entry,
-/// else `~/.kube/config`.
-pub fn user_kubeconfig_path() -> PathBuf {
-    if let Some(list) = envvars::get(envvars::KUBECONFIG)
-        && let Some(first) = std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty())
-    {
-        return first;
-    }
-    PathBuf::from(envvars::get(envvars::HOME).unwrap_or_else(|| ".".into())).join(".kube/config")
-}
-
 fn upsert(list: &mut Value, entry: Value) {
     let name = entry["name"].clone();
     let items = list.as_array_mut().expect("kubeconfig lists are arrays");
@@ -176,10 +164,13 @@ pub fn remove_from(target: &str, name: &str) -> Result<(String, bool), Error> {
 }
 
 /// Merges into the user's kubeconfig file.
-pub fn merge_into_user(stack_config: &str, switch_context: bool) -> Result<PathBuf, Error> {
-    let path = user_kubeconfig_path();
-    merge_into_file(&path, stack_config, switch_context)?;
-    Ok(path)
+pub fn merge_into_user(
+    path: &Path,
+    stack_config: &str,
+    switch_context: bool,
+) -> Result<PathBuf, Error> {
+    merge_into_file(path, stack_config, switch_context)?;
+    Ok(path.to_path_buf())
 }
 
 fn merge_into_file(path: &Path, stack_config: &str, switch_context: bool) -> Result<(), Error> {
@@ -229,18 +220,17 @@ fn with_file_locked<T>(path: &Path, change: impl FnOnce() -> Result<T, Error>) -
 }
 
 /// Removes the stack's entries from the user's kubeconfig file, if present.
-pub fn remove_from_user(name: &str) -> Result<bool, Error> {
-    let path = user_kubeconfig_path();
+pub fn remove_from_user(path: &Path, name: &str) -> Result<bool, Error> {
     if !path.exists() {
         return Ok(false);
     }
-    with_file_locked(&path, || {
-        let Ok(current) = std::fs::read_to_string(&path) else {
+    with_file_locked(path, || {
+        let Ok(current) = std::fs::read_to_string(path) else {
             return Ok(false);
         };
         let (rest, removed) = remove_from(&current, name)?;
         if removed {
-            write_private(&path, &rest)?;
+            write_private(path, &rest)?;
         }
         Ok(removed)
     })

@@ -11,8 +11,11 @@ pub mod provider;
 
 pub use provider::{Change, ClusterProvider, Plan};
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
+use crate::docker::Engine;
 use crate::error::Error;
 use crate::profile::{Provider, Settings};
 use crate::ui::Step;
@@ -94,20 +97,18 @@ pub fn node_name(settings: &Settings, role: &str, index: usize) -> String {
     format!("{}-{role}-{index}", settings.resource_prefix())
 }
 
-pub fn provider_label(settings: &Settings) -> &'static str {
-    settings.cluster.provider.as_str()
-}
-
-/// Brings the cluster up (or converges an existing one) and waits for every
-/// node Ready within `timeouts.cluster`.
+/// Brings the cluster up (or converges an existing one), loads the stack's
+/// images into its nodes and waits for CoreDNS, all within
+/// `timeouts.cluster` (images: `timeouts.preload`). A cluster this call
+/// created is removed again when a later part fails, unless `retain`.
 pub async fn up(
-    docker: &bollard::Docker,
+    engine: &Arc<dyn Engine>,
     settings: &Settings,
     options: UpOptions,
     step: &Step,
 ) -> Result<ClusterInfo, Error> {
     let started = std::time::Instant::now();
-    let provider = provider::for_settings(docker, settings);
+    let provider = provider::for_settings(engine.clone(), settings);
     let plan = provider.plan(settings).await?;
     plan.check(options.recreate, settings)?;
     if plan.needs_recreate() {
@@ -115,10 +116,13 @@ pub async fn up(
         provider.delete(settings).await?;
     }
     let info = provider.up(settings, options, step).await?;
-    // Ready nodes are not yet a usable cluster: pods resolve service names
-    // only once CoreDNS serves.
-    step.progress("waiting for CoreDNS");
-    let dns = async {
+    let ready = async {
+        // Converging an existing cluster imports images added to the profile
+        // since; workloads must not start before they are there.
+        provider.load_images(settings, step).await?;
+        // Ready nodes are not yet a usable cluster: pods resolve service
+        // names only once CoreDNS serves.
+        step.progress("waiting for CoreDNS");
         let client = crate::k8s::client_from_kubeconfig(&info.kubeconfig).await?;
         crate::k8s::wait_deployments_available(
             &client,
@@ -129,20 +133,16 @@ pub async fn up(
         )
         .await
     };
-    match dns.await {
+    match ready.await {
         Ok(()) => Ok(info),
-        Err(err) => {
-            if info.created && !options.retain {
-                return Err(match down(docker, settings).await {
-                    Ok(_) => err.context("cluster creation failed and was rolled back"),
-                    Err(e) => err.context(format!(
-                        "cluster creation failed, and rollback also failed ({})",
-                        e.message()
-                    )),
-                });
-            }
-            Err(err)
-        }
+        Err(err) if info.created && !options.retain => Err(match provider.delete(settings).await {
+            Ok(_) => err.context("cluster creation failed and was rolled back"),
+            Err(e) => err.context(format!(
+                "cluster creation failed, and rollback also failed ({})",
+                e.message()
+            )),
+        }),
+        Err(err) => Err(err),
     }
 }
 
@@ -158,11 +158,11 @@ pub struct Provisioned {
 }
 
 /// Whether the stack has a cluster of any provider, running or not.
-pub async fn exists(docker: &bollard::Docker, settings: &Settings) -> Result<bool, Error> {
+pub async fn exists(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
     for kind in [Provider::K3s, Provider::Kind] {
         let mut other = settings.clone();
         other.cluster.provider = kind;
-        if provider::for_settings(docker, &other)
+        if provider::for_settings(engine.clone(), &other)
             .exists(&other)
             .await?
         {
@@ -173,8 +173,8 @@ pub async fn exists(docker: &bollard::Docker, settings: &Settings) -> Result<boo
 }
 
 /// How the stack's running cluster differs from the settings.
-pub async fn plan(docker: &bollard::Docker, settings: &Settings) -> Result<Plan, Error> {
-    provider::for_settings(docker, settings)
+pub async fn plan(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<Plan, Error> {
+    provider::for_settings(engine.clone(), settings)
         .plan(settings)
         .await
 }
@@ -183,7 +183,7 @@ pub async fn plan(docker: &bollard::Docker, settings: &Settings) -> Result<Plan,
 /// the kubeconfig cannot be written, and rolls a new cluster back (unless
 /// `retain`) when writing it fails after all.
 pub async fn provision(
-    docker: &bollard::Docker,
+    engine: &Arc<dyn Engine>,
     settings: &Settings,
     options: UpOptions,
     step: &Step,
@@ -191,14 +191,20 @@ pub async fn provision(
     let path = crate::state::kubeconfig_path(settings);
     kubeconfig::check_writable(&path)?;
     if settings.cluster.merge_kubeconfig {
-        kubeconfig::check_writable(&kubeconfig::user_kubeconfig_path())?;
+        kubeconfig::check_writable(&settings.user_kubeconfig)?;
     }
-    let info = up(docker, settings, options, step).await?;
+    let info = up(engine, settings, options, step).await?;
     let written = kubeconfig::write_private(&path, &info.kubeconfig).and_then(|()| {
         settings
             .cluster
             .merge_kubeconfig
-            .then(|| kubeconfig::merge_into_user(&info.kubeconfig, settings.cluster.switch_context))
+            .then(|| {
+                kubeconfig::merge_into_user(
+                    &settings.user_kubeconfig,
+                    &info.kubeconfig,
+                    settings.cluster.switch_context,
+                )
+            })
             .transpose()
     });
     let written = written.and_then(|merged_into| {
@@ -215,7 +221,7 @@ pub async fn provision(
             merged_into,
         }),
         Err(e) if info.created && !options.retain => {
-            let _ = remove(docker, settings).await;
+            let _ = remove(engine, settings).await;
             Err(e.context("the cluster was rolled back"))
         }
         Err(e) => Err(e),
@@ -224,12 +230,13 @@ pub async fn provision(
 
 /// Removes the cluster, its kubeconfig file and context, and the stack
 /// network when nothing else uses it. Returns whether anything was removed.
-pub async fn remove(docker: &bollard::Docker, settings: &Settings) -> Result<bool, Error> {
-    let removed = down(docker, settings).await?;
+pub async fn remove(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
+    let removed = down(engine, settings).await?;
     let path = crate::state::kubeconfig_path(settings);
     let had_file = std::fs::remove_file(&path).is_ok();
-    let had_context = kubeconfig::remove_from_user(&settings.kube_context())?;
-    crate::docker::remove_network_if_unused(docker, &settings.resource_prefix()).await?;
+    let had_context =
+        kubeconfig::remove_from_user(&settings.user_kubeconfig, &settings.kube_context())?;
+    crate::docker::remove_network_if_unused(engine.as_ref(), &settings.resource_prefix()).await?;
     Ok(removed || had_file || had_context)
 }
 
@@ -259,7 +266,8 @@ pub async fn reroute_after_localstack(
     let Ok(config) = std::fs::read_to_string(&path) else {
         return Ok(false);
     };
-    if !exists(docker, settings).await? {
+    let engine: Arc<dyn Engine> = Arc::new(docker.clone());
+    if !exists(&engine, settings).await? {
         return Ok(false);
     }
     route_localstack(docker, settings, &config).await
@@ -267,8 +275,8 @@ pub async fn reroute_after_localstack(
 
 /// Removes the cluster's containers and volumes; absent is fine. Returns
 /// whether anything was removed.
-pub async fn down(docker: &bollard::Docker, settings: &Settings) -> Result<bool, Error> {
-    provider::for_settings(docker, settings)
+pub async fn down(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
+    provider::for_settings(engine.clone(), settings)
         .delete(settings)
         .await
 }

@@ -3,12 +3,8 @@
 
 use std::path::PathBuf;
 
-use bollard::Docker;
-use futures::StreamExt;
-use tokio::io::AsyncWriteExt;
-
 use crate::bundle::Bundle;
-use crate::docker;
+use crate::docker::Engine;
 use crate::error::Error;
 use crate::profile::{Provider, Settings};
 
@@ -86,7 +82,7 @@ pub fn wanted_images(settings: &Settings) -> Result<Vec<PreloadImage>, Error> {
 /// A tarball for each image: the bundle's, or one exported from the local
 /// Docker image store into the state cache (reused while the image is the same).
 pub async fn tarballs(
-    docker: &Docker,
+    engine: &dyn Engine,
     settings: &Settings,
     images: &[PreloadImage],
 ) -> Result<Vec<(String, PathBuf)>, Error> {
@@ -104,11 +100,11 @@ pub async fn tarballs(
             out.push((image.reference.clone(), path.clone()));
             continue;
         }
-        let inspect = docker.inspect_image(&image.reference).await.map_err(|_| {
+        let id = engine.image_id(&image.reference).await.map_err(|_| {
             Error::user(format!("image `{}` (images.preload) is neither in the offline bundle nor in the local Docker image store", image.reference))
                 .with_hint(format!("`docker pull {}` or build it first, or remove it from images.preload", image.reference))
         })?;
-        let id = inspect.id.unwrap_or_default().replace("sha256:", "");
+        let id = id.replace("sha256:", "");
         let dir = crate::state::cache_dir(settings).join("image-cache");
         let path = dir.join(format!("{}.tar", &id[..id.len().min(24)]));
         if !path.is_file() {
@@ -116,20 +112,7 @@ pub async fn tarballs(
                 .await
                 .map_err(|e| Error::internal(format!("create {}: {e}", dir.display())))?;
             let tmp = path.with_extension("tmp");
-            let mut file = tokio::fs::File::create(&tmp)
-                .await
-                .map_err(|e| Error::internal(format!("create {}: {e}", tmp.display())))?;
-            let mut stream = docker.export_image(&image.reference);
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk
-                    .map_err(|e| docker::engine_error(format!("export {}", image.reference), e))?;
-                file.write_all(&chunk)
-                    .await
-                    .map_err(|e| Error::internal(format!("write {}: {e}", tmp.display())))?;
-            }
-            file.flush()
-                .await
-                .map_err(|e| Error::internal(format!("write {}: {e}", tmp.display())))?;
+            engine.export_image(&image.reference, tmp.clone()).await?;
             tokio::fs::rename(&tmp, &path)
                 .await
                 .map_err(|e| Error::internal(format!("rename {}: {e}", tmp.display())))?;

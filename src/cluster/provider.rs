@@ -2,13 +2,16 @@
 //! how a running cluster differs from the profile.
 //!
 //! Nothing here assumes nodes are Docker containers: a provider holds
-//! whatever client it needs (the K3s and Kind providers hold a Docker
-//! client), so a provider for an existing cluster fits the same shape.
+//! whatever client it needs (the K3s and Kind providers hold the container
+//! engine), so a provider for an existing cluster fits the same shape.
+
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
 
 use super::{ClusterInfo, UpOptions};
+use crate::docker::Engine;
 use crate::error::Error;
 use crate::profile::{Provider, Settings};
 use crate::ui::Step;
@@ -62,6 +65,33 @@ impl Plan {
     }
 }
 
+/// The change of `cluster.ports` when a cluster publishes `have` (port in
+/// the node, port on the host) besides its API server. Published ports are
+/// fixed when a node container is created, so only a recreate changes them.
+pub(crate) fn ports_change(mut have: Vec<(u16, u16)>, settings: &Settings) -> Option<Change> {
+    let mut want: Vec<(u16, u16)> = settings
+        .cluster
+        .ports
+        .iter()
+        .map(|p| (p.container_port, p.host_port))
+        .collect();
+    have.sort_unstable();
+    have.dedup();
+    want.sort_unstable();
+    want.dedup();
+    let list = |ports: &[(u16, u16)]| {
+        ports
+            .iter()
+            .map(|(inside, host)| format!("{host}:{inside}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    (have != want).then(|| Change {
+        what: format!("ports [{}] -> [{}]", list(&have), list(&want)),
+        in_place: false,
+    })
+}
+
 /// A kind of Kubernetes cluster devstack can run a stack on.
 pub trait ClusterProvider: Send + Sync {
     fn provider(&self) -> Provider;
@@ -74,7 +104,7 @@ pub trait ClusterProvider: Send + Sync {
 
     /// Creates the cluster, or converges the running one (starting stopped
     /// nodes, applying in-place changes), and waits until its nodes are
-    /// Ready and the stack's images are loaded.
+    /// Ready. Images are [`ClusterProvider::load_images`]' business.
     fn up<'a>(
         &'a self,
         settings: &'a Settings,
@@ -82,15 +112,50 @@ pub trait ClusterProvider: Send + Sync {
         step: &'a Step,
     ) -> BoxFuture<'a, Result<ClusterInfo, Error>>;
 
+    /// The running cluster's kubeconfig (YAML), its context, cluster and
+    /// user named `devstack-<stack>`.
+    fn kubeconfig<'a>(&'a self, settings: &'a Settings) -> BoxFuture<'a, Result<String, Error>>;
+
+    /// Makes every image the stack preloads (offline bundle,
+    /// `images.preload`) present on every node, importing what a node
+    /// lacks, within `timeouts.preload`. Returns how many imports it did.
+    fn load_images<'a>(
+        &'a self,
+        settings: &'a Settings,
+        step: &'a Step,
+    ) -> BoxFuture<'a, Result<usize, Error>>;
+
     /// Removes the cluster and its state; absent is fine. Returns whether
     /// anything was removed.
     fn delete<'a>(&'a self, settings: &'a Settings) -> BoxFuture<'a, Result<bool, Error>>;
 }
 
-/// Implements [`ClusterProvider`] for a provider struct holding a `docker`
-/// client, from its module's free functions `(docker, settings, ...)`.
-macro_rules! docker_provider {
-    ($ty:ident, $provider:expr, exists: $exists:expr, plan: $plan:path, up: $up:path, delete: $delete:path) => {
+/// Declares a provider struct holding an `engine: Arc<dyn Engine>` and
+/// implements [`ClusterProvider`] for it from its module's free functions
+/// `(engine, settings, ...)`.
+macro_rules! engine_provider {
+    (
+        $(#[$doc:meta])*
+        $ty:ident,
+        $provider:expr,
+        exists: $exists:path,
+        plan: $plan:path,
+        up: $up:path,
+        kubeconfig: $kubeconfig:path,
+        load_images: $load_images:path,
+        delete: $delete:path
+    ) => {
+        $(#[$doc])*
+        pub struct $ty {
+            engine: std::sync::Arc<dyn $crate::docker::Engine>,
+        }
+
+        impl $ty {
+            pub fn new(engine: std::sync::Arc<dyn $crate::docker::Engine>) -> Self {
+                $ty { engine }
+            }
+        }
+
         impl $crate::cluster::ClusterProvider for $ty {
             fn provider(&self) -> $crate::profile::Provider {
                 $provider
@@ -99,13 +164,13 @@ macro_rules! docker_provider {
                 &'a self,
                 settings: &'a Settings,
             ) -> futures::future::BoxFuture<'a, Result<bool, Error>> {
-                Box::pin($exists(&self.docker, settings))
+                Box::pin($exists(self.engine.as_ref(), settings))
             }
             fn plan<'a>(
                 &'a self,
                 settings: &'a Settings,
             ) -> futures::future::BoxFuture<'a, Result<$crate::cluster::Plan, Error>> {
-                Box::pin($plan(&self.docker, settings))
+                Box::pin($plan(self.engine.as_ref(), settings))
             }
             fn up<'a>(
                 &'a self,
@@ -113,24 +178,37 @@ macro_rules! docker_provider {
                 options: $crate::cluster::UpOptions,
                 step: &'a $crate::ui::Step,
             ) -> futures::future::BoxFuture<'a, Result<$crate::cluster::ClusterInfo, Error>> {
-                Box::pin($up(&self.docker, settings, options, step))
+                Box::pin($up(self.engine.as_ref(), settings, options, step))
+            }
+            fn kubeconfig<'a>(
+                &'a self,
+                settings: &'a Settings,
+            ) -> futures::future::BoxFuture<'a, Result<String, Error>> {
+                Box::pin($kubeconfig(self.engine.as_ref(), settings))
+            }
+            fn load_images<'a>(
+                &'a self,
+                settings: &'a Settings,
+                step: &'a $crate::ui::Step,
+            ) -> futures::future::BoxFuture<'a, Result<usize, Error>> {
+                Box::pin($load_images(self.engine.as_ref(), settings, step))
             }
             fn delete<'a>(
                 &'a self,
                 settings: &'a Settings,
             ) -> futures::future::BoxFuture<'a, Result<bool, Error>> {
-                Box::pin($delete(&self.docker, settings))
+                Box::pin($delete(self.engine.as_ref(), settings))
             }
         }
     };
 }
-pub(crate) use docker_provider;
+pub(crate) use engine_provider;
 
-/// The provider the settings name.
-pub fn for_settings(docker: &bollard::Docker, settings: &Settings) -> Box<dyn ClusterProvider> {
+/// The provider the settings name, on `engine`.
+pub fn for_settings(engine: Arc<dyn Engine>, settings: &Settings) -> Box<dyn ClusterProvider> {
     match settings.cluster.provider {
-        Provider::K3s => Box::new(super::k3s::K3s::new(docker.clone())),
-        Provider::Kind => Box::new(super::kind::Kind::new(docker.clone())),
+        Provider::K3s => Box::new(super::k3s::K3s::new(engine)),
+        Provider::Kind => Box::new(super::kind::Kind::new(engine)),
     }
 }
 

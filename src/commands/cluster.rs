@@ -1,5 +1,7 @@
 //! `devstack cluster up|down`: the stack's cluster alone.
 
+use std::sync::Arc;
+
 use serde_json::json;
 
 use crate::cli::ClusterCommand;
@@ -12,17 +14,25 @@ use crate::{docker, k8s};
 pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
     let docker = docker::connect().await?;
+    let engine: Arc<dyn docker::Engine> = Arc::new(docker.clone());
     match cmd {
         ClusterCommand::Up { retain, recreate } => {
             let (settings, choice) = cluster::choice::settle(&docker, &settings).await?;
             if let Some(notice) = choice.notice() {
                 ctx.ui.warn(notice);
             }
-            up(ctx, &docker, &settings, UpOptions { retain, recreate }).await
+            up(
+                ctx,
+                &docker,
+                &engine,
+                &settings,
+                UpOptions { retain, recreate },
+            )
+            .await
         }
         ClusterCommand::Down => {
             let settings = super::on_existing_provider(&docker, settings).await?;
-            let removed = cluster::remove(&docker, &settings).await?;
+            let removed = cluster::remove(&engine, &settings).await?;
             ctx.ui.info(if removed {
                 format!(
                     "removed the {} cluster of stack `{}`",
@@ -44,21 +54,22 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
 pub async fn up(
     ctx: &Context,
     docker: &bollard::Docker,
+    engine: &Arc<dyn docker::Engine>,
     settings: &Settings,
     options: UpOptions,
 ) -> Result<i32, Error> {
-    let existed = cluster::exists(docker, settings).await?;
+    let existed = cluster::exists(engine, settings).await?;
     let step = ctx.ui.step(format!(
         "Cluster ({}, {})",
         settings.cluster.provider.as_str(),
         settings.cluster.image
     ));
     let outcome = tokio::select! {
-        result = cluster::provision(docker, settings, options, &step) => result,
+        result = cluster::provision(engine, settings, options, &step) => result,
         _ = tokio::signal::ctrl_c() => {
             let mut err = Error::interrupted();
             if !existed && !options.retain {
-                err = match cluster::remove(docker, settings).await {
+                err = match cluster::remove(engine, settings).await {
                     Ok(_) => err.context("cluster creation interrupted and rolled back"),
                     Err(e) => err.context(format!("cluster creation interrupted; rollback also failed ({})", e.message())),
                 };

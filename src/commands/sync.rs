@@ -15,7 +15,8 @@ pub async fn run(ctx: &Context, args: SyncArgs) -> Result<i32, Error> {
     let options = DeliverOptions {
         nudge: !args.no_nudge,
     };
-    let report = gitops::deliver(&client, &settings, options, &ctx.ui).await?;
+    let runner = crate::pipeline::Runner::new(&ctx.ui);
+    let report = gitops::deliver(&client, &settings, options, &runner).await?;
     if ctx.ui.json() {
         ctx.ui.emit_json(&json!(report));
     }

@@ -7,6 +7,12 @@ use bollard::Docker;
 use crate::envvars;
 use crate::error::{Error, Kind};
 
+pub mod engine;
+#[cfg(test)]
+pub mod fake;
+
+pub use engine::Engine;
+
 /// Label carried by everything devstack creates; listing and deleting go by
 /// label filters, never by name patterns.
 pub const LABEL_MANAGED_BY: &str = "dev.devstack.managed-by";
@@ -55,6 +61,11 @@ pub async fn connect() -> Result<Docker, Error> {
         .map_err(|_| unreachable("no answer within 10s"))?
         .map_err(unreachable)?;
     Ok(docker)
+}
+
+/// The engine behind a connected client, for the code that takes any [`Engine`].
+pub fn shared(docker: &Docker) -> std::sync::Arc<dyn Engine> {
+    std::sync::Arc::new(docker.clone())
 }
 
 /// Label filter selecting one stack's resources (or all stacks' with `None`).
@@ -109,14 +120,7 @@ pub fn is_conflict(err: &bollard::errors::Error) -> bool {
 
 use std::collections::HashMap;
 
-use bollard::exec::{StartExecOptions, StartExecResults};
-use bollard::models::ExecConfig;
 use bollard::models::{ContainerInspectResponse, ContainerSummary, NetworkCreateRequest};
-use bollard::query_parameters::{
-    InspectContainerOptions, ListContainersOptions, ListNetworksOptions, LogsOptions,
-    RemoveContainerOptions,
-};
-use futures::StreamExt;
 
 /// Labels for a resource of `stack` with `role`.
 pub fn labels(stack: &str, role: &str) -> HashMap<String, String> {
@@ -136,14 +140,8 @@ fn is_ours(labels: Option<&HashMap<String, String>>, stack: &str) -> bool {
 
 /// Creates the stack's labelled bridge network unless it exists. A network
 /// of that name that devstack does not own is an error, never reused.
-pub async fn ensure_network(docker: &Docker, stack: &str, name: &str) -> Result<bool, Error> {
-    match docker
-        .inspect_network(
-            name,
-            None::<bollard::query_parameters::InspectNetworkOptions>,
-        )
-        .await
-    {
+pub async fn ensure_network(engine: &dyn Engine, stack: &str, name: &str) -> Result<bool, Error> {
+    match engine.inspect_network(name).await {
         Ok(network) if is_ours(network.labels.as_ref(), stack) => return Ok(false),
         Ok(_) => {
             return Err(Error::prerequisite(format!(
@@ -162,8 +160,8 @@ pub async fn ensure_network(docker: &Docker, stack: &str, name: &str) -> Result<
         labels: Some(labels(stack, "network")),
         ..Default::default()
     };
-    match docker.create_network(request).await {
-        Ok(_) => Ok(true),
+    match engine.create_network(request).await {
+        Ok(()) => Ok(true),
         // Lost a race with a concurrent `up`: the network exists now.
         Err(e) if is_conflict(&e) => Ok(false),
         Err(e) => Err(engine_error(format!("create network {name}"), e)),
@@ -171,16 +169,10 @@ pub async fn ensure_network(docker: &Docker, stack: &str, name: &str) -> Result<
 }
 
 /// Removes the stack's network when no container is attached to it.
-pub async fn remove_network_if_unused(docker: &Docker, name: &str) -> Result<bool, Error> {
-    match docker
-        .inspect_network(
-            name,
-            None::<bollard::query_parameters::InspectNetworkOptions>,
-        )
-        .await
-    {
+pub async fn remove_network_if_unused(engine: &dyn Engine, name: &str) -> Result<bool, Error> {
+    match engine.inspect_network(name).await {
         Ok(network) if network.containers.as_ref().is_some_and(|c| !c.is_empty()) => Ok(false),
-        Ok(_) => match docker.remove_network(name).await {
+        Ok(_) => match engine.remove_network(name).await {
             Ok(()) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(engine_error(format!("remove network {name}"), e)),
@@ -192,42 +184,20 @@ pub async fn remove_network_if_unused(docker: &Docker, name: &str) -> Result<boo
 
 /// Containers (running or not) carrying all `label_filters`.
 pub async fn find_containers(
-    docker: &Docker,
+    engine: &dyn Engine,
     label_filters: Vec<String>,
 ) -> Result<Vec<ContainerSummary>, Error> {
-    let options = ListContainersOptions {
-        all: true,
-        filters: Some(HashMap::from([("label".to_string(), label_filters)])),
-        ..Default::default()
-    };
-    docker
-        .list_containers(Some(options))
+    engine
+        .list_containers(label_filters)
         .await
         .map_err(|e| engine_error("list containers", e))
 }
 
-pub async fn find_networks(
-    docker: &Docker,
-    label_filters: Vec<String>,
-) -> Result<Vec<String>, Error> {
-    let options = ListNetworksOptions {
-        filters: Some(HashMap::from([("label".to_string(), label_filters)])),
-    };
-    let networks = docker
-        .list_networks(Some(options))
-        .await
-        .map_err(|e| engine_error("list networks", e))?;
-    Ok(networks.into_iter().filter_map(|n| n.name).collect())
-}
-
 pub async fn inspect(
-    docker: &Docker,
+    engine: &dyn Engine,
     name: &str,
 ) -> Result<Option<ContainerInspectResponse>, Error> {
-    match docker
-        .inspect_container(name, None::<InspectContainerOptions>)
-        .await
-    {
+    match engine.inspect_container(name).await {
         Ok(c) => Ok(Some(c)),
         Err(e) if is_not_found(&e) => Ok(None),
         Err(e) => Err(engine_error(format!("inspect container {name}"), e)),
@@ -235,13 +205,8 @@ pub async fn inspect(
 }
 
 /// Force-removes a container and its anonymous volumes; absent is fine.
-pub async fn remove_container(docker: &Docker, name: &str) -> Result<bool, Error> {
-    let options = RemoveContainerOptions {
-        force: true,
-        v: true,
-        ..Default::default()
-    };
-    match docker.remove_container(name, Some(options)).await {
+pub async fn remove_container(engine: &dyn Engine, name: &str) -> Result<bool, Error> {
+    match engine.remove_container(name).await {
         Ok(()) => Ok(true),
         Err(e) if is_not_found(&e) => Ok(false),
         // Removal already in progress (concurrent down): treat as gone.
@@ -250,20 +215,18 @@ pub async fn remove_container(docker: &Docker, name: &str) -> Result<bool, Error
     }
 }
 
-/// The last `lines` lines of a container's output, for error messages.
-pub async fn tail_logs(docker: &Docker, name: &str, lines: usize) -> String {
-    let options = LogsOptions {
-        stdout: true,
-        stderr: true,
-        tail: lines.to_string(),
-        ..Default::default()
-    };
-    let mut stream = docker.logs(name, Some(options));
-    let mut out = String::new();
-    while let Some(Ok(chunk)) = stream.next().await {
-        out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+/// Removes a named volume; absent is fine. Returns whether it existed.
+pub async fn remove_volume(engine: &dyn Engine, name: &str) -> Result<bool, Error> {
+    match engine.remove_volume(name).await {
+        Ok(()) => Ok(true),
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => Err(engine_error(format!("remove volume {name}"), e)),
     }
-    out
+}
+
+/// The last `lines` lines of a container's output, for error messages.
+pub async fn tail_logs(engine: &dyn Engine, name: &str, lines: usize) -> String {
+    engine.logs_tail(name, lines).await
 }
 
 pub fn container_name_of(summary: &ContainerSummary) -> String {
@@ -276,76 +239,51 @@ pub fn container_name_of(summary: &ContainerSummary) -> String {
 }
 
 /// Pulls an image, or explains how to get it when no registry answers.
-pub async fn pull_image(docker: &Docker, image: &str) -> Result<(), Error> {
+pub async fn pull_image(engine: &dyn Engine, image: &str) -> Result<(), Error> {
     let (repo, tag) = match image.rsplit_once(':') {
         Some((r, t)) if !t.contains('/') => (r.to_string(), t.to_string()),
         _ => (image.to_string(), "latest".to_string()),
     };
-    let options = bollard::query_parameters::CreateImageOptions {
-        from_image: Some(repo),
-        tag: Some(tag),
-        ..Default::default()
-    };
-    let mut stream = docker.create_image(Some(options), None, None);
-    while let Some(item) = stream.next().await {
-        if let Err(e) = item {
-            return Err(Error::prerequisite(format!(
-                "image `{image}` is not on this machine and cannot be pulled: {}",
-                docker_message(&e)
-            ))
-            .with_hint(format!(
-                "check network access to the registry, or load the image from an offline bundle \
-                 (`docker load -i <bundle>/images/...tar`, or set {} to the bundle directory)",
-                crate::envvars::DEVSTACK_BUNDLE
-            )));
-        }
-    }
-    Ok(())
+    engine.pull_image(&repo, &tag).await.map_err(|e| {
+        Error::prerequisite(format!(
+            "image `{image}` is not on this machine and cannot be pulled: {}",
+            docker_message(&e)
+        ))
+        .with_hint(format!(
+            "check network access to the registry, or load the image from an offline bundle \
+             (`docker load -i <bundle>/images/...tar`, or set {} to the bundle directory)",
+            crate::envvars::DEVSTACK_BUNDLE
+        ))
+    })
 }
 
 const EXEC_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs a command in a container; returns its exit code and stdout.
-pub async fn exec_in(docker: &Docker, node: &str, cmd: &[&str]) -> Result<(i64, String), Error> {
+pub async fn exec_in(
+    engine: &dyn Engine,
+    node: &str,
+    cmd: &[&str],
+) -> Result<(i64, String), Error> {
+    exec_within(engine, node, cmd, EXEC_TIMEOUT).await
+}
+
+/// [`exec_in`] for commands that may take longer (image imports).
+pub async fn exec_within(
+    engine: &dyn Engine,
+    node: &str,
+    cmd: &[&str],
+    limit: Duration,
+) -> Result<(i64, String), Error> {
     let what = || format!("run `{}` in {node}", cmd.join(" "));
-    let run = async {
-        let config = ExecConfig {
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
-            ..Default::default()
-        };
-        let exec = docker
-            .create_exec(node, config)
-            .await
-            .map_err(|e| engine_error(what(), e))?;
-        let mut stdout = String::new();
-        if let StartExecResults::Attached { mut output, .. } = docker
-            .start_exec(&exec.id, None::<StartExecOptions>)
-            .await
-            .map_err(|e| engine_error(what(), e))?
-        {
-            while let Some(chunk) = output.next().await {
-                if let bollard::container::LogOutput::StdOut { message } =
-                    chunk.map_err(|e| engine_error(what(), e))?
-                {
-                    stdout.push_str(&String::from_utf8_lossy(&message));
-                }
-            }
-        }
-        let code = docker
-            .inspect_exec(&exec.id)
-            .await
-            .map_err(|e| engine_error(what(), e))?
-            .exit_code
-            .unwrap_or(-1);
-        Ok((code, stdout))
-    };
-    tokio::time::timeout(EXEC_TIMEOUT, run).await.map_err(|_| {
-        Error::timeout(format!(
-            "{} did not finish within {}",
-            what(),
-            crate::profile::HumanDuration(EXEC_TIMEOUT)
-        ))
-    })?
+    tokio::time::timeout(limit, engine.exec(node, cmd))
+        .await
+        .map_err(|_| {
+            Error::timeout(format!(
+                "{} did not finish within {}",
+                what(),
+                crate::profile::HumanDuration(limit)
+            ))
+        })?
+        .map_err(|e| engine_error(what(), e))
 }

@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 
 use crate::error::Error;
 use crate::k8s::{Budget, apply};
+use crate::pipeline::Runner;
 use crate::profile::{GitopsSourceKind, SecretSource, Settings};
-use crate::ui::Ui;
 
 /// Namespace of the Flux sources and Kustomizations devstack manages.
 pub const FLUX_NAMESPACE: &str = flux::NAMESPACE;
@@ -65,33 +65,30 @@ pub struct DeliverReport {
     pub elapsed_ms: u64,
 }
 
-/// Installs Flux, then publishes and reconciles the chain until Ready.
+/// Installs Flux, then publishes and reconciles the chain until Ready: the
+/// steps Flux, GitOps source and the chain, each one of `runner`'s.
 pub async fn deliver(
     client: &kube::Client,
     settings: &Settings,
     options: DeliverOptions,
-    ui: &Ui,
+    runner: &Runner,
 ) -> Result<DeliverReport, Error> {
     let started = Instant::now();
-    let step = ui.step(format!("Flux {}", settings.flux.version));
-    let flux = match flux::install(client, settings).await {
-        Ok(report) => {
-            step.done(format!(
+    let flux = runner
+        .step(format!("Flux {}", settings.flux.version), None, |_| async {
+            let report = flux::install(client, settings).await?;
+            let summary = format!(
                 "{} objects from {}",
                 report.objects,
                 serde_json::to_value(report.source)
                     .ok()
                     .and_then(|v| v.as_str().map(String::from))
                     .unwrap_or_default()
-            ));
-            report
-        }
-        Err(e) => {
-            step.fail("install failed");
-            return Err(e);
-        }
-    };
-    let mut report = sync(client, settings, options, ui).await?;
+            );
+            Ok((report, summary))
+        })
+        .await?;
+    let mut report = sync(client, settings, options, runner).await?;
     report.flux = Some(flux);
     report.elapsed_ms = started.elapsed().as_millis() as u64;
     Ok(report)
@@ -99,11 +96,11 @@ pub async fn deliver(
 
 /// Republishes the manifests, reconciles, and returns when the chain is
 /// Ready again, or names the object that failed.
-pub async fn sync(
+async fn sync(
     client: &kube::Client,
     settings: &Settings,
     options: DeliverOptions,
-    ui: &Ui,
+    runner: &Runner,
 ) -> Result<DeliverReport, Error> {
     let started = Instant::now();
     let timeout = settings.timeouts.eso.get();
@@ -127,34 +124,6 @@ pub async fn sync(
             objects.insert(format!("{}/{path}", source::MANIFESTS_PREFIX), bytes);
         }
     }
-
-    let step = ui.step("GitOps source");
-    let published = match source::publish(settings, &objects).await {
-        Ok(published) => published,
-        Err(e) => {
-            step.fail("publish failed");
-            return Err(e);
-        }
-    };
-    let arns = source::secret_arns(settings).await;
-    let facts = source::facts(settings, offline.as_ref(), &arns);
-    let flux_objects = source::flux_objects(settings, &facts);
-    let applied = async {
-        apply::apply_all(client, &flux_objects, budget).await?;
-        let src = source::source_ref(settings);
-        chain::refresh_source(client, src.kind, &src.name, budget).await?;
-        if src.kind != "Bucket" {
-            chain::refresh_source(client, "Bucket", source::SOURCE_NAME, budget).await?;
-        }
-        chain::request_reconcile(&chain::kustomizations(client), ROOT_KUSTOMIZATION).await
-    };
-    let root_request = match applied.await {
-        Ok(token) => token,
-        Err(e) => {
-            step.fail("source not ready");
-            return Err(e);
-        }
-    };
     let source_desc = match settings.gitops.source {
         GitopsSourceKind::Local => format!("s3://{}", source::BUCKET),
         GitopsSourceKind::Git => format!(
@@ -163,54 +132,72 @@ pub async fn sync(
             settings.gitops.git_branch
         ),
     };
-    step.done(format!(
-        "{source_desc}, {} objects{}",
-        published.objects,
-        if offline.is_some() {
-            ", ESO from the offline bundle"
-        } else {
-            ""
-        }
-    ));
 
-    let step = ui.step(format!(
+    let (published, root_request) = runner
+        .step("GitOps source", None, |_| async {
+            let published = source::publish(settings, &objects).await?;
+            let arns = source::secret_arns(settings).await;
+            let facts = source::facts(settings, offline.as_ref(), &arns);
+            let flux_objects = source::flux_objects(settings, &facts);
+            apply::apply_all(client, &flux_objects, budget).await?;
+            let src = source::source_ref(settings);
+            chain::refresh_source(client, src.kind, &src.name, budget).await?;
+            if src.kind != "Bucket" {
+                chain::refresh_source(client, "Bucket", source::SOURCE_NAME, budget).await?;
+            }
+            let root_request =
+                chain::request_reconcile(&chain::kustomizations(client), ROOT_KUSTOMIZATION)
+                    .await?;
+            let summary = format!(
+                "{source_desc}, {} objects{}",
+                published.objects,
+                if offline.is_some() {
+                    ", ESO from the offline bundle"
+                } else {
+                    ""
+                }
+            );
+            Ok(((published, root_request), summary))
+        })
+        .await?;
+
+    let title = format!(
         "External Secrets chain ({})",
         match settings.gitops.layout {
             crate::profile::GitopsLayout::Chain => "crds -> operator -> crs",
             crate::profile::GitopsLayout::Naive => "naive layout",
         }
-    ));
+    );
     let wait = chain::WaitOptions {
         budget,
         // The naive layout shows what Flux does alone, races included.
         nudge: options.nudge && settings.gitops.layout == crate::profile::GitopsLayout::Chain,
         fail_fast: settings.gitops.layout == crate::profile::GitopsLayout::Chain,
     };
-    let chain_report = match chain::wait_ready(client, wait, Some(root_request), &step).await {
-        Ok(r) => r,
-        Err(e) => {
-            step.fail("not Ready");
-            return Err(e);
-        }
-    };
-    let timings: Vec<String> = chain_report
-        .levels
-        .iter()
-        .map(|l| {
-            format!(
-                "{} {}",
-                l.name,
-                crate::ui::format_duration(Duration::from_millis(l.ready_after_ms))
-            )
+    let chain_report = runner
+        .step(title, None, |step| async move {
+            let report = chain::wait_ready(client, wait, Some(root_request), &step).await?;
+            let timings: Vec<String> = report
+                .levels
+                .iter()
+                .map(|l| {
+                    format!(
+                        "{} {}",
+                        l.name,
+                        crate::ui::format_duration(Duration::from_millis(l.ready_after_ms))
+                    )
+                })
+                .collect();
+            let summary = format!(
+                "{}; {} failed reconciliation(s)",
+                timings.join(", "),
+                report.failed_reconciliations()
+            );
+            Ok((report, summary))
         })
-        .collect();
-    step.done(format!(
-        "{}; {} failed reconciliation(s)",
-        timings.join(", "),
-        chain_report.failed_reconciliations()
-    ));
+        .await?;
     for failure in &chain_report.failures {
-        ui.detail(format!(
+        runner.ui().detail(format!(
             "{} {}: {}",
             failure.object, failure.reason, failure.message
         ));

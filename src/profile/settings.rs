@@ -75,6 +75,11 @@ pub struct Settings {
     /// `~/.local/state/devstack`. Resolved here, once, so library code never
     /// looks at the environment for it.
     pub state_dir: PathBuf,
+    /// The user's kubeconfig file, which `cluster.kubeconfig.merge` merges
+    /// into: the first `$KUBECONFIG` entry, else `~/.kube/config`. Resolved
+    /// here for the same reason as `state_dir`.
+    #[serde(skip)]
+    pub user_kubeconfig: PathBuf,
     pub cluster: ClusterSettings,
     pub localstack: LocalStackSettings,
     pub flux: FluxSettings,
@@ -917,6 +922,7 @@ pub(crate) fn resolve_with_env(
         profile_reference: None,
         base_dir: base_dir.clone(),
         state_dir: state_dir(env),
+        user_kubeconfig: user_kubeconfig(env),
         cluster,
         localstack,
         flux,
@@ -939,6 +945,16 @@ fn state_dir(env: EnvLookup) -> PathBuf {
     }
     let home = env(envvars::HOME).unwrap_or_else(|| ".".into());
     PathBuf::from(home).join(".local/state/devstack")
+}
+
+fn user_kubeconfig(env: EnvLookup) -> PathBuf {
+    if let Some(list) = env(envvars::KUBECONFIG)
+        && let Some(first) = std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty())
+    {
+        return first;
+    }
+    let home = env(envvars::HOME).unwrap_or_else(|| ".".into());
+    PathBuf::from(home).join(".kube/config")
 }
 
 const NAME_HINT: &str =

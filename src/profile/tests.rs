@@ -630,3 +630,23 @@ fn a_localstack_auth_token_is_known_to_be_set_but_never_held() {
     assert!(!shown.contains("ls-token-do-not-print"), "{shown}");
     assert_eq!(s.localstack.image, crate::versions::LOCALSTACK_IMAGE);
 }
+
+#[test]
+fn the_user_kubeconfig_is_resolved_once_from_the_environment() {
+    let text = format!("{HEADER}name: p\n");
+    let path = |env: &[(&'static str, &'static str)]| {
+        let env: HashMap<&str, &str> = env.iter().copied().collect();
+        resolve(&text, &Overrides::default(), &env)
+            .unwrap()
+            .user_kubeconfig
+    };
+    assert_eq!(
+        path(&[("HOME", "/home/u")]),
+        PathBuf::from("/home/u/.kube/config")
+    );
+    assert_eq!(
+        path(&[("HOME", "/home/u"), ("KUBECONFIG", "/a/one:/b/two")]),
+        PathBuf::from("/a/one"),
+        "the first KUBECONFIG entry"
+    );
+}

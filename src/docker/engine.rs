@@ -1,0 +1,392 @@
+//! The seam between devstack and the Docker engine: the engine calls the
+//! cluster providers and the network helpers make, as one small trait, so
+//! that their converge, drift and rollback logic runs in unit tests against
+//! an in-memory engine. `bollard::Docker` implements it one call each.
+//!
+//! Calls that fail in the engine return bollard's error untouched, so the
+//! callers keep telling "not found" and "conflict" apart the same way for
+//! the real engine and the fake one. The few that also read or write host
+//! files (image tarballs) return devstack errors.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bollard::Docker;
+use bollard::errors::Error as DockerError;
+use bollard::models::{
+    ContainerCreateBody, ContainerInspectResponse, ContainerSummary, NetworkConnectRequest,
+    NetworkCreateRequest, NetworkInspect, VolumeCreateRequest,
+};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use tokio::io::AsyncWriteExt;
+
+use crate::error::Error;
+
+pub type EngineResult<T> = Result<T, DockerError>;
+
+/// What devstack asks of a container engine.
+pub trait Engine: Send + Sync {
+    /// Containers, running or not, carrying every `label=value` filter.
+    fn list_containers(
+        &self,
+        label_filters: Vec<String>,
+    ) -> BoxFuture<'_, EngineResult<Vec<ContainerSummary>>>;
+    fn inspect_container<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, EngineResult<ContainerInspectResponse>>;
+    fn create_container<'a>(
+        &'a self,
+        name: &'a str,
+        body: ContainerCreateBody,
+    ) -> BoxFuture<'a, EngineResult<()>>;
+    fn start_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>>;
+    fn unpause_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>>;
+    /// Force-removes a container and its anonymous volumes.
+    fn remove_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>>;
+    /// Runs `cmd` in a running container; its exit code and stdout.
+    fn exec<'a>(
+        &'a self,
+        container: &'a str,
+        cmd: &'a [&'a str],
+    ) -> BoxFuture<'a, EngineResult<(i64, String)>>;
+    /// The file or directory at `path` in a container, as a tar archive.
+    fn download<'a>(
+        &'a self,
+        container: &'a str,
+        path: &'a str,
+    ) -> BoxFuture<'a, EngineResult<Vec<u8>>>;
+    /// Copies the host file `local` into the container at `path`, whose
+    /// directory exists.
+    fn upload<'a>(
+        &'a self,
+        container: &'a str,
+        path: &'a str,
+        local: &'a Path,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+    /// The last `lines` lines of a container's output (empty when unknown).
+    fn logs_tail<'a>(&'a self, container: &'a str, lines: usize) -> BoxFuture<'a, String>;
+
+    fn create_volume(&self, request: VolumeCreateRequest) -> BoxFuture<'_, EngineResult<()>>;
+    /// Names of the volumes carrying every `label=value` filter.
+    fn list_volumes(&self, label_filters: Vec<String>) -> BoxFuture<'_, EngineResult<Vec<String>>>;
+    fn remove_volume<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>>;
+
+    fn inspect_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<NetworkInspect>>;
+    fn create_network(&self, request: NetworkCreateRequest) -> BoxFuture<'_, EngineResult<()>>;
+    fn remove_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>>;
+    fn connect_network<'a>(
+        &'a self,
+        network: &'a str,
+        container: &'a str,
+    ) -> BoxFuture<'a, EngineResult<()>>;
+
+    /// The image's ID, when the engine has it.
+    fn image_id<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, EngineResult<String>>;
+    fn pull_image<'a>(&'a self, repo: &'a str, tag: &'a str) -> BoxFuture<'a, EngineResult<()>>;
+    /// `docker load` of a tarball on the host.
+    fn load_image<'a>(&'a self, tarball: &'a Path) -> BoxFuture<'a, Result<(), Error>>;
+    /// `docker save` of one image into a file on the host.
+    fn export_image<'a>(
+        &'a self,
+        reference: &'a str,
+        dest: PathBuf,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+}
+
+fn label_filter(labels: Vec<String>) -> Option<HashMap<String, Vec<String>>> {
+    Some(HashMap::from([("label".to_string(), labels)]))
+}
+
+impl Engine for Docker {
+    fn list_containers(
+        &self,
+        label_filters: Vec<String>,
+    ) -> BoxFuture<'_, EngineResult<Vec<ContainerSummary>>> {
+        Box::pin(async move {
+            let options = bollard::query_parameters::ListContainersOptions {
+                all: true,
+                filters: label_filter(label_filters),
+                ..Default::default()
+            };
+            Docker::list_containers(self, Some(options)).await
+        })
+    }
+
+    fn inspect_container<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, EngineResult<ContainerInspectResponse>> {
+        Box::pin(Docker::inspect_container(
+            self,
+            name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        ))
+    }
+
+    fn create_container<'a>(
+        &'a self,
+        name: &'a str,
+        body: ContainerCreateBody,
+    ) -> BoxFuture<'a, EngineResult<()>> {
+        Box::pin(async move {
+            let options = bollard::query_parameters::CreateContainerOptions {
+                name: Some(name.to_string()),
+                ..Default::default()
+            };
+            Docker::create_container(self, Some(options), body)
+                .await
+                .map(drop)
+        })
+    }
+
+    fn start_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
+        Box::pin(Docker::start_container(
+            self,
+            name,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        ))
+    }
+
+    fn unpause_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
+        Box::pin(Docker::unpause_container(self, name))
+    }
+
+    fn remove_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
+        let options = bollard::query_parameters::RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        Box::pin(Docker::remove_container(self, name, Some(options)))
+    }
+
+    fn exec<'a>(
+        &'a self,
+        container: &'a str,
+        cmd: &'a [&'a str],
+    ) -> BoxFuture<'a, EngineResult<(i64, String)>> {
+        use bollard::exec::{StartExecOptions, StartExecResults};
+        Box::pin(async move {
+            let config = bollard::models::ExecConfig {
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+                ..Default::default()
+            };
+            let exec = self.create_exec(container, config).await?;
+            let mut stdout = String::new();
+            if let StartExecResults::Attached { mut output, .. } =
+                self.start_exec(&exec.id, None::<StartExecOptions>).await?
+            {
+                while let Some(chunk) = output.next().await {
+                    if let bollard::container::LogOutput::StdOut { message } = chunk? {
+                        stdout.push_str(&String::from_utf8_lossy(&message));
+                    }
+                }
+            }
+            let code = self.inspect_exec(&exec.id).await?.exit_code.unwrap_or(-1);
+            Ok((code, stdout))
+        })
+    }
+
+    fn download<'a>(
+        &'a self,
+        container: &'a str,
+        path: &'a str,
+    ) -> BoxFuture<'a, EngineResult<Vec<u8>>> {
+        Box::pin(async move {
+            let options = bollard::query_parameters::DownloadFromContainerOptions {
+                path: path.to_string(),
+            };
+            let mut stream = self.download_from_container(container, Some(options));
+            let mut bytes = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                bytes.extend_from_slice(&chunk?);
+            }
+            Ok(bytes)
+        })
+    }
+
+    fn upload<'a>(
+        &'a self,
+        container: &'a str,
+        path: &'a str,
+        local: &'a Path,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        use tokio::io::AsyncReadExt;
+        Box::pin(async move {
+            let (dir, name) = path.rsplit_once('/').unwrap_or((".", path));
+            let unreadable = |e: std::io::Error| {
+                Error::internal(format!("cannot read {}", local.display())).with_source(e)
+            };
+            let file = tokio::fs::File::open(local).await.map_err(unreadable)?;
+            let size = file.metadata().await.map_err(unreadable)?.len();
+            // The engine takes a tar archive: one header, the file streamed
+            // as it is (image tarballs are large), padding and the end mark.
+            let mut header = tar::Header::new_gnu();
+            header
+                .set_path(name)
+                .map_err(|e| Error::internal(format!("file name {name}")).with_source(e))?;
+            header.set_size(size);
+            header.set_mode(0o644);
+            header.set_cksum();
+            let padding = (512 - size % 512) % 512;
+            let trailer = vec![0u8; padding as usize + 1024];
+            let archive = std::io::Cursor::new(header.as_bytes().to_vec())
+                .chain(file)
+                .chain(std::io::Cursor::new(trailer));
+            let options = bollard::query_parameters::UploadToContainerOptions {
+                path: dir.to_string(),
+                ..Default::default()
+            };
+            self.upload_to_container(
+                container,
+                Some(options),
+                bollard::body_try_stream(tokio_util::io::ReaderStream::new(archive)),
+            )
+            .await
+            .map_err(|e| super::engine_error(format!("copy {name} into {container}:{dir}"), e))
+        })
+    }
+
+    fn logs_tail<'a>(&'a self, container: &'a str, lines: usize) -> BoxFuture<'a, String> {
+        Box::pin(async move {
+            let options = bollard::query_parameters::LogsOptions {
+                stdout: true,
+                stderr: true,
+                tail: lines.to_string(),
+                ..Default::default()
+            };
+            let mut stream = self.logs(container, Some(options));
+            let mut out = String::new();
+            while let Some(Ok(chunk)) = stream.next().await {
+                out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+            }
+            out
+        })
+    }
+
+    fn create_volume(&self, request: VolumeCreateRequest) -> BoxFuture<'_, EngineResult<()>> {
+        Box::pin(async move { Docker::create_volume(self, request).await.map(drop) })
+    }
+
+    fn list_volumes(&self, label_filters: Vec<String>) -> BoxFuture<'_, EngineResult<Vec<String>>> {
+        Box::pin(async move {
+            let options = bollard::query_parameters::ListVolumesOptions {
+                filters: label_filter(label_filters),
+            };
+            let list = Docker::list_volumes(self, Some(options)).await?;
+            Ok(list
+                .volumes
+                .unwrap_or_default()
+                .into_iter()
+                .map(|v| v.name)
+                .collect())
+        })
+    }
+
+    fn remove_volume<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
+        Box::pin(Docker::remove_volume(
+            self,
+            name,
+            Some(bollard::query_parameters::RemoveVolumeOptions { force: true }),
+        ))
+    }
+
+    fn inspect_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<NetworkInspect>> {
+        Box::pin(Docker::inspect_network(
+            self,
+            name,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        ))
+    }
+
+    fn create_network(&self, request: NetworkCreateRequest) -> BoxFuture<'_, EngineResult<()>> {
+        Box::pin(async move { Docker::create_network(self, request).await.map(drop) })
+    }
+
+    fn remove_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
+        Box::pin(Docker::remove_network(self, name))
+    }
+
+    fn connect_network<'a>(
+        &'a self,
+        network: &'a str,
+        container: &'a str,
+    ) -> BoxFuture<'a, EngineResult<()>> {
+        let request = NetworkConnectRequest {
+            container: container.to_string(),
+            endpoint_config: None,
+        };
+        Box::pin(Docker::connect_network(self, network, request))
+    }
+
+    fn image_id<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, EngineResult<String>> {
+        Box::pin(async move { Ok(self.inspect_image(reference).await?.id.unwrap_or_default()) })
+    }
+
+    fn pull_image<'a>(&'a self, repo: &'a str, tag: &'a str) -> BoxFuture<'a, EngineResult<()>> {
+        Box::pin(async move {
+            let options = bollard::query_parameters::CreateImageOptions {
+                from_image: Some(repo.to_string()),
+                tag: Some(tag.to_string()),
+                ..Default::default()
+            };
+            let mut stream = self.create_image(Some(options), None, None);
+            while let Some(item) = stream.next().await {
+                item?;
+            }
+            Ok(())
+        })
+    }
+
+    fn load_image<'a>(&'a self, tarball: &'a Path) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            let file = tokio::fs::File::open(tarball).await.map_err(|e| {
+                Error::user(format!(
+                    "cannot open image tarball {}: {e}",
+                    tarball.display()
+                ))
+                .with_hint("rebuild the bundle with `make kit`")
+            })?;
+            let body = tokio_util::io::ReaderStream::new(file);
+            let options = bollard::query_parameters::ImportImageOptions {
+                quiet: true,
+                ..Default::default()
+            };
+            let mut stream = self.import_image_stream(options, body, None);
+            while let Some(item) = stream.next().await {
+                let info = item
+                    .map_err(|e| super::engine_error(format!("load {}", tarball.display()), e))?;
+                if let Some(err) = info.error_detail.and_then(|d| d.message) {
+                    return Err(Error::internal(format!(
+                        "load {}: {err}",
+                        tarball.display()
+                    )));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn export_image<'a>(
+        &'a self,
+        reference: &'a str,
+        dest: PathBuf,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            let write_error =
+                |e: std::io::Error| Error::internal(format!("write {}: {e}", dest.display()));
+            let mut file = tokio::fs::File::create(&dest).await.map_err(write_error)?;
+            let mut stream = Docker::export_image(self, reference);
+            while let Some(chunk) = stream.next().await {
+                let chunk =
+                    chunk.map_err(|e| super::engine_error(format!("export {reference}"), e))?;
+                file.write_all(&chunk).await.map_err(write_error)?;
+            }
+            file.flush().await.map_err(write_error)
+        })
+    }
+}
