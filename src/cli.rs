@@ -201,6 +201,9 @@ pub struct UpArgs {
     /// Recreate the cluster when it differs from the profile in what cannot change in place (node image, Kubernetes version, Kind node count, ports); LocalStack and its secrets are kept
     #[arg(long)]
     pub recreate: bool,
+    /// Write a waterfall of every step's and sub-step's start and end to FILE (a self-contained HTML page), also when `up` fails
+    #[arg(long, value_name = "FILE.html")]
+    pub timings: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

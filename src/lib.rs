@@ -24,6 +24,7 @@ pub mod profile;
 pub mod seed;
 pub mod stack;
 pub mod state;
+pub mod timeline;
 pub mod ui;
 pub mod verify;
 pub mod versions;

@@ -17,6 +17,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
+use crate::timeline::Timeline;
 use crate::ui::{Step, Ui};
 
 /// Removes one thing a step created.
@@ -55,6 +56,9 @@ pub struct StepRecord {
     pub name: String,
     pub elapsed_ms: u64,
     pub ok: bool,
+    /// Milliseconds from the start of the run (the timeline's origin).
+    pub start_ms: u64,
+    pub end_ms: u64,
 }
 
 pub struct Runner {
@@ -62,6 +66,7 @@ pub struct Runner {
     records: Mutex<Vec<StepRecord>>,
     created: Mutex<Vec<(String, Undo)>>,
     cancel: CancellationToken,
+    timeline: Timeline,
 }
 
 impl Runner {
@@ -76,7 +81,18 @@ impl Runner {
             records: Mutex::new(Vec::new()),
             created: Mutex::new(Vec::new()),
             cancel,
+            timeline: Timeline::new(),
         }
+    }
+
+    /// Records every step (and the parts steps time) on `timeline`.
+    pub fn with_timeline(mut self, timeline: Timeline) -> Self {
+        self.timeline = timeline;
+        self
+    }
+
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
     }
 
     /// The token steps that clean up after themselves watch.
@@ -133,12 +149,15 @@ impl Runner {
         &self.ui
     }
 
-    fn record(&self, name: &str, elapsed: Duration, ok: bool) {
+    fn record(&self, name: &str, started: Instant, span: usize, ok: bool) {
+        self.timeline.end(span, ok);
         if let Ok(mut records) = self.records.lock() {
             records.push(StepRecord {
                 name: name.to_string(),
-                elapsed_ms: elapsed.as_millis() as u64,
+                elapsed_ms: started.elapsed().as_millis() as u64,
                 ok,
+                start_ms: self.timeline.ms_at(started),
+                end_ms: self.timeline.now_ms(),
             });
         }
     }
@@ -161,7 +180,12 @@ impl Runner {
             return Err(Error::interrupted());
         }
         let started = Instant::now();
-        let step = Arc::new(self.ui.step(title.clone()));
+        let span = self.timeline.start(title.clone(), None);
+        let step = Arc::new(
+            self.ui
+                .step(title.clone())
+                .with_span(self.timeline.clone(), span),
+        );
         let work = work(step.clone());
         let bounded = async {
             match limit {
@@ -182,7 +206,7 @@ impl Runner {
         };
         // The work future is gone, so this is the last reference.
         let step = Arc::try_unwrap(step).ok();
-        self.record(&title, started.elapsed(), result.is_ok());
+        self.record(&title, started, span, result.is_ok());
         match result {
             Ok((value, summary)) => {
                 if let Some(step) = step {
@@ -210,8 +234,9 @@ impl Runner {
             return Err(Error::interrupted());
         }
         let started = Instant::now();
+        let span = self.timeline.start(name, None);
         let result = work.await;
-        self.record(name, started.elapsed(), result.is_ok());
+        self.record(name, started, span, result.is_ok());
         result
     }
 

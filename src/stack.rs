@@ -27,6 +27,7 @@ use crate::localstack::{self, Action};
 use crate::pipeline::{Runner, StepRecord};
 use crate::profile::{Overrides, Settings};
 use crate::seed::{self, SeedOptions, SeedReport};
+use crate::timeline::{Span, Timeline};
 use crate::ui::{Step, Ui};
 use crate::verify::{VerifyOptions, VerifyReport};
 use crate::{docker, state};
@@ -57,6 +58,10 @@ pub struct UpReport {
     /// Host ports the stack uses (LocalStack, API server).
     pub ports: state::Ports,
     pub steps: Vec<StepRecord>,
+    /// Every step and the parts it timed (image loads, node Ready, CoreDNS,
+    /// chain levels, the operator's pods), start and end in milliseconds
+    /// from the start of the run.
+    pub timings: Vec<Span>,
     pub localstack: localstack::UpReport,
     pub cluster: Provisioned,
     pub seed: SeedReport,
@@ -86,6 +91,7 @@ impl DownReport {
 pub struct Stack {
     settings: Settings,
     ui: Ui,
+    timeline: Timeline,
 }
 
 impl Stack {
@@ -93,6 +99,7 @@ impl Stack {
         Stack {
             settings,
             ui: Ui::silent(),
+            timeline: Timeline::new(),
         }
     }
 
@@ -113,6 +120,18 @@ impl Stack {
     pub fn with_ui(mut self, ui: Ui) -> Self {
         self.ui = ui;
         self
+    }
+
+    /// Records each `up` on `timeline` (restarted at the start of each),
+    /// which the caller keeps to read what ran even when `up` fails.
+    pub fn with_timeline(mut self, timeline: Timeline) -> Self {
+        self.timeline = timeline;
+        self
+    }
+
+    /// What the last (or the running) `up` did when.
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
     }
 
     pub fn settings(&self) -> &Settings {
@@ -167,6 +186,7 @@ impl Stack {
     /// A stack this call created is rolled back on failure (and on Ctrl-C
     /// with `handle_interrupt`) unless `retain`.
     pub async fn up(&self, options: UpOptions) -> Result<UpReport, Error> {
+        self.timeline.restart();
         let docker = docker::connect().await?;
         // The first Ctrl-C cancels the run (then rolls back), a second one
         // stops the rollback.
@@ -204,7 +224,8 @@ impl Stack {
         // Only now is what exists this run's to judge: a run that held the
         // lock may just have created (or removed) the stack.
         let existed = self.exists(docker).await?;
-        let runner = Runner::with_cancel(&self.ui, cancel.clone());
+        let runner =
+            Runner::with_cancel(&self.ui, cancel.clone()).with_timeline(self.timeline.clone());
         let err = match self.converge(docker, existed, options, &runner).await {
             Ok(report) => return Ok(report),
             Err(err) => err,
@@ -224,7 +245,9 @@ impl Stack {
             )));
         }
         let step = self.ui.step("Rolling back");
+        let span = self.timeline.span("Rolling back", None);
         let rollback = runner.rollback(stop).await;
+        let _ = span.finish(if rollback.complete() { Ok(()) } else { Err(()) });
         if rollback.complete() {
             step.done(format!("removed {}", rollback.undone.join(", ")));
             return Err(err.context("rolled back"));
@@ -445,6 +468,7 @@ impl Stack {
             created: !existed,
             repaired,
             steps: runner.records(),
+            timings: runner.timeline().spans(),
             localstack,
             cluster: provisioned,
             seed: seeded,

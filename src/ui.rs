@@ -14,6 +14,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::envvars;
 use crate::error::Error;
+use crate::timeline::{SpanGuard, Timeline};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -130,6 +131,7 @@ impl Ui {
             started: Instant::now(),
             finished: false,
             last_progress: Default::default(),
+            span: None,
         }
     }
 
@@ -209,9 +211,31 @@ pub struct Step {
     /// The last sub-state printed as a plain line, so polls that report the
     /// same state do not repeat it.
     last_progress: std::sync::Mutex<String>,
+    /// The step's span on the run's timeline, so that the work inside it
+    /// can time its parts (`None`: nobody records this run).
+    span: Option<(Timeline, usize)>,
 }
 
 impl Step {
+    /// Records the step's parts under span `id` of `timeline`.
+    pub fn with_span(mut self, timeline: Timeline, id: usize) -> Self {
+        self.span = Some((timeline, id));
+        self
+    }
+
+    /// Times a part of this step until the guard is finished or dropped.
+    pub fn span(&self, name: impl Into<String>) -> SpanGuard {
+        match &self.span {
+            Some((timeline, id)) => timeline.span(name, Some(*id)),
+            None => SpanGuard::none(),
+        }
+    }
+
+    /// The timeline and this step's span, for parts timed after the fact.
+    pub fn timeline(&self) -> Option<(&Timeline, usize)> {
+        self.span.as_ref().map(|(t, id)| (t, *id))
+    }
+
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }

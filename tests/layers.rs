@@ -29,7 +29,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "base",
-        &["profile", "error", "envvars", "versions", "ui", "lib"],
+        &[
+            "profile", "error", "envvars", "versions", "ui", "timeline", "lib",
+        ],
     ),
 ];
 

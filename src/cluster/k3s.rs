@@ -364,15 +364,17 @@ pub async fn up(
     step: &Step,
 ) -> Result<ClusterInfo, Error> {
     let started = Instant::now();
-    let converged = converge_nodes(engine, settings, options, step).await?;
+    let span = step.span("node containers");
+    let converged = span.finish(converge_nodes(engine, settings, options, step).await)?;
     let finish = async {
         step.progress("waiting for the kubeconfig");
+        let span = step.span("API server and kubeconfig");
         let budget = settings
             .timeouts
             .cluster
             .get()
             .saturating_sub(started.elapsed());
-        let config = kubeconfig_within(engine, settings, budget).await?;
+        let config = span.finish(kubeconfig_within(engine, settings, budget).await)?;
         let client = crate::k8s::client_from_kubeconfig(&config).await?;
         for agent in &converged.removed_agents {
             crate::k8s::delete_node(&client, agent).await?;
@@ -716,6 +718,7 @@ async fn load_images(
                 continue;
             }
             step.progress(format!("importing {} into {node}", image.reference));
+            let span = step.span(format!("import {} into {node}", image.reference));
             let path = format!("{IMAGES_IN_NODE}/added-{}", file_name(&absolute));
             engine.upload(node, &path, &absolute).await?;
             let left = limit.saturating_sub(started.elapsed());
@@ -735,18 +738,24 @@ async fn load_images(
                     "`docker logs` of the node and `devstack doctor` (free disk) show why",
                 ));
             }
+            let _ = span.finish(Ok::<(), ()>(()));
             imported += 1;
         }
     }
     let wanted: Vec<String> = wanted.into_iter().map(|i| i.reference).collect();
-    wait_images_imported(
-        engine,
-        &names,
-        &wanted,
-        limit.saturating_sub(started.elapsed()),
-        step,
-    )
-    .await?;
+    // K3s imports the mounted tarballs itself from node start; this is
+    // when the last of them is there.
+    let span = step.span(format!("{} image(s) imported by K3s", wanted.len()));
+    span.finish(
+        wait_images_imported(
+            engine,
+            &names,
+            &wanted,
+            limit.saturating_sub(started.elapsed()),
+            step,
+        )
+        .await,
+    )?;
     Ok(imported)
 }
 

@@ -823,12 +823,15 @@ async fn preload_images(
         };
         for ((reference, tarball), (_, missing)) in tarballs.iter().zip(&todo) {
             step.progress(format!("importing {reference} into {}", missing.join(", ")));
-            futures::future::try_join_all(
-                missing
-                    .iter()
-                    .map(|node| import_image(reference, tarball, node, snapshotter_of(node))),
-            )
-            .await?;
+            let span = step.span(format!("import {reference}"));
+            span.finish(
+                futures::future::try_join_all(
+                    missing
+                        .iter()
+                        .map(|node| import_image(reference, tarball, node, snapshotter_of(node))),
+                )
+                .await,
+            )?;
         }
         Ok(todo.len())
     };

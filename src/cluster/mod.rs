@@ -119,19 +119,22 @@ pub async fn up(
     let ready = async {
         // Converging an existing cluster imports images added to the profile
         // since; workloads must not start before they are there.
-        provider.load_images(settings, step).await?;
+        let span = step.span("image loads");
+        span.finish(provider.load_images(settings, step).await)?;
         // Ready nodes are not yet a usable cluster: pods resolve service
         // names only once CoreDNS serves.
         step.progress("waiting for CoreDNS");
+        let span = step.span("CoreDNS available");
         let client = crate::k8s::client_from_kubeconfig(&info.kubeconfig).await?;
-        crate::k8s::wait_deployments_available(
+        let available = crate::k8s::wait_deployments_available(
             &client,
             "kube-system",
             &["coredns".to_string()],
             crate::k8s::Budget::since(started, settings.timeouts.cluster.get(), "timeouts.cluster"),
             "`kubectl -n kube-system describe pods` shows why CoreDNS is not running",
         )
-        .await
+        .await;
+        span.finish(available)
     };
     match ready.await {
         Ok(()) => Ok(info),

@@ -4,6 +4,7 @@ use crate::cli::UpArgs;
 use crate::commands::Context;
 use crate::error::Error;
 use crate::stack::{Stack, UpOptions};
+use crate::timeline::Timeline;
 
 pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
@@ -14,14 +15,34 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
     if let Some(notice) = choice.notice() {
         ctx.ui.warn(notice);
     }
-    let stack = Stack::new(settings).with_ui(ctx.ui.clone());
+    let timeline = Timeline::new();
+    let stack = Stack::new(settings)
+        .with_ui(ctx.ui.clone())
+        .with_timeline(timeline.clone());
     let options = UpOptions {
         retain: args.retain,
         verify: args.no_verify.then_some(false),
         recreate: args.recreate,
         handle_interrupt: true,
     };
-    let report = stack.up(options).await?;
+    let result = stack.up(options).await;
+    if let Some(path) = &args.timings {
+        // Written before the outcome is judged: a failed run's waterfall
+        // shows what ran until the failure.
+        let title = format!(
+            "devstack up `{}`{}",
+            stack.name(),
+            if result.is_ok() { "" } else { " (failed)" }
+        );
+        let page = crate::timeline::html(&title, &timeline.spans(), timeline.now_ms());
+        match std::fs::write(path, page) {
+            Ok(()) => ctx.ui.info(format!("timings: {}", path.display())),
+            Err(e) => ctx
+                .ui
+                .warn(format!("could not write {}: {e}", path.display())),
+        }
+    }
+    let report = result?;
     let what = if report.created {
         "created"
     } else if report.repaired.is_empty() {

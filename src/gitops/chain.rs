@@ -194,6 +194,9 @@ struct Level {
     /// The reconcile devstack requested of this level, if any: the level is
     /// settled only once Flux reports it handled (`lastHandledReconcileAt`).
     requested: Option<String>,
+    /// Its span is on the step's timeline (recorded once, the first time
+    /// it turned Ready).
+    timed: bool,
 }
 
 /// Whether Flux has finished the reconcile requested with `token` (none
@@ -276,6 +279,7 @@ pub async fn wait_ready(
             name,
             ready_at: None,
             requested: None,
+            timed: false,
         })
         .collect();
     levels[0].requested = root_request;
@@ -361,6 +365,25 @@ pub async fn wait_ready(
                 if levels[i].ready_at.is_none() {
                     levels[i].ready_at = Some(started.elapsed());
                     step.progress(format!("{name} Ready"));
+                    if !levels[i].timed
+                        && let Some((timeline, parent)) = step.timeline()
+                    {
+                        // From when it could start (the level before it
+                        // Ready) to Ready: each level's share of the chain.
+                        levels[i].timed = true;
+                        let from = i
+                            .checked_sub(1)
+                            .and_then(|p| levels[p].ready_at)
+                            .map(|at| started + at)
+                            .unwrap_or(started);
+                        timeline.record(
+                            format!("level {name} Ready"),
+                            Some(parent),
+                            timeline.ms_at(from),
+                            Some(timeline.now_ms()),
+                            Some(true),
+                        );
+                    }
                     if options.nudge
                         && let Some(next) = levels.get_mut(i + 1)
                         && next.requested.is_none()

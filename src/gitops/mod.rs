@@ -177,6 +177,7 @@ async fn sync(
     let chain_report = runner
         .step(title, None, |step| async move {
             let report = chain::wait_ready(client, wait, Some(root_request), &step).await?;
+            record_pod_starts(client, HELM_RELEASE.0, &step).await;
             let timings: Vec<String> = report
                 .levels
                 .iter()
@@ -223,6 +224,45 @@ async fn sync(
         profile_external_secrets: external_secrets.len(),
         elapsed_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// Puts each pod of `namespace` on the step's timeline, from its creation
+/// to Ready, as the pod's own conditions tell (second precision). Best
+/// effort: a pod list that fails leaves the timeline without them.
+async fn record_pod_starts(client: &kube::Client, namespace: &str, step: &crate::ui::Step) {
+    use k8s_openapi::api::core::v1::Pod;
+    let Some((timeline, parent)) = step.timeline() else {
+        return;
+    };
+    let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), namespace);
+    let Ok(pods) = api.list(&Default::default()).await else {
+        return;
+    };
+    let at = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| {
+        timeline.ms_at_wall(std::time::SystemTime::from(t.0))
+    };
+    for pod in pods.items {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let Some(created) = pod.metadata.creation_timestamp.as_ref() else {
+            continue;
+        };
+        let conditions = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let ready = conditions
+            .iter()
+            .find(|c| c.type_ == "Ready" && c.status == "True")
+            .and_then(|c| c.last_transition_time.as_ref());
+        timeline.record(
+            format!("pod {name} created -> Ready"),
+            Some(parent),
+            at(created),
+            ready.map(at),
+            Some(ready.is_some()),
+        );
+    }
 }
 
 /// ExternalSecrets for the profile's secrets that ask to be synced: JSON

@@ -59,23 +59,26 @@ pub async fn wait_nodes_ready(
     budget: Budget,
     step: &Step,
 ) -> Result<(), Error> {
+    let span = step.span("nodes Ready");
     let wait = Wait::new("the cluster's nodes", "Ready", budget)
         .advice("`docker logs <node>` shows the node's log");
-    wait.list(
-        Api::<Node>::all(client.clone()),
-        Default::default(),
-        |nodes| {
-            let ready = nodes.iter().filter(|n| node_ready(n)).count();
-            if nodes.len() >= expected && ready == nodes.len() {
-                return Verdict::Done;
-            }
-            let state = format!("{ready}/{expected} nodes Ready");
-            step.progress(&state);
-            Verdict::Waiting(state)
-        },
-    )
-    .await
-    .map(|_| ())
+    let result = wait
+        .list(
+            Api::<Node>::all(client.clone()),
+            Default::default(),
+            |nodes| {
+                let ready = nodes.iter().filter(|n| node_ready(n)).count();
+                if nodes.len() >= expected && ready == nodes.len() {
+                    return Verdict::Done;
+                }
+                let state = format!("{ready}/{expected} nodes Ready");
+                step.progress(&state);
+                Verdict::Waiting(state)
+            },
+        )
+        .await
+        .map(|_| ());
+    span.finish(result)
 }
 
 /// Server-side applies one object given as JSON (apiVersion, kind,
