@@ -47,6 +47,9 @@ fi
 
 if want unit; then
   group unit cargo test --lib --bins --test cli --test layers
+  # Chromium renders the --timings page headless; without it the test says
+  # SKIPPED (`.ci/run` installs it: tests/host/setup-browser.sh).
+  group_counting_skips browser cargo test --test timings_browser -- --nocapture
 fi
 
 if want docker; then
