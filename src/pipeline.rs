@@ -291,12 +291,58 @@ mod tests {
         );
         assert_eq!(err.hint(), Some("raise `timeouts.seed` in the profile"));
         let records = runner.records();
+        for r in &records {
+            assert!(r.start_ms <= r.end_ms, "{r:?}");
+        }
+        let spans = runner.timeline().spans();
+        assert_eq!(
+            spans
+                .iter()
+                .map(|s| (s.name.as_str(), s.ok, s.end_ms.is_some()))
+                .collect::<Vec<_>>(),
+            [
+                ("ok", Some(true), true),
+                ("bad", Some(false), true),
+                ("slow", Some(false), true)
+            ],
+            "every step is a span on the timeline"
+        );
         assert_eq!(
             records
                 .iter()
                 .map(|r| (r.name.as_str(), r.ok))
                 .collect::<Vec<_>>(),
             [("ok", true), ("bad", false), ("slow", false)]
+        );
+    }
+
+    #[tokio::test]
+    async fn parts_a_step_times_are_its_children_on_the_shared_timeline() {
+        let timeline = Timeline::new();
+        let runner = Runner::new(&Ui::silent()).with_timeline(timeline.clone());
+        runner
+            .step("Cluster", None, |step| async move {
+                let part = step.span("nodes Ready");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                part.finish(Ok::<_, Error>(()))?;
+                let _abandoned = step.span("image loads");
+                Ok(((), String::new()))
+            })
+            .await
+            .unwrap();
+        let spans = timeline.spans();
+        let cluster = spans.iter().find(|s| s.name == "Cluster").unwrap();
+        let nodes = spans.iter().find(|s| s.name == "nodes Ready").unwrap();
+        let images = spans.iter().find(|s| s.name == "image loads").unwrap();
+        assert_eq!(nodes.parent, Some(cluster.id));
+        assert_eq!(nodes.ok, Some(true));
+        assert_eq!(images.ok, Some(false), "a part dropped unfinished failed");
+        assert!(nodes.duration_ms().unwrap() >= 5);
+        assert!(cluster.start_ms <= nodes.start_ms && nodes.end_ms <= cluster.end_ms);
+        let record = &runner.records()[0];
+        assert_eq!(
+            (record.start_ms, record.end_ms),
+            (cluster.start_ms, cluster.end_ms.unwrap())
         );
     }
 

@@ -372,7 +372,7 @@ mod tests {
         let timeline = Timeline::new();
         let a = timeline.start("a", None);
         let b = timeline.record("b", None, 0, Some(5), Some(true));
-        let part = timeline.record("part of a", Some(a), 1, Some(2), None);
+        let part = timeline.record("part of a", Some(a), 0, Some(2), None);
         {
             let _abandoned = timeline.span("abandoned", Some(a));
         }
@@ -385,7 +385,7 @@ mod tests {
         assert_eq!(order, [(0, a), (1, part), (1, 3), (0, b)]);
         let json = serde_json::to_value(&spans[part]).unwrap();
         assert_eq!(json["parent"], a);
-        assert_eq!(json["startMs"], 1);
+        assert_eq!(json["startMs"], 0);
         assert_eq!(json["endMs"], 2);
     }
 
