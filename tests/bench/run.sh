@@ -5,6 +5,7 @@
 #   BENCH_RUNS         repetitions per figure (default 5); medians are reported
 #   BENCH_STACK_RUNS   repetitions of the whole-stack figures (default BENCH_RUNS;
 #                      each takes minutes, the naive script over ten)
+#   BENCH_NAIVE        0 leaves out the naive sequential script (over ten minutes)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${BENCH_RUNS:-5}
@@ -142,15 +143,17 @@ if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' 
     t0=$(now_ms); ds down; t1=$(now_ms); down_ms+=($((t1 - t0)))
     # The same stack by a plain sequential script with the naive layout: one
     # command after another, no concurrency, no nudges, same images and preload.
-    main_profile naive
-    t0=$(now_ms)
-    if ds localstack up && ds seed && ds cluster up && ds sync --no-nudge && ds verify; then
-      t1=$(now_ms); naive_script+=($((t1 - t0)))
-    else
-      echo "the sequential naive script failed (see above); its run is left out" >&2
+    if [ "${BENCH_NAIVE:-1}" != 0 ]; then
+      main_profile naive
+      t0=$(now_ms)
+      if ds localstack up && ds seed && ds cluster up && ds sync --no-nudge && ds verify; then
+        t1=$(now_ms); naive_script+=($((t1 - t0)))
+      else
+        echo "the sequential naive script failed (see above); its run is left out" >&2
+      fi
+      ds down
+      main_profile chain
     fi
-    ds down
-    main_profile chain
   done
 fi
 
@@ -207,6 +210,8 @@ if [ ${#up_cold[@]} -gt 0 ]; then
   if [ ${#naive_script[@]} -gt 0 ]; then
     printf 'sequential script, naive layout    %6s ms (%.2fx devstack up)\n' "$(med "${naive_script[@]}")" \
       "$(awk -v a="$(med "${naive_script[@]}")" -v b="$(med "${up_cold[@]}")" 'BEGIN {print a/b}')"
+  elif [ "${BENCH_NAIVE:-1}" = 0 ]; then
+    echo "sequential script, naive layout: not run (BENCH_NAIVE=0)"
   else
     echo "sequential script, naive layout: no run converged"
   fi
