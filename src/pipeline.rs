@@ -23,6 +23,48 @@ use crate::ui::{Step, Ui};
 /// Removes one thing a step created.
 pub type Undo = Box<dyn FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send>;
 
+/// Ctrl-C as cancellation, for a run with a rollback: the first cancels
+/// the run (which then rolls back), a second one stops the rollback. The
+/// watcher ends with this value.
+pub struct Interrupts {
+    pub cancel: CancellationToken,
+    pub stop: CancellationToken,
+    watcher: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Interrupts {
+    /// Watches for Ctrl-C when `enabled` (a library caller may handle
+    /// signals itself); otherwise the tokens are only cancelled by hand.
+    pub fn watch(enabled: bool) -> Self {
+        let cancel = CancellationToken::new();
+        let stop = CancellationToken::new();
+        let watcher = enabled.then(|| {
+            let (cancel, stop) = (cancel.clone(), stop.clone());
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    cancel.cancel();
+                    if tokio::signal::ctrl_c().await.is_ok() {
+                        stop.cancel();
+                    }
+                }
+            })
+        });
+        Interrupts {
+            cancel,
+            stop,
+            watcher,
+        }
+    }
+}
+
+impl Drop for Interrupts {
+    fn drop(&mut self) {
+        if let Some(watcher) = self.watcher.take() {
+            watcher.abort();
+        }
+    }
+}
+
 /// What a rollback did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -147,6 +189,53 @@ impl Runner {
 
     pub fn ui(&self) -> &Ui {
         &self.ui
+    }
+
+    /// After `err`, undoes what this run created, newest first, unless
+    /// `retain`, and returns `err` saying what was rolled back, retained or
+    /// left behind (and how to remove that). `existed`: the stack was there
+    /// before this run.
+    pub async fn roll_back_after(
+        &self,
+        err: Error,
+        existed: bool,
+        retain: bool,
+        stop: &CancellationToken,
+    ) -> Error {
+        let created = self.created_names();
+        if created.is_empty() {
+            return err.context(if existed {
+                "the stack existed before this run and this run created nothing, so nothing was rolled back; run `devstack up` again to converge"
+            } else {
+                "nothing was created"
+            });
+        }
+        if retain {
+            return err.context(format!(
+                "what this run created is retained (--retain: {}); `devstack up` completes it, `devstack down` removes it",
+                created.join(", ")
+            ));
+        }
+        let step = self.ui.step("Rolling back");
+        let span = self.timeline.span("Rolling back", None);
+        let rollback = self.rollback(stop).await;
+        let _ = span.finish(if rollback.complete() { Ok(()) } else { Err(()) });
+        if rollback.complete() {
+            step.done(format!("removed {}", rollback.undone.join(", ")));
+            return err.context("rolled back");
+        }
+        let remaining = rollback.remaining().join(", ");
+        step.fail(format!("left: {remaining}"));
+        for (what, why) in &rollback.failed {
+            self.ui.warn(format!("could not remove {what}: {why}"));
+        }
+        let what = if rollback.left.is_empty() {
+            "rollback also failed"
+        } else {
+            "rollback stopped (second interrupt)"
+        };
+        err.context(format!("{what}; left behind: {remaining}"))
+            .with_hint("`devstack down` removes the rest")
     }
 
     fn record(&self, name: &str, started: Instant, span: usize, ok: bool) {

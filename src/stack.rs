@@ -24,7 +24,7 @@ use crate::error::Error;
 use crate::gitops::{self, DeliverOptions, DeliverReport};
 use crate::health::StatusReport;
 use crate::localstack::{self, Action};
-use crate::pipeline::{Runner, StepRecord};
+use crate::pipeline::{Interrupts, Runner, StepRecord};
 use crate::profile::{Overrides, Settings};
 use crate::seed::{self, SeedOptions, SeedReport};
 use crate::timeline::{Span, Timeline};
@@ -188,26 +188,9 @@ impl Stack {
     pub async fn up(&self, options: UpOptions) -> Result<UpReport, Error> {
         self.timeline.restart();
         let docker = docker::connect().await?;
-        // The first Ctrl-C cancels the run (then rolls back), a second one
-        // stops the rollback.
-        let cancel = CancellationToken::new();
-        let stop = CancellationToken::new();
-        let signals = options.handle_interrupt.then(|| {
-            let (cancel, stop) = (cancel.clone(), stop.clone());
-            tokio::spawn(async move {
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    cancel.cancel();
-                    if tokio::signal::ctrl_c().await.is_ok() {
-                        stop.cancel();
-                    }
-                }
-            })
-        });
-        let result = self.up_locked(&docker, options, &cancel, &stop).await;
-        if let Some(signals) = signals {
-            signals.abort();
-        }
-        result
+        let interrupts = Interrupts::watch(options.handle_interrupt);
+        self.up_locked(&docker, options, &interrupts.cancel, &interrupts.stop)
+            .await
     }
 
     async fn up_locked(
@@ -230,41 +213,9 @@ impl Stack {
             Ok(report) => return Ok(report),
             Err(err) => err,
         };
-        let created = runner.created_names();
-        if created.is_empty() {
-            return Err(err.context(if existed {
-                "the stack existed before this run and this run created nothing, so nothing was rolled back; run `devstack up` again to converge"
-            } else {
-                "nothing was created"
-            }));
-        }
-        if options.retain {
-            return Err(err.context(format!(
-                "what this run created is retained (--retain: {}); `devstack up` completes it, `devstack down` removes it",
-                created.join(", ")
-            )));
-        }
-        let step = self.ui.step("Rolling back");
-        let span = self.timeline.span("Rolling back", None);
-        let rollback = runner.rollback(stop).await;
-        let _ = span.finish(if rollback.complete() { Ok(()) } else { Err(()) });
-        if rollback.complete() {
-            step.done(format!("removed {}", rollback.undone.join(", ")));
-            return Err(err.context("rolled back"));
-        }
-        let remaining = rollback.remaining().join(", ");
-        step.fail(format!("left: {remaining}"));
-        for (what, why) in &rollback.failed {
-            self.ui.warn(format!("could not remove {what}: {why}"));
-        }
-        let what = if rollback.left.is_empty() {
-            "rollback also failed"
-        } else {
-            "rollback stopped (second interrupt)"
-        };
-        Err(err
-            .context(format!("{what}; left behind: {remaining}"))
-            .with_hint("`devstack down` removes the rest"))
+        Err(runner
+            .roll_back_after(err, existed, options.retain, stop)
+            .await)
     }
 
     /// The steps of `up`. Each one that creates something tells `runner`

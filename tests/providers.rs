@@ -244,43 +244,50 @@ fn shape_drift_is_applied_or_refused_with_the_fix(provider: Provider) {
     assert!(stack.containers().is_empty(), "{:?}", stack.containers());
 }
 
-/// SIGINT while the cluster is being created: the run exits 130 and rolls
-/// back, leaving no node, no devstack container and no network.
+/// SIGINT while the cluster is being created, by `up` and by `cluster up`:
+/// the run exits 130 and rolls back, leaving no node, no devstack container
+/// and no network.
 fn interrupted_create_rolls_back(provider: Provider) {
     let stack = TestStack::new(&format!("sigint-{}", provider.name()));
     let _kind = provider.guard(&stack);
     let profile = provider.profile(&stack, 1, "");
-    let child = stack.spawn(&profile, &["up"]);
-    // Until every node container exists: the provider is mid-create then.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while provider.node_containers(&stack).len() < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
+    for command in [&["up"][..], &["cluster", "up"][..]] {
+        let child = stack.spawn(&profile, command);
+        // Until every node container exists: the provider is mid-create then.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while provider.node_containers(&stack).len() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(
+            provider.node_containers(&stack).len(),
+            2,
+            "{command:?}: the nodes were never created"
+        );
+        std::thread::sleep(Duration::from_secs(3));
+        // SAFETY: signalling the child this test spawned.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGINT);
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{command:?}: {stderr}");
+        assert!(stderr.contains("rolled back"), "{command:?}: {stderr}");
+        assert!(
+            provider.node_containers(&stack).is_empty(),
+            "{command:?} left {:?}",
+            provider.node_containers(&stack)
+        );
+        assert!(
+            stack.containers().is_empty(),
+            "{command:?} left {:?}",
+            stack.containers()
+        );
+        assert!(
+            stack.networks().is_empty(),
+            "{command:?} left {:?}",
+            stack.networks()
+        );
     }
-    assert_eq!(
-        provider.node_containers(&stack).len(),
-        2,
-        "the nodes were never created"
-    );
-    std::thread::sleep(Duration::from_secs(3));
-    // SAFETY: signalling the child this test spawned.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
-    assert!(stderr.contains("rolled back"), "{stderr}");
-    assert!(
-        provider.node_containers(&stack).is_empty(),
-        "left {:?}",
-        provider.node_containers(&stack)
-    );
-    assert!(
-        stack.containers().is_empty(),
-        "left {:?}",
-        stack.containers()
-    );
-    assert!(stack.networks().is_empty(), "left {:?}", stack.networks());
 }
 
 #[test]

@@ -8,6 +8,7 @@ use crate::cli::ClusterCommand;
 use crate::cluster::{self, UpOptions};
 use crate::commands::Context;
 use crate::error::Error;
+use crate::pipeline::{Interrupts, Runner};
 use crate::profile::Settings;
 use crate::{docker, k8s};
 
@@ -58,37 +59,40 @@ pub async fn up(
     settings: &Settings,
     options: UpOptions,
 ) -> Result<i32, Error> {
+    // One rollback owner, as for `up`: the runner undoes a cluster this run
+    // created when provisioning fails or Ctrl-C cancels it.
+    let interrupts = Interrupts::watch(true);
+    let runner = Runner::with_cancel(&ctx.ui, interrupts.cancel.clone());
     let existed = cluster::exists(engine, settings).await?;
-    let step = ctx.ui.step(format!(
+    if !existed {
+        let (engine, owned) = (engine.clone(), settings.clone());
+        runner.created(
+            format!("{} cluster", settings.cluster.provider.as_str()),
+            move || Box::pin(async move { cluster::remove(&engine, &owned).await.map(|_| ()) }),
+        );
+    }
+    let title = format!(
         "Cluster ({}, {})",
         settings.cluster.provider.as_str(),
         settings.cluster.image
-    ));
-    let outcome = tokio::select! {
-        result = cluster::provision(engine, settings, options, &step) => result,
-        _ = tokio::signal::ctrl_c() => {
-            let mut err = Error::interrupted();
-            if !existed && !options.retain {
-                err = match cluster::remove(engine, settings).await {
-                    Ok(_) => err.context("cluster creation interrupted and rolled back"),
-                    Err(e) => err.context(format!("cluster creation interrupted; rollback also failed ({})", e.message())),
-                };
-            } else if !existed {
-                err = err.context("cluster creation interrupted; the half-created cluster is retained (--retain)");
-            }
-            Err(err)
-        }
-    };
-    let provisioned = match outcome {
-        Ok(p) => p,
-        Err(e) => {
-            step.fail("failed");
-            return Err(e);
+    );
+    let provisioned = match runner
+        .step(title, None, |step| async move {
+            let provisioned = cluster::provision(engine, settings, options, &step).await?;
+            let summary = provisioned.info.summary();
+            Ok((provisioned, summary))
+        })
+        .await
+    {
+        Ok(provisioned) => provisioned,
+        Err(err) => {
+            return Err(runner
+                .roll_back_after(err, existed, options.retain, &interrupts.stop)
+                .await);
         }
     };
     let info = &provisioned.info;
     let path = &provisioned.kubeconfig_path;
-    step.done(info.summary());
     for repair in &info.repaired {
         ctx.ui.info(format!("  repaired: {repair}"));
     }

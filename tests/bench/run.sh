@@ -13,6 +13,8 @@ bash tests/host/setup-docker.sh >/dev/null
 bash tests/kit/build.sh localstack >/dev/null
 cargo build --release --quiet
 bin=$PWD/target/release/devstack
+# Versions from the binary's own matrix (`devstack version --json`).
+default_of() { "$bin" version --json | jq -r --arg id "$1" '.components[] | select(.id == $id) | .default'; }
 work=$(mktemp -d)
 stack=bench-$$
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -68,7 +70,7 @@ done
 # K3s: create-to-Ready with the offline bundle preloaded, and delete.
 bundle=${DEVSTACK_KIT_BUNDLE:-$HOME/.cache/devstack/kit/bundle}
 k3s_up=(); k3s_down=()
-if docker image inspect "$(grep -o 'rancher/k3s:[^"]*' src/versions.rs)" >/dev/null 2>&1 && [ -f "$bundle/index.json" ]; then
+if docker image inspect "$(default_of k3s)" >/dev/null 2>&1 && [ -f "$bundle/index.json" ]; then
   printf 'apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: %s\nlocalstack:\n  port: %s\ncluster:\n  provider: k3s\n  kubeconfig: {merge: false}\nimages:\n  bundle: %s\n' "$stack" "$port" "$bundle" >"$work/profile.yaml"
   for r in $(seq 1 "$runs"); do
     t0=$(now_ms); ds cluster up; t1=$(now_ms); k3s_up+=($((t1 - t0)))
@@ -82,7 +84,7 @@ fi
 # the anchor waits with the node's own kubectl). devstack's figure without the
 # bundle's images is the like-for-like one; with them it also imports Flux and
 # ESO into both nodes.
-kind_node=$(grep -o 'kindest/node:[^"]*' src/versions.rs)
+kind_node=$(default_of kind-node)
 kind_cli=$(jq -r '.artifacts[] | select(.kind=="binary" and .name=="kind") | .file' "$bundle/index.json" 2>/dev/null || true)
 kind_up=(); kind_up_images=(); kind_down=(); kind_anchor=(); kind_anchor_create=()
 if [ -n "$kind_cli" ] && docker image inspect "$kind_node" >/dev/null 2>&1; then
