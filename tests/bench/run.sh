@@ -114,7 +114,7 @@ if [ -n "$kind_cli" ] && docker image inspect "$kind_node" >/dev/null 2>&1; then
 fi
 
 # GitOps and the main job (needs the whole kit: node image, Flux, ESO).
-k3s_mem=(); kind_cold=(); kind_warm=(); kind_mem=(); flux_nudge=(); flux_plain=(); up_cold=(); up_warm=(); verify_sync=(); verify_rotate=(); verify_recreate=(); down_ms=(); naive_script=()
+k3s_mem=(); eso_ready=(); prev_cold=(); prev_eso=(); prev_mem=(); kind_cold=(); kind_warm=(); kind_mem=(); flux_nudge=(); flux_plain=(); up_cold=(); up_warm=(); verify_sync=(); verify_rotate=(); verify_recreate=(); down_ms=(); naive_script=()
 ms_of() { jq -r "$1" "$work/out.json"; }
 if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' "$bundle/index.json" >/dev/null; then
   main_profile() { # $1 = layout
@@ -138,6 +138,7 @@ if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' 
     # The main job: cold up to a verified round trip, warm up, verify latencies, down.
     t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); up_cold+=($((t1 - t0)))
     k3s_mem+=("$(stack_mem_mib)")
+    eso_ready+=("$(ms_of '.timings[] | select(.name == "level external-secrets-operator Ready") | .endMs')")
     verify_sync+=("$(ms_of '.verify.checks[] | select(.name=="sync") | .latencyMs')")
     verify_rotate+=("$(ms_of '.verify.checks[] | select(.name=="rotate") | .latencyMs')")
     verify_recreate+=("$(ms_of '.verify.checks[] | select(.name=="recreate") | .latencyMs')")
@@ -145,6 +146,15 @@ if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' 
     t0=$(now_ms); ds down; t1=$(now_ms); down_ms+=($((t1 - t0)))
     # The same stack by a plain sequential script with the naive layout: one
     # command after another, no concurrency, no nudges, same images and preload.
+    # The previous release's defaults (ESO chart 0.19.2, LocalStack 4.3.0),
+    # pinned in the same profile: the before of the version upgrade.
+    sed -i -e "s|^localstack:$|localstack:\n  image: localstack/localstack:4.3.0|" "$work/profile.yaml"
+    printf 'eso:\n  chartVersion: 0.19.2\n' >>"$work/profile.yaml"
+    t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); prev_cold+=($((t1 - t0)))
+    prev_mem+=("$(stack_mem_mib)")
+    prev_eso+=("$(ms_of '.timings[] | select(.name == "level external-secrets-operator Ready") | .endMs')")
+    ds down
+    main_profile chain
     if [ "${BENCH_NAIVE:-1}" != 0 ]; then
       main_profile naive
       t0=$(now_ms)
@@ -201,6 +211,9 @@ if [ ${#up_cold[@]} -gt 0 ]; then
   printf 'up, warm (healthy stack)           %6s ms\n' "$(med "${up_warm[@]}")"
   printf 'verify: sync %s ms, rotate %s ms, recreate %s ms\n' "$(med "${verify_sync[@]}")" "$(med "${verify_rotate[@]}")" "$(med "${verify_recreate[@]}")"
   printf 'down                               %6s ms\n' "$(med "${down_ms[@]}")"
+  printf 'time to ESO Ready (operator level) %6s ms (from the start of up)\n' "$(med "${eso_ready[@]}")"
+  printf 'previous release (ESO 0.19.2, LocalStack 4.3.0): up cold %s ms, ESO Ready %s ms, memory %s MiB\n' \
+    "$(med "${prev_cold[@]}")" "$(med "${prev_eso[@]}")" "$(med "${prev_mem[@]}")"
   mem=$(med "${k3s_mem[@]}"); total=$(awk '/MemTotal/ {printf "%.0f", $2/1024}' /proc/meminfo)
   printf 'memory per stack, k3s (ci profile) %6s MiB (docker stats after up; %d fit in %d MiB)\n' "$mem" "$((total / mem))" "$total"
   if [ ${#kind_cold[@]} -gt 0 ]; then
