@@ -90,6 +90,8 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
         "{report}"
     );
 
+    assert_running_versions_match_the_matrix(&stack, devstack::versions::KIND_NODE_IMAGE);
+
     // The kubeconfig: devstack's state, 0600, context devstack-<name>.
     let path = PathBuf::from(cluster["kubeconfigPath"].as_str().unwrap());
     assert!(path.starts_with(stack.dir.path().join("state")), "{path:?}");

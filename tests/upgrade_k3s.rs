@@ -128,6 +128,7 @@ fn a_stack_of_the_previous_release_upgrades_with_up() {
         operator.ends_with(&format!(":v{}", devstack::versions::ESO_CHART_VERSION)),
         "{operator}"
     );
+    assert_running_versions_match_the_matrix(&stack, devstack::versions::K3S_IMAGE);
     // The seeded secret came back with the new LocalStack, and the cluster
     // still has it synced.
     assert_eq!(report["seed"]["created"], 1, "{report}");

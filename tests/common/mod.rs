@@ -471,3 +471,46 @@ pub fn interrupted_verify_leaves_no_probe(stack: &TestStack, profile: &std::path
         );
     });
 }
+
+/// The versions a running stack actually runs equal devstack's version
+/// matrix: every node's kubelet, the ESO operator's image, and the
+/// LocalStack container's image.
+pub fn assert_running_versions_match_the_matrix(stack: &TestStack, node_image: &str) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::Api;
+    let (major, minor, patch) = devstack::versions::kubernetes_of_image(node_image)
+        .unwrap_or_else(|| panic!("no Kubernetes version in {node_image}"));
+    let rt = runtime();
+    let client = kube_client(&rt, stack);
+    let nodes = rt
+        .block_on(Api::<Node>::all(client.clone()).list(&Default::default()))
+        .unwrap();
+    assert!(!nodes.items.is_empty());
+    for node in nodes.items {
+        let kubelet = node.status.unwrap().node_info.unwrap().kubelet_version;
+        assert!(
+            kubelet == format!("v{major}.{minor}.{patch}")
+                || kubelet.starts_with(&format!("v{major}.{minor}.{patch}+")),
+            "kubelet {kubelet} is not the matrix's {node_image}"
+        );
+    }
+    let operator = rt
+        .block_on(Api::<Deployment>::namespaced(client, "external-secrets").get("external-secrets"))
+        .unwrap();
+    let image = operator.spec.template.spec.unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap();
+    assert_eq!(image, devstack::versions::ESO_IMAGE, "ESO operator image");
+    let localstack = docker(&[
+        "inspect",
+        "-f",
+        "{{.Config.Image}}",
+        &format!("devstack-{}-localstack", stack.name),
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&localstack.stdout).trim(),
+        devstack::versions::LOCALSTACK_IMAGE
+    );
+}
