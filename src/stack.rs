@@ -326,6 +326,8 @@ impl Stack {
                 let options = cluster::UpOptions {
                     retain: true,
                     recreate: options.recreate,
+                    // The Flux step waits for it, while Flux installs.
+                    coredns_later: true,
                 };
                 let provisioned = cluster::provision(&engine, settings, options, &step).await?;
                 let summary = provisioned.info.summary();

@@ -64,6 +64,10 @@ pub struct UpOptions {
     /// Recreate a running cluster whose differences from the profile cannot
     /// be applied in place (image, Kubernetes version, Kind node count...).
     pub recreate: bool,
+    /// Return once the nodes are Ready and the images loaded, leaving
+    /// CoreDNS to the caller ([`wait_coredns`]): `up` installs Flux, which
+    /// needs no DNS, while CoreDNS starts.
+    pub coredns_later: bool,
 }
 
 /// The API server's host port for a new cluster: the profile's, which
@@ -98,8 +102,8 @@ pub fn node_name(settings: &Settings, role: &str, index: usize) -> String {
 }
 
 /// Brings the cluster up (or converges an existing one), loads the stack's
-/// images into its nodes and waits for CoreDNS, all within
-/// `timeouts.cluster` (images: `timeouts.preload`). A cluster this call
+/// images into its nodes and waits for CoreDNS (unless `coredns_later`),
+/// all within `timeouts.cluster` (images: `timeouts.preload`). A cluster this call
 /// created is removed again when a later part fails, unless `retain`.
 pub async fn up(
     engine: &Arc<dyn Engine>,
@@ -121,20 +125,13 @@ pub async fn up(
         // since; workloads must not start before they are there.
         let span = step.span("image loads");
         span.finish(provider.load_images(settings, step).await)?;
-        // Ready nodes are not yet a usable cluster: pods resolve service
-        // names only once CoreDNS serves.
-        step.progress("waiting for CoreDNS");
-        let span = step.span("CoreDNS available");
+        if options.coredns_later {
+            return Ok(());
+        }
         let client = crate::k8s::client_from_kubeconfig(&info.kubeconfig).await?;
-        let available = crate::k8s::wait_deployments_available(
-            &client,
-            "kube-system",
-            &["coredns".to_string()],
-            crate::k8s::Budget::since(started, settings.timeouts.cluster.get(), "timeouts.cluster"),
-            "`kubectl -n kube-system describe pods` shows why CoreDNS is not running",
-        )
-        .await;
-        span.finish(available)
+        let budget =
+            crate::k8s::Budget::since(started, settings.timeouts.cluster.get(), "timeouts.cluster");
+        wait_coredns(&client, budget, step).await
     };
     match ready.await {
         Ok(()) => Ok(info),
@@ -147,6 +144,27 @@ pub async fn up(
         }),
         Err(err) => Err(err),
     }
+}
+
+/// Ready nodes are not yet a usable cluster: pods resolve service names
+/// only once CoreDNS serves.
+pub async fn wait_coredns(
+    client: &kube::Client,
+    budget: crate::k8s::Budget,
+    step: &Step,
+) -> Result<(), Error> {
+    step.progress("waiting for CoreDNS");
+    let span = step.span("CoreDNS available");
+    span.finish(
+        crate::k8s::wait_deployments_available(
+            client,
+            "kube-system",
+            &["coredns".to_string()],
+            budget,
+            "`kubectl -n kube-system describe pods` shows why CoreDNS is not running",
+        )
+        .await,
+    )
 }
 
 /// A cluster brought up and wired to this host: its kubeconfig written

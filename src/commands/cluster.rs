@@ -27,7 +27,11 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
                 &docker,
                 &engine,
                 &settings,
-                UpOptions { retain, recreate },
+                UpOptions {
+                    retain,
+                    recreate,
+                    coredns_later: false,
+                },
             )
             .await
         }

@@ -75,18 +75,31 @@ pub async fn deliver(
 ) -> Result<DeliverReport, Error> {
     let started = Instant::now();
     let flux = runner
-        .step(format!("Flux {}", settings.flux.version), None, |_| async {
-            let report = flux::install(client, settings).await?;
-            let summary = format!(
-                "{} objects from {}",
-                report.objects,
-                serde_json::to_value(report.source)
-                    .ok()
-                    .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default()
-            );
-            Ok((report, summary))
-        })
+        .step(
+            format!("Flux {}", settings.flux.version),
+            None,
+            |step| async move {
+                // Flux's controllers start without DNS; fetching the GitOps
+                // source is the first thing that needs it. So CoreDNS, which
+                // takes seconds to start in a new cluster, is awaited here,
+                // beside the install, rather than before it.
+                let dns = crate::cluster::wait_coredns(
+                    client,
+                    Budget::new(settings.timeouts.cluster.get(), "timeouts.cluster"),
+                    &step,
+                );
+                let (report, ()) = tokio::try_join!(flux::install(client, settings), dns)?;
+                let summary = format!(
+                    "{} objects from {}",
+                    report.objects,
+                    serde_json::to_value(report.source)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default()
+                );
+                Ok((report, summary))
+            },
+        )
         .await?;
     let mut report = sync(client, settings, options, runner).await?;
     report.flux = Some(flux);
