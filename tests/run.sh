@@ -55,7 +55,7 @@ fi
 if want docker; then
   banner "kit: LocalStack image (cached after the first build)"
   if bash tests/kit/build.sh localstack; then
-    group docker env DEVSTACK_TEST_DOWN_ALL=1 cargo test --test localstack_docker --test seed_docker --test gitops_docker --test down_all_docker --test exit_codes
+    group docker env DEVSTACK_TEST_DOWN_ALL=1 cargo test --no-fail-fast --test localstack_docker --test seed_docker --test gitops_docker --test down_all_docker --test exit_codes
   else
     failed+=("docker (LocalStack image build failed)")
   fi
@@ -74,7 +74,7 @@ if want cluster; then
       # --nocapture: a test that skips says so (`SKIPPED: <test>: <reason>`),
       # and each such line is counted as skipped.
       # One test at a time: each brings up whole clusters on a 2-core machine.
-      group_counting_skips cluster env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --test cluster_k3s --test cluster_kind --test providers --test upgrade_k3s \
+      group_counting_skips cluster env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --no-fail-fast --test cluster_k3s --test cluster_kind --test providers --test upgrade_k3s \
         --test gitops_k3s --test stack_k3s --test contract_k3s -- --nocapture --test-threads=1
       group example bash tests/example.sh
     elif [ $rc -eq 124 ]; then

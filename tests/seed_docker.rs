@@ -227,9 +227,12 @@ fn localstack_stopping_mid_seed_fails_clearly_and_a_rerun_converges() {
     }
     require_image(LOCALSTACK_IMAGE);
     let stack = TestStack::new("midseed");
+    // Enough that seeding one at a time outlasts the stop below: LocalStack
+    // 4.14 stores about 230 secrets a second here.
+    const SECRETS: u64 = 1500;
     let mut secrets = String::from("secrets:\n");
-    for i in 0..200 {
-        secrets.push_str(&format!("  - {{name: bulk/s{i:03}, value: value-{i}}}\n"));
+    for i in 0..SECRETS {
+        secrets.push_str(&format!("  - {{name: bulk/s{i:04}, value: value-{i}}}\n"));
     }
     let profile = stack.profile(&secrets);
     stack.run(&profile, &["localstack", "up"]).ok();
@@ -255,7 +258,7 @@ fn localstack_stopping_mid_seed_fails_clearly_and_a_rerun_converges() {
     let total = report["created"].as_u64().unwrap()
         + report["unchanged"].as_u64().unwrap()
         + report["updated"].as_u64().unwrap();
-    assert_eq!(total, 200, "{report}");
+    assert_eq!(total, SECRETS, "{report}");
     let again = stack.run(&profile, &["seed", "--json"]);
-    assert_eq!(again.ok().json()["unchanged"], 200);
+    assert_eq!(again.ok().json()["unchanged"], SECRETS);
 }
