@@ -101,6 +101,29 @@ fn kube_nodes(rt: &tokio::runtime::Runtime, stack: &TestStack) -> Vec<String> {
     names
 }
 
+/// `up` refuses a change only a recreate applies, naming it, with the
+/// command that applies it (its flags included), before anything starts.
+fn refused_with_the_recreate_hint(stack: &TestStack, profile: &std::path::Path, change: &str) {
+    let before = stack.containers();
+    let refused = stack.run(profile, &["up", "--no-verify"]);
+    assert_eq!(refused.code, 2, "{}", refused.all());
+    assert!(
+        refused.stderr.contains(change),
+        "{change}: {}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains("`devstack -p ") && refused.stderr.contains(" up --recreate`"),
+        "the hint names the command with its flags: {}",
+        refused.stderr
+    );
+    assert_eq!(
+        stack.containers(),
+        before,
+        "nothing was started before the refusal"
+    );
+}
+
 /// `cluster up` converges a cluster whose shape drifted from the profile:
 /// a node count the provider can change in place is applied, one it cannot
 /// is refused before anything happens with the `--recreate` hint; stopped
@@ -123,20 +146,7 @@ fn shape_drift_is_applied_or_refused_with_the_fix(provider: Provider) {
         up.ok();
         assert!(up.all().contains("added agent node"), "{}", up.all());
     } else {
-        let before = stack.containers();
-        let refused = stack.run(&profile, &["up", "--no-verify"]);
-        assert_eq!(refused.code, 2, "{}", refused.all());
-        assert_eq!(stack.containers(), before, "LocalStack was not started");
-        assert!(
-            refused.stderr.contains("agents 0 -> 1"),
-            "{}",
-            refused.stderr
-        );
-        assert!(
-            refused.stderr.contains(" up --recreate`"),
-            "{}",
-            refused.stderr
-        );
+        refused_with_the_recreate_hint(&stack, &profile, "agents 0 -> 1");
         assert_eq!(
             provider.node_containers(&stack).len(),
             1,
@@ -196,32 +206,8 @@ fn shape_drift_is_applied_or_refused_with_the_fix(provider: Provider) {
         }
     }
     let _untag = Untag(retagged.clone());
-    let before = stack.containers();
     let profile = provider.profile(&stack, agents, &format!("  image: {retagged}\n"));
-    let refused = stack.run(&profile, &["up", "--no-verify"]);
-    assert_eq!(refused.code, 2, "{}", refused.all());
-    assert!(
-        refused
-            .stderr
-            .contains(&format!("image {image} -> {retagged}")),
-        "{}",
-        refused.stderr
-    );
-    assert!(
-        refused.stderr.contains("`devstack -p "),
-        "the hint names the command with its flags: {}",
-        refused.stderr
-    );
-    assert!(
-        refused.stderr.contains(" up --recreate`"),
-        "{}",
-        refused.stderr
-    );
-    assert_eq!(
-        stack.containers(),
-        before,
-        "nothing was started before the refusal"
-    );
+    refused_with_the_recreate_hint(&stack, &profile, &format!("image {image} -> {retagged}"));
     stack.run(&profile, &["cluster", "up", "--recreate"]).ok();
     let nodes = provider.node_containers(&stack);
     assert_eq!(nodes.len(), usize::from(agents) + 1, "{nodes:?}");
