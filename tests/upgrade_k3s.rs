@@ -7,8 +7,6 @@
 mod common;
 
 use common::*;
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::Api;
 
 const OLD_ESO_CHART: &str = "0.19.2";
 const OLD_LOCALSTACK: &str = "localstack/localstack:4.3.0";
@@ -70,17 +68,6 @@ fn bundle_has_previous_release() -> bool {
     false
 }
 
-fn operator_image(rt: &tokio::runtime::Runtime, stack: &TestStack) -> String {
-    let client = kube_client(rt, stack);
-    let deployment = rt
-        .block_on(Api::<Deployment>::namespaced(client, "external-secrets").get("external-secrets"))
-        .unwrap();
-    deployment.spec.template.spec.unwrap().containers[0]
-        .image
-        .clone()
-        .unwrap()
-}
-
 #[test]
 fn a_stack_of_the_previous_release_upgrades_with_up() {
     if !require_cluster_kit() || !bundle_has_previous_release() {
@@ -99,9 +86,9 @@ fn a_stack_of_the_previous_release_upgrades_with_up() {
         OLD_LOCALSTACK
     );
     assert!(
-        operator_image(&rt, &stack).ends_with(&format!(":v{OLD_ESO_CHART}")),
+        eso_operator_image(&rt, &stack).ends_with(&format!(":v{OLD_ESO_CHART}")),
         "{}",
-        operator_image(&rt, &stack)
+        eso_operator_image(&rt, &stack)
     );
 
     let current = ci_profile(&stack, false);
@@ -123,7 +110,7 @@ fn a_stack_of_the_previous_release_upgrades_with_up() {
         String::from_utf8_lossy(&image.stdout).trim(),
         devstack::versions::LOCALSTACK_IMAGE
     );
-    let operator = operator_image(&rt, &stack);
+    let operator = eso_operator_image(&rt, &stack);
     assert!(
         operator.ends_with(&format!(":v{}", devstack::versions::ESO_CHART_VERSION)),
         "{operator}"

@@ -86,17 +86,7 @@ pub async fn existing_provider(
     if let Some(provider) = crate::state::StackRecord::load(settings).provider {
         return Ok(Some(provider));
     }
-    for provider in [Provider::K3s, Provider::Kind] {
-        let mut other = settings.clone();
-        other.cluster.provider = provider;
-        if super::provider::for_settings(std::sync::Arc::new(docker.clone()), &other)
-            .exists(&other)
-            .await?
-        {
-            return Ok(Some(provider));
-        }
-    }
-    Ok(None)
+    super::found_provider(&crate::docker::shared(docker), settings).await
 }
 
 /// `settings` on the provider [`decide`] picks, and the choice. A pinned

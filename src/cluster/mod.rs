@@ -180,6 +180,14 @@ pub struct Provisioned {
 
 /// Whether the stack has a cluster of any provider, running or not.
 pub async fn exists(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
+    Ok(found_provider(engine, settings).await?.is_some())
+}
+
+/// The provider whose cluster of this stack exists (running or not), if any.
+pub async fn found_provider(
+    engine: &Arc<dyn Engine>,
+    settings: &Settings,
+) -> Result<Option<Provider>, Error> {
     for kind in [Provider::K3s, Provider::Kind] {
         let mut other = settings.clone();
         other.cluster.provider = kind;
@@ -187,10 +195,10 @@ pub async fn exists(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<boo
             .exists(&other)
             .await?
         {
-            return Ok(true);
+            return Ok(Some(kind));
         }
     }
-    Ok(false)
+    Ok(None)
 }
 
 /// How the stack's running cluster differs from the settings.

@@ -472,11 +472,26 @@ pub fn interrupted_verify_leaves_no_probe(stack: &TestStack, profile: &std::path
     });
 }
 
+/// The image the stack's ESO operator Deployment runs.
+pub fn eso_operator_image(rt: &tokio::runtime::Runtime, stack: &TestStack) -> String {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let client = kube_client(rt, stack);
+    let deployment = rt
+        .block_on(
+            kube::api::Api::<Deployment>::namespaced(client, "external-secrets")
+                .get("external-secrets"),
+        )
+        .unwrap();
+    deployment.spec.template.spec.unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap()
+}
+
 /// The versions a running stack actually runs equal devstack's version
 /// matrix: every node's kubelet, the ESO operator's image, and the
 /// LocalStack container's image.
 pub fn assert_running_versions_match_the_matrix(stack: &TestStack, node_image: &str) {
-    use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::Node;
     use kube::api::Api;
     let (major, minor, patch) = devstack::versions::kubernetes_of_image(node_image)
@@ -484,7 +499,7 @@ pub fn assert_running_versions_match_the_matrix(stack: &TestStack, node_image: &
     let rt = runtime();
     let client = kube_client(&rt, stack);
     let nodes = rt
-        .block_on(Api::<Node>::all(client.clone()).list(&Default::default()))
+        .block_on(Api::<Node>::all(client).list(&Default::default()))
         .unwrap();
     assert!(!nodes.items.is_empty());
     for node in nodes.items {
@@ -495,13 +510,7 @@ pub fn assert_running_versions_match_the_matrix(stack: &TestStack, node_image: &
             "kubelet {kubelet} is not the matrix's {node_image}"
         );
     }
-    let operator = rt
-        .block_on(Api::<Deployment>::namespaced(client, "external-secrets").get("external-secrets"))
-        .unwrap();
-    let image = operator.spec.template.spec.unwrap().containers[0]
-        .image
-        .clone()
-        .unwrap();
+    let image = eso_operator_image(&rt, stack);
     assert_eq!(image, devstack::versions::ESO_IMAGE, "ESO operator image");
     let localstack = docker(&[
         "inspect",
