@@ -1123,6 +1123,7 @@ async fn converge(
     let client = crate::k8s::client_from_kubeconfig(&kubeconfig).await?;
     let budget = crate::k8s::Budget::new(settings.timeouts.cluster.get(), "timeouts.cluster");
     crate::k8s::wait_nodes_ready(&client, nodes.len(), budget, step).await?;
+    crate::k8s::wait_node_networking_ready(&client, budget, step).await?;
 
     Ok(ClusterInfo {
         provider: Provider::Kind,

@@ -81,6 +81,78 @@ pub async fn wait_nodes_ready(
     span.finish(result)
 }
 
+/// Namespaces of the DaemonSets that give a node its pod network (kube-proxy
+/// and the CNI: kindnet in kube-system, the kit's flannel in kube-flannel).
+const NODE_NETWORK_NAMESPACES: [&str; 2] = ["kube-system", "kube-flannel"];
+
+/// Waits until the node-networking DaemonSets run Ready on every node they
+/// target. A node turns Ready as soon as its CNI config file is in place,
+/// but a pod sandbox made before the CNI daemon has leased the node's
+/// subnet fails and backs off for up to tens of seconds; holding workloads
+/// back until then is faster than letting them collide with it.
+pub async fn wait_node_networking_ready(
+    client: &kube::Client,
+    budget: Budget,
+    step: &Step,
+) -> Result<(), Error> {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let span = step.span("node networking Ready");
+    let wait = Wait::new(
+        format!("the DaemonSets in {}", NODE_NETWORK_NAMESPACES.join(", ")),
+        "Ready on every node",
+        budget,
+    )
+    .advice("`kubectl -n kube-flannel get pods -o wide` (or kube-system) shows which node lags");
+    let result = wait
+        .list(
+            Api::<DaemonSet>::all(client.clone()),
+            Default::default(),
+            |sets| {
+                let verdict = daemonsets_verdict(sets.iter());
+                if let Verdict::Waiting(state) = &verdict {
+                    step.progress(state);
+                }
+                verdict
+            },
+        )
+        .await
+        .map(|_| ());
+    span.finish(result)
+}
+
+fn daemonsets_verdict<'a>(
+    sets: impl Iterator<Item = &'a k8s_openapi::api::apps::v1::DaemonSet>,
+) -> Verdict {
+    let lagging: Vec<String> = sets
+        .filter(|ds| {
+            ds.metadata
+                .namespace
+                .as_deref()
+                .is_some_and(|ns| NODE_NETWORK_NAMESPACES.contains(&ns))
+        })
+        .filter_map(|ds| {
+            let name = ds.metadata.name.clone().unwrap_or_default();
+            let Some(status) = &ds.status else {
+                return Some(format!("{name}: no status yet"));
+            };
+            let observed = status.observed_generation.unwrap_or(0);
+            if observed < ds.metadata.generation.unwrap_or(0) {
+                return Some(format!("{name}: not yet seen by its controller"));
+            }
+            let desired = status.desired_number_scheduled;
+            let ready = status.number_ready;
+            let updated = status.updated_number_scheduled.unwrap_or(0);
+            (ready < desired || updated < desired)
+                .then(|| format!("{name}: {ready}/{desired} pods Ready"))
+        })
+        .collect();
+    if lagging.is_empty() {
+        Verdict::Done
+    } else {
+        Verdict::Waiting(lagging.join("; "))
+    }
+}
+
 /// Server-side applies one object given as JSON (apiVersion, kind,
 /// metadata.name, optional metadata.namespace).
 pub async fn apply(client: &kube::Client, object: &serde_json::Value) -> Result<(), Error> {
@@ -264,7 +336,9 @@ pub fn dynamic_api(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
+    use k8s_openapi::api::apps::v1::{
+        DaemonSet, DaemonSetStatus, DeploymentCondition, DeploymentStatus,
+    };
     use kube::runtime::watcher::Event;
 
     fn deployment(name: &str, available: Option<(&str, &str)>) -> Deployment {
@@ -309,6 +383,46 @@ mod tests {
         );
         assert!(matches!(
             deployments_verdict(&set, &names[..1]),
+            Verdict::Done
+        ));
+    }
+
+    fn daemonset(namespace: &str, name: &str, desired: i32, ready: i32) -> DaemonSet {
+        let mut ds = DaemonSet::default();
+        ds.metadata.namespace = Some(namespace.into());
+        ds.metadata.name = Some(name.into());
+        ds.metadata.generation = Some(2);
+        ds.status = Some(DaemonSetStatus {
+            observed_generation: Some(2),
+            desired_number_scheduled: desired,
+            number_ready: ready,
+            updated_number_scheduled: Some(desired),
+            ..Default::default()
+        });
+        ds
+    }
+
+    #[test]
+    fn node_networking_waits_for_every_node_and_ignores_workload_daemonsets() {
+        let flannel = daemonset("kube-flannel", "kube-flannel-ds", 2, 1);
+        let proxy = daemonset("kube-system", "kube-proxy", 2, 2);
+        let workload = daemonset("monitoring", "node-exporter", 2, 0);
+        let Verdict::Waiting(state) = daemonsets_verdict([&flannel, &proxy, &workload].into_iter())
+        else {
+            panic!("flannel is Ready on one of two nodes");
+        };
+        assert_eq!(state, "kube-flannel-ds: 1/2 pods Ready");
+
+        let mut unseen = daemonset("kube-system", "kube-proxy", 2, 2);
+        unseen.metadata.generation = Some(3);
+        assert!(matches!(
+            daemonsets_verdict([&unseen].into_iter()),
+            Verdict::Waiting(s) if s.contains("not yet seen")
+        ));
+
+        let flannel = daemonset("kube-flannel", "kube-flannel-ds", 2, 2);
+        assert!(matches!(
+            daemonsets_verdict([&flannel, &proxy, &workload].into_iter()),
             Verdict::Done
         ));
     }

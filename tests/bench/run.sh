@@ -86,7 +86,7 @@ fi
 # ESO into both nodes.
 kind_node=$(default_of kind-node)
 kind_cli=$(jq -r '.artifacts[] | select(.kind=="binary" and .name=="kind") | .file' "$bundle/index.json" 2>/dev/null || true)
-kind_up=(); kind_up_images=(); kind_down=(); kind_anchor=(); kind_anchor_create=()
+kind_up=(); kind_up_images=(); kind_down=(); kind_anchor=(); kind_anchor_create=(); kind_anchor_flux=()
 if [ -n "$kind_cli" ] && docker image inspect "$kind_node" >/dev/null 2>&1; then
   export DEVSTACK_KIND=$bundle/$kind_cli
   kind_profile() { # $1 = with bundle images (1) or not (0)
@@ -95,6 +95,8 @@ if [ -n "$kind_cli" ] && docker image inspect "$kind_node" >/dev/null 2>&1; then
     return 0
   }
   anchor=bench-anchor-$$
+  flux_install=$(jq -r '[.artifacts[] | select(.kind=="flux-install")][0].file // empty' "$bundle/index.json")
+  flux_images=$(jq -r '.artifacts[] | select(.kind=="image" and (.role | startswith("flux-"))) | .file' "$bundle/index.json")
   for r in $(seq 1 "$runs"); do
     kind_profile 0
     t0=$(now_ms); ds cluster up; t1=$(now_ms); kind_up+=($((t1 - t0)))
@@ -109,12 +111,21 @@ if [ -n "$kind_cli" ] && docker image inspect "$kind_node" >/dev/null 2>&1; then
     docker exec "$anchor-control-plane" kubectl --kubeconfig /etc/kubernetes/admin.conf wait --for=condition=Ready nodes --all --timeout=5m >/dev/null
     docker exec "$anchor-control-plane" kubectl --kubeconfig /etc/kubernetes/admin.conf -n kube-system rollout status deployment/coredns --timeout=5m >/dev/null
     t2=$(now_ms); kind_anchor_create+=($((t1 - t0))); kind_anchor+=($((t2 - t0)))
+    # ... then Flux by hand, as its docs say, with the same images and manifest
+    # devstack installs: what the dev profile's cold `up` has done when its
+    # Flux step ends.
+    if [ -n "$flux_install" ]; then
+      for f in $flux_images; do "$DEVSTACK_KIND" load image-archive "$bundle/$f" --name "$anchor" >/dev/null 2>&1; done
+      docker exec -i "$anchor-control-plane" kubectl --kubeconfig /etc/kubernetes/admin.conf apply --server-side -f - <"$bundle/$flux_install" >/dev/null
+      docker exec "$anchor-control-plane" kubectl --kubeconfig /etc/kubernetes/admin.conf -n flux-system wait --for=condition=Available deployment --all --timeout=5m >/dev/null
+      t3=$(now_ms); kind_anchor_flux+=($((t3 - t0)))
+    fi
     "$DEVSTACK_KIND" delete cluster --name "$anchor" --kubeconfig "$work/anchor.kubeconfig" >/dev/null 2>&1
   done
 fi
 
 # GitOps and the main job (needs the whole kit: node image, Flux, ESO).
-k3s_mem=(); eso_ready=(); prev_cold=(); prev_eso=(); prev_mem=(); kind_cold=(); kind_warm=(); kind_mem=(); flux_nudge=(); flux_plain=(); up_cold=(); up_warm=(); verify_sync=(); verify_rotate=(); verify_recreate=(); down_ms=(); naive_script=()
+k3s_mem=(); eso_ready=(); prev_cold=(); prev_eso=(); prev_mem=(); kind_cold=(); kind_warm=(); kind_mem=(); kind_flux=(); flux_nudge=(); flux_plain=(); up_cold=(); up_warm=(); verify_sync=(); verify_rotate=(); verify_recreate=(); down_ms=(); naive_script=()
 ms_of() { jq -r "$1" "$work/out.json"; }
 if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' "$bundle/index.json" >/dev/null; then
   main_profile() { # $1 = layout
@@ -177,6 +188,7 @@ if [ ${#kind_up[@]} -gt 0 ] && [ ${#up_cold[@]} -gt 0 ]; then
         -e "s|^secrets:|images:\n  bundle: $bundle\nsecrets:|" profiles/dev.yaml >"$work/profile.yaml"
     t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); kind_cold+=($((t1 - t0)))
     kind_mem+=("$(stack_mem_mib)")
+    kind_flux+=("$(ms_of '.timings[] | select(.name | startswith("Flux ")) | .endMs')")
     t0=$(now_ms); ds up --no-verify; t1=$(now_ms); kind_warm+=($((t1 - t0)))
     ds down
   done
@@ -219,6 +231,11 @@ if [ ${#up_cold[@]} -gt 0 ]; then
   if [ ${#kind_cold[@]} -gt 0 ]; then
     printf 'kind: up, cold, to verified round trip %6s ms (dev profile)\n' "$(med "${kind_cold[@]}")"
     printf 'kind: up, warm (healthy stack)     %6s ms\n' "$(med "${kind_warm[@]}")"
+    if [ ${#kind_anchor_flux[@]} -gt 0 ]; then
+      d=$(med "${kind_flux[@]}"); a=$(med "${kind_anchor_flux[@]}")
+      printf 'kind: cluster + Flux ready, devstack up %6s ms vs by hand (kind create, kind load, kubectl apply, wait) %s ms (%+.0f%%)\n' \
+        "$d" "$a" "$(awk -v d="$d" -v a="$a" 'BEGIN {print (d-a)*100/a}')"
+    fi
     mem=$(med "${kind_mem[@]}")
     printf 'memory per stack, kind (dev profile) %4s MiB (%d fit in %d MiB)\n' "$mem" "$((total / mem))" "$total"
   fi
