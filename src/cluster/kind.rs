@@ -1149,7 +1149,7 @@ async fn rollback(
             "kind cluster `{name}` creation failed; the half-created cluster is retained for debugging (--retain)"
         ));
     }
-    match delete_ours(engine, settings, kind).await {
+    match delete_ours(engine, settings, kind, true).await {
         Ok(_) => err.context(format!(
             "kind cluster `{name}` creation failed and was rolled back"
         )),
@@ -1293,39 +1293,73 @@ pub async fn down(engine: &dyn Engine, settings: &Settings) -> Result<bool, Erro
                 })?
                 .path;
             require_docker_cli()?;
-            delete_ours(engine, settings, &kind).await
+            // A cluster whose kubeconfig devstack never wrote is one whose
+            // `up` was stopped while kind created it (the runner's rollback
+            // after Ctrl-C): nodes may still be on their way.
+            let in_flight = !crate::state::kubeconfig_path(settings).exists();
+            delete_ours(engine, settings, &kind, in_flight).await
         }
     }
 }
 
-/// `kind delete cluster` until no node of the stack's own cluster is left: a
-/// `kind create` killed by Ctrl-C can leave a `docker run` finishing after
-/// the first delete listed the nodes.
-async fn delete_ours(engine: &dyn Engine, settings: &Settings, kind: &Path) -> Result<bool, Error> {
+/// How long a rollback keeps deleting the nodes of a `kind create` it
+/// stopped: the engine finishes a container whose `docker run` was killed
+/// mid-request, seconds later on a loaded machine.
+const ROLLBACK_PATIENCE: Duration = Duration::from_secs(90);
+/// No node seen for this long: no creation is still in flight.
+const ROLLBACK_QUIET: Duration = Duration::from_secs(3);
+
+/// `kind delete cluster` until no node of the stack's own cluster is left.
+/// After a stopped create (`in_flight`), nodes can still appear once the
+/// first delete is done, so it also waits for a quiet spell.
+async fn delete_ours(
+    engine: &dyn Engine,
+    settings: &Settings,
+    kind: &Path,
+    in_flight: bool,
+) -> Result<bool, Error> {
     let name = cluster_name(settings);
+    let started = std::time::Instant::now();
     let mut deleted = false;
-    for _ in 0..3 {
+    let mut quiet_since = None;
+    loop {
         match find_cluster(engine, settings).await? {
-            Found::Ours(_) => {
-                delete_cluster(kind, &name).await?;
+            Found::Ours(nodes) => {
+                if started.elapsed() >= ROLLBACK_PATIENCE {
+                    return Err(Error::internal(format!(
+                        "kind cluster `{name}` still has nodes after deleting it for {}: {}",
+                        HumanDuration(ROLLBACK_PATIENCE),
+                        nodes
+                            .iter()
+                            .map(|n| n.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                    .with_hint(format!(
+                        "`kind delete cluster --name {name}` once Docker settles"
+                    )));
+                }
+                if deleted {
+                    // kind listed no node, or a node it removed was still
+                    // being created: remove the (verified) nodes directly.
+                    for node in &nodes {
+                        crate::docker::remove_container(engine, &node.name).await?;
+                    }
+                } else {
+                    delete_cluster(kind, &name).await?;
+                }
                 deleted = true;
+                quiet_since = None;
             }
-            Found::None | Found::Foreign => return Ok(deleted),
+            Found::None | Found::Foreign if !in_flight => return Ok(deleted),
+            Found::None | Found::Foreign => {
+                let since = *quiet_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= ROLLBACK_QUIET {
+                    return Ok(deleted);
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
         }
-    }
-    match find_cluster(engine, settings).await? {
-        Found::Ours(nodes) => Err(Error::internal(format!(
-            "kind cluster `{name}` still has nodes after deleting it three times: {}",
-            nodes
-                .iter()
-                .map(|n| n.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-        .with_hint(format!(
-            "`kind delete cluster --name {name}` once Docker settles"
-        ))),
-        _ => Ok(deleted),
     }
 }
 
