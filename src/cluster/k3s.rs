@@ -17,9 +17,14 @@ use crate::ui::Step;
 pub const ROLE_SERVER: &str = "k3s-server";
 pub const ROLE_AGENT: &str = "k3s-agent";
 const LABEL_API_PORT: &str = "dev.devstack.api-port";
+/// How many of the server's arguments are devstack's own (before
+/// `k3sArgs`), recorded on the server node: the count changes when devstack
+/// changes its defaults, and `plan` must still find the profile's part of
+/// an older node's command.
+const LABEL_FIXED_ARGS: &str = "dev.devstack.fixed-args";
+/// devstack's own arguments on nodes created before LABEL_FIXED_ARGS.
+const FIXED_ARGS_UNLABELLED: usize = 6;
 const API_PORT: u16 = 6443;
-/// How many of the server's arguments devstack sets before `k3sArgs`.
-const SERVER_FIXED_ARGS: usize = 6;
 const KUBECONFIG_IN_NODE: &str = "/etc/rancher/k3s/k3s.yaml";
 const IMAGES_IN_NODE: &str = "/var/lib/rancher/k3s/agent/images";
 /// The node's state, as named volumes so `down` can find them by label.
@@ -107,15 +112,16 @@ async fn plan(engine: &dyn Engine, settings: &Settings) -> Result<Plan, Error> {
                 .host_config
                 .and_then(|h| h.port_bindings)
                 .unwrap_or_default();
+            let labels = config.labels.unwrap_or_default();
             ServerFacts {
                 ports: published_ports(&bindings),
                 image: config.image.unwrap_or_default(),
                 args: config.cmd.unwrap_or_default(),
-                api_port: config
-                    .labels
-                    .unwrap_or_default()
-                    .get(LABEL_API_PORT)
-                    .and_then(|p| p.parse().ok()),
+                api_port: labels.get(LABEL_API_PORT).and_then(|p| p.parse().ok()),
+                fixed_args: labels
+                    .get(LABEL_FIXED_ARGS)
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(FIXED_ARGS_UNLABELLED),
             }
         });
     Ok(plan_of(settings, agents, server.as_ref()))
@@ -126,6 +132,8 @@ struct ServerFacts {
     image: String,
     args: Vec<String>,
     api_port: Option<u16>,
+    /// How many of `args` are devstack's own.
+    fixed_args: usize,
     /// `cluster.ports` as published: (port in the node, port on the host).
     ports: Vec<(u16, u16)>,
 }
@@ -169,7 +177,7 @@ fn plan_of(settings: &Settings, agents: usize, server: Option<&ServerFacts>) -> 
             in_place: false,
         });
     }
-    let extra = server.args.get(SERVER_FIXED_ARGS..).unwrap_or_default();
+    let extra = server.args.get(server.fixed_args..).unwrap_or_default();
     if extra != settings.cluster.k3s_args.as_slice() {
         changes.push(Change {
             what: format!(
@@ -253,19 +261,24 @@ async fn scale_agents(
     Ok((done, removed))
 }
 
-/// The server's command: devstack's own arguments (SERVER_FIXED_ARGS of
-/// them, which `plan` skips), then the profile's `k3sArgs`.
-fn server_args(settings: &Settings) -> Vec<String> {
+/// devstack's own arguments of the server (recorded as LABEL_FIXED_ARGS,
+/// which `plan` skips).
+fn own_server_args(settings: &Settings) -> Vec<String> {
     let server = node_name(settings, "server", 0);
-    let mut args = vec![
+    vec![
         "server".to_string(),
         "--disable=traefik,servicelb,metrics-server,local-storage".into(),
         "--tls-san=127.0.0.1".into(),
         format!("--tls-san={server}"),
         format!("--node-name={server}"),
         format!("--https-listen-port={API_PORT}"),
-    ];
-    debug_assert_eq!(args.len(), SERVER_FIXED_ARGS);
+    ]
+}
+
+/// The server's command: devstack's own arguments, then the profile's
+/// `k3sArgs`.
+fn server_args(settings: &Settings) -> Vec<String> {
+    let mut args = own_server_args(settings);
     args.extend(settings.cluster.k3s_args.iter().cloned());
     args
 }
@@ -480,6 +493,7 @@ async fn create_nodes(
         args: server_args(settings),
         token: &token,
         api_port: Some(api_port),
+        fixed_args: Some(own_server_args(settings).len()),
     };
     create_node(engine, settings, node, &tarballs).await?;
     for index in 0..settings.cluster.agents as usize {
@@ -498,6 +512,8 @@ struct NewNode<'a> {
     token: &'a str,
     /// The server's published API port.
     api_port: Option<u16>,
+    /// How many of the server's `args` are devstack's own.
+    fixed_args: Option<usize>,
 }
 
 impl<'a> NewNode<'a> {
@@ -508,6 +524,7 @@ impl<'a> NewNode<'a> {
             args: agent_args(settings, name),
             token,
             api_port: None,
+            fixed_args: None,
         }
     }
 }
@@ -524,10 +541,14 @@ async fn create_node(
         args,
         token,
         api_port,
+        fixed_args,
     } = node;
     let mut labels = node_labels(settings, role);
     if let Some(port) = api_port {
         labels.insert(LABEL_API_PORT.into(), port.to_string());
+    }
+    if let Some(count) = fixed_args {
+        labels.insert(LABEL_FIXED_ARGS.into(), count.to_string());
     }
     let mut binds = Vec::new();
     for (suffix, path) in STATE_PATHS {
@@ -916,6 +937,7 @@ mod tests {
             image: settings.cluster.image.clone(),
             args: server_args(settings),
             api_port: Some(api_port),
+            fixed_args: own_server_args(settings).len(),
             ports: Vec::new(),
         }
     }
@@ -958,6 +980,32 @@ mod tests {
 
         let orphans = plan_of(&same, 1, None);
         assert!(orphans.exists && !orphans.needs_recreate());
+    }
+
+    #[test]
+    fn the_profiles_arguments_are_found_after_however_many_devstack_set() {
+        let args = settings("  k3sArgs: [--x]\n");
+        // A node made when devstack set six arguments of its own (and no
+        // label said so) keeps its profile arguments apart from them.
+        let mut old = server(&args, 6550);
+        old.args = [
+            "server",
+            "--disable=a",
+            "--tls-san=1",
+            "--tls-san=2",
+            "--node-name=n",
+            "--https-listen-port=6443",
+            "--x",
+        ]
+        .map(String::from)
+        .to_vec();
+        old.fixed_args = FIXED_ARGS_UNLABELLED;
+        assert_eq!(plan_of(&args, 0, Some(&old)).changes, []);
+        // devstack's own arguments changing is no change of the profile's.
+        let mut more = server(&args, 6550);
+        more.args.insert(1, "--new-default".into());
+        more.fixed_args += 1;
+        assert_eq!(plan_of(&args, 0, Some(&more)).changes, []);
     }
 
     #[test]

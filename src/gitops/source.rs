@@ -152,6 +152,17 @@ pub struct PublishReport {
     pub removed: usize,
 }
 
+/// Whether the stack's LocalStack S3 holds the GitOps bucket (false also
+/// when S3 does not answer).
+pub async fn bucket_exists(settings: &Settings) -> bool {
+    crate::aws::s3(settings)
+        .head_bucket()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .is_ok()
+}
+
 /// Makes the bucket hold exactly `objects` (uploads them, removes others).
 pub async fn publish(settings: &Settings, objects: &Tree) -> Result<PublishReport, Error> {
     let s3 = crate::aws::s3(settings);
