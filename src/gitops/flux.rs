@@ -185,7 +185,7 @@ async fn switch_to_recreate(client: &kube::Client, docs: &[Value]) -> Result<(),
         else {
             continue;
         };
-        let strategy = live.spec.and_then(|s| s.strategy).and_then(|s| s.type_);
+        let strategy = live.spec.strategy.and_then(|s| s.type_);
         if strategy.as_deref() == Some("Recreate") {
             continue;
         }
