@@ -563,14 +563,25 @@ async fn create_node(
             .map_err(|e| docker::engine_error(format!("create volume {volume}"), e))?;
         binds.push(format!("{volume}:{path}"));
     }
-    // k3s imports every tarball in its images directory at start.
+    // K3s imports every file in its images directory, before it starts the
+    // kubelet, each time the node starts: 8 s for the bundle's images here,
+    // on the path of every restart, although containerd (in the node's
+    // volume) still holds them. So the directory is a folder of the stack's
+    // state holding hard links to the tarballs, which `load_images` empties
+    // once the images are in; a tarball that cannot be linked (another
+    // filesystem) is mounted as a file instead, and imported again on each
+    // start.
+    let staged = staged_images_dir(settings, name);
+    let _ = std::fs::remove_dir_all(&staged);
+    std::fs::create_dir_all(&staged)
+        .map_err(|e| Error::internal(format!("create {}", staged.display())).with_source(e))?;
+    binds.push(format!("{}:{IMAGES_IN_NODE}", staged.display()));
     for (index, (_, tarball)) in tarballs.iter().enumerate() {
         let absolute = std::fs::canonicalize(tarball).unwrap_or_else(|_| tarball.clone());
-        binds.push(format!(
-            "{}:{IMAGES_IN_NODE}/{index:02}-{}:ro",
-            absolute.display(),
-            file_name(&absolute)
-        ));
+        let file = format!("{index:02}-{}", file_name(&absolute));
+        if std::fs::hard_link(&absolute, staged.join(&file)).is_err() {
+            binds.push(format!("{}:{IMAGES_IN_NODE}/{file}:ro", absolute.display()));
+        }
     }
     if !settings.cluster.registry_mirrors.is_empty() {
         let path = crate::state::stack_dir(settings).join("registries.yaml");
@@ -670,33 +681,71 @@ async fn node_images(
     })
 }
 
-/// The image tarballs bind-mounted into a node's images directory, which
-/// K3s imports by itself when the node starts.
-async fn mounted_tarballs(
+/// The folder of the stack's state mounted as a node's images directory.
+fn staged_images_dir(settings: &Settings, node: &str) -> std::path::PathBuf {
+    crate::state::stack_dir(settings)
+        .join("node-images")
+        .join(node)
+}
+
+/// Whether K3s imports `tarball` by itself when `node` starts: it is
+/// mounted into the node's images directory as a file, or linked into the
+/// staged directory mounted there.
+async fn imported_by_k3s(
     engine: &dyn Engine,
+    settings: &Settings,
     node: &str,
-) -> Result<std::collections::HashSet<std::path::PathBuf>, Error> {
+    tarball: &Path,
+) -> Result<bool, Error> {
     let mounts = docker::inspect(engine, node)
         .await?
         .and_then(|c| c.mounts)
         .unwrap_or_default();
-    Ok(mounts
+    let mounted = mounts.into_iter().any(|m| {
+        m.destination
+            .as_deref()
+            .is_some_and(|d| d.starts_with(&format!("{IMAGES_IN_NODE}/")))
+            && m.source.as_deref().map(Path::new) == Some(tarball)
+    });
+    Ok(mounted || linked_in(&staged_images_dir(settings, node), tarball))
+}
+
+/// Whether `dir` holds a hard link to `file`.
+fn linked_in(dir: &Path, file: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(target) = std::fs::metadata(file) else {
+        return false;
+    };
+    std::fs::read_dir(dir)
         .into_iter()
-        .filter(|m| {
-            m.destination
-                .as_deref()
-                .is_some_and(|d| d.starts_with(IMAGES_IN_NODE))
+        .flatten()
+        .flatten()
+        .any(|entry| {
+            entry
+                .metadata()
+                .is_ok_and(|m| m.dev() == target.dev() && m.ino() == target.ino())
         })
-        .filter_map(|m| m.source.map(std::path::PathBuf::from))
-        .collect())
+}
+
+/// Empties the nodes' staged images directories once their images are in
+/// containerd, so that a restart imports nothing (see `create_node`).
+fn unstage_images(settings: &Settings, nodes: &[String]) {
+    for node in nodes {
+        let dir = staged_images_dir(settings, node);
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if let Err(e) = std::fs::remove_file(entry.path()) {
+                tracing::debug!("unstage {}: {e}", entry.path().display());
+            }
+        }
+    }
 }
 
 /// Makes every wanted image present in every node, within
-/// `timeouts.preload`. Tarballs mounted into a node when it was created are
-/// imported by K3s in the background while the node turns Ready, so those
-/// are waited for; images added to the profile since (which no mount
-/// carries) are copied into the node's images directory, so a restart
-/// imports them too, and imported into its containerd now. Returns how many
+/// `timeouts.preload`. Tarballs staged or mounted into a node when it was
+/// created are imported by K3s as the node starts, so those are waited for;
+/// images added to the profile since are copied into the node and imported
+/// into its containerd now. Then the staged tarballs are removed: the
+/// node's containerd keeps the images across restarts. Returns how many
 /// images it imported itself.
 async fn load_images(
     engine: &dyn Engine,
@@ -725,7 +774,6 @@ async fn load_images(
         if missing.is_empty() {
             continue;
         }
-        let mounted = mounted_tarballs(engine, node).await?;
         if tarballs.is_none() {
             tarballs = Some(preload::tarballs(engine, settings, &wanted).await?);
         }
@@ -735,7 +783,7 @@ async fn load_images(
                 continue;
             };
             let absolute = std::fs::canonicalize(tarball).unwrap_or_else(|_| tarball.clone());
-            if mounted.contains(&absolute) {
+            if imported_by_k3s(engine, settings, node, &absolute).await? {
                 continue;
             }
             step.progress(format!("importing {} into {node}", image.reference));
@@ -777,6 +825,7 @@ async fn load_images(
         )
         .await,
     )?;
+    unstage_images(settings, &names);
     Ok(imported)
 }
 
