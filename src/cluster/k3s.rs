@@ -681,6 +681,35 @@ async fn node_images(
     })
 }
 
+/// The images a node has, once its containerd answers: a node that is
+/// starting cannot tell yet, and "none" would have every image imported
+/// again although its containerd holds them all (as after a restart).
+async fn answered_images(
+    engine: &dyn Engine,
+    node: &str,
+    limit: Duration,
+) -> Result<std::collections::HashSet<String>, Error> {
+    let started = Instant::now();
+    loop {
+        let (code, stdout) =
+            docker::exec_in(engine, node, &["crictl", "images", "-o", "json"]).await?;
+        if code == 0 {
+            return Ok(image_tags(&stdout));
+        }
+        if started.elapsed() >= limit {
+            return Err(Error::new(
+                Kind::Timeout,
+                format!(
+                    "the container runtime of node {node} did not answer within {}s",
+                    limit.as_secs()
+                ),
+            )
+            .with_hint("raise `timeouts.preload`; `docker logs` of the node shows why"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// The folder of the stack's state mounted as a node's images directory.
 fn staged_images_dir(settings: &Settings, node: &str) -> std::path::PathBuf {
     crate::state::stack_dir(settings)
@@ -766,7 +795,8 @@ async fn load_images(
     let mut imported = 0;
     let mut tarballs = None;
     for node in &names {
-        let present = node_images(engine, node).await?;
+        let present =
+            answered_images(engine, node, limit.saturating_sub(started.elapsed())).await?;
         let missing: Vec<&preload::PreloadImage> = wanted
             .iter()
             .filter(|w| !present.contains(&crate::bundle::normalize_reference(&w.reference)))
