@@ -1023,6 +1023,9 @@ async fn remove_nodes(engine: &dyn Engine, settings: &Settings) -> Result<bool, 
     for volume in volumes {
         removed |= docker::remove_volume(engine, &volume).await?;
     }
+    // Links to bundle tarballs a node never got to import: they would keep
+    // a removed bundle's files on disk.
+    let _ = std::fs::remove_dir_all(crate::state::stack_dir(settings).join("node-images"));
     Ok(removed)
 }
 
