@@ -113,20 +113,43 @@ pub async fn refresh_source(
     budget: Budget,
 ) -> Result<(), Error> {
     let api = source_api(client, kind, FLUX_NAMESPACE);
-    let token = request_reconcile(&api, name).await?;
-    Wait::new(
-        format!("{kind} {FLUX_NAMESPACE}/{name}"),
-        "Ready with a fresh fetch",
-        budget,
-    )
-    .advice("check the source-controller: `kubectl -n flux-system logs deploy/source-controller`")
-    .object(api, name, |object| {
-        let object = object.map(|o| serde_json::to_value(o).unwrap_or_default());
-        source_verdict(kind, name, object.as_ref(), &token)
-    })
-    .await
-    .map(|_| ())
+    let mut failed_fetches = 0;
+    loop {
+        let token = request_reconcile(&api, name).await?;
+        let fetched = Wait::new(
+            format!("{kind} {FLUX_NAMESPACE}/{name}"),
+            "Ready with a fresh fetch",
+            budget,
+        )
+        .advice(
+            "check the source-controller: `kubectl -n flux-system logs deploy/source-controller`",
+        )
+        .object(api.clone(), name, |object| {
+            let object = object.map(|o| serde_json::to_value(o).unwrap_or_default());
+            source_verdict(kind, name, object.as_ref(), &token)
+        })
+        .await;
+        match fetched {
+            // Seen in CI: the first fetch of a new stack failed with "no such
+            // host" for the LocalStack route the cluster's DNS had not picked
+            // up yet. A failure that lasts through a few fetches is real.
+            Err(err)
+                if err.kind() == crate::error::Kind::Unhealthy
+                    && failed_fetches < FETCH_ATTEMPTS - 1 =>
+            {
+                failed_fetches += 1;
+                tracing::debug!("fetch {failed_fetches} of {kind} {name} failed: {err}");
+                tokio::time::sleep(FETCH_RETRY_DELAY).await;
+            }
+            other => return other.map(|_| ()),
+        }
+    }
 }
+
+/// Fetches a source gets before its failure stops `up`, and the pause
+/// between them.
+const FETCH_ATTEMPTS: u32 = 5;
+const FETCH_RETRY_DELAY: Duration = Duration::from_secs(2);
 
 /// Whether a source has handled the fetch requested with `token`, and how
 /// that went.
