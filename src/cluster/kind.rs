@@ -1345,6 +1345,9 @@ async fn delete_ours(
                     for node in &nodes {
                         crate::docker::remove_container(engine, &node.name).await?;
                     }
+                    // The engine may still be creating them: look again
+                    // after a pause rather than in a tight loop.
+                    tokio::time::sleep(Duration::from_millis(250)).await;
                 } else {
                     delete_cluster(kind, &name).await?;
                 }
