@@ -91,6 +91,7 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
     );
 
     assert_running_versions_match_the_matrix(&stack, devstack::versions::KIND_NODE_IMAGE);
+    common::assert_webhook_certificate_issued_by_devstack(&stack);
 
     // The kubeconfig: devstack's state, 0600, context devstack-<name>.
     let path = PathBuf::from(cluster["kubeconfigPath"].as_str().unwrap());

@@ -67,6 +67,7 @@ fn up_verify_status_down_with_drift_repair() {
         "{report}"
     );
     assert!(up.stderr.contains("next:"), "{}", up.stderr);
+    common::assert_webhook_certificate_issued_by_devstack(&stack);
     for step in [
         "Preflight",
         "LocalStack",

@@ -12,7 +12,6 @@ use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -284,8 +283,8 @@ fn chain_changes(
 /// requeue, which is how a careless nudge unsettles a healthy chain.
 ///
 /// The chain is looked at again after every change its watches report.
-/// Meanwhile the ESO webhook pod is made to see its certificate as soon as
-/// the cert-controller writes it (see [`refresh_webhook_certificates`]).
+/// Meanwhile the ESO webhook's certificate is made ready for its pods
+/// (see [`super::webhook`]).
 pub async fn wait_ready(
     client: &kube::Client,
     options: WaitOptions,
@@ -294,82 +293,7 @@ pub async fn wait_ready(
 ) -> Result<ChainReport, Error> {
     tokio::select! {
         report = watch_chain(client, options, root_request, step) => report,
-        never = refresh_webhook_certificates(client) => match never {},
-    }
-}
-
-/// Label of the Secret the ESO chart creates (empty) for the webhook's
-/// certificate, which the cert-controller then fills.
-const WEBHOOK_SECRET_SELECTOR: &str = "external-secrets.io/component=webhook";
-/// The ESO webhook pods (the chart's selector label).
-const WEBHOOK_POD_SELECTOR: &str = "app.kubernetes.io/name=external-secrets-webhook";
-/// Set on a webhook pod to the version of the certificate Secret it was
-/// made to reload.
-const WEBHOOK_CERTS_ANNOTATION: &str = "devstack.dev/webhook-certificate";
-
-/// The ESO webhook starts serving only once its certificate, which the
-/// cert-controller writes into a Secret after the pods start, appears in
-/// the pod's Secret volume. kubelet refreshes such volumes on its periodic
-/// pod sync, a minute apart by default, so a cold install waited up to 70 s
-/// here for a certificate that existed after 2. An update of the pod makes
-/// kubelet sync it at once: annotate each webhook pod that is not Ready
-/// with the Secret's version whenever the Secret gains a certificate.
-/// Best effort, for as long as the chain is awaited; never returns.
-async fn refresh_webhook_certificates(client: &kube::Client) -> std::convert::Infallible {
-    use k8s_openapi::api::core::v1::{Pod, Secret};
-    let namespace = HELM_RELEASE.0;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let mut filled = wait::watch(
-        secrets,
-        watcher::Config::default().labels(WEBHOOK_SECRET_SELECTOR),
-    )
-    .applied_objects()
-    .filter_map(|secret| async move {
-        let secret = secret.ok()?;
-        let has_certificate = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get("tls.crt"))
-            .is_some_and(|c| !c.0.is_empty());
-        has_certificate.then(|| secret.metadata.resource_version.unwrap_or_default())
-    })
-    .boxed();
-    loop {
-        let Some(version) = filled.next().await else {
-            // The watch retries for ever; should it end, the periodic
-            // kubelet sync still gets there.
-            return futures::future::pending().await;
-        };
-        let Ok(listed) = pods
-            .list(&kube::api::ListParams::default().labels(WEBHOOK_POD_SELECTOR))
-            .await
-        else {
-            continue;
-        };
-        for pod in listed.items {
-            let ready = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .is_some_and(|c| !c.is_empty() && c.iter().all(|c| c.ready));
-            let annotated = pod
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(WEBHOOK_CERTS_ANNOTATION))
-                == Some(&version);
-            let Some(name) = pod.metadata.name.filter(|_| !ready && !annotated) else {
-                continue;
-            };
-            let patch = json!({"metadata": {"annotations": {WEBHOOK_CERTS_ANNOTATION: version}}});
-            if let Err(e) = pods
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                tracing::debug!("annotating webhook pod {name}: {e}");
-            }
-        }
+        never = super::webhook::keep_certificate_ready(client) => match never {},
     }
 }
 

@@ -10,6 +10,7 @@ pub mod chain;
 pub mod flux;
 pub mod manifests;
 pub mod source;
+pub mod webhook;
 
 use std::time::{Duration, Instant};
 

@@ -523,3 +523,68 @@ pub fn assert_running_versions_match_the_matrix(stack: &TestStack, node_image: &
         devstack::versions::LOCALSTACK_IMAGE
     );
 }
+
+/// The ESO webhook serves with the certificate devstack issued at install
+/// (its CA's fingerprint is on the Secret), and the cert-controller, instead
+/// of replacing it, injected that CA into every webhook configuration and
+/// conversion webhook that calls ESO's webhook Service.
+pub fn assert_webhook_certificate_issued_by_devstack(stack: &TestStack) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::Api;
+    use sha2::Digest;
+    let rt = runtime();
+    let client = kube_client(&rt, stack);
+    let secret = rt
+        .block_on(
+            Api::<Secret>::namespaced(client.clone(), "external-secrets")
+                .get("external-secrets-webhook"),
+        )
+        .unwrap();
+    let ca = secret.data.as_ref().unwrap()["ca.crt"].0.clone();
+    let issued = secret.metadata.annotations.unwrap_or_default()
+        [devstack::gitops::webhook::ISSUED_CA_ANNOTATION]
+        .clone();
+    assert_eq!(
+        hex::encode(sha2::Sha256::digest(&ca)),
+        issued,
+        "the webhook's CA is not the one devstack issued"
+    );
+    let configurations = rt
+        .block_on(
+            Api::<ValidatingWebhookConfiguration>::all(client.clone()).list(&Default::default()),
+        )
+        .unwrap();
+    let mut injected = 0;
+    for configuration in configurations.items {
+        for webhook in configuration.webhooks.unwrap_or_default() {
+            let config = webhook.client_config;
+            if config.service.as_ref().map(|s| s.namespace.as_str()) == Some("external-secrets") {
+                assert_eq!(
+                    config.ca_bundle.map(|b| b.0).as_ref(),
+                    Some(&ca),
+                    "webhook {} lacks devstack's CA",
+                    webhook.name
+                );
+                injected += 1;
+            }
+        }
+    }
+    assert!(injected >= 2, "no ESO validating webhook found");
+    let crd = rt
+        .block_on(
+            Api::<CustomResourceDefinition>::all(client).get("externalsecrets.external-secrets.io"),
+        )
+        .unwrap();
+    let conversion = crd
+        .spec
+        .conversion
+        .and_then(|c| c.webhook)
+        .and_then(|w| w.client_config);
+    assert_eq!(
+        conversion.and_then(|c| c.ca_bundle).map(|b| b.0).as_ref(),
+        Some(&ca),
+        "the ExternalSecret CRD's conversion webhook lacks devstack's CA"
+    );
+}
