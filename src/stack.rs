@@ -301,6 +301,10 @@ impl Stack {
                 .await?;
             // From here on every client uses the port LocalStack was given.
             let bound = settings.with_localstack_port(report.endpoint.host_port);
+            // The bucket devstack publishes the GitOps source to exists from
+            // the first `up` on, and only a LocalStack that lost its state
+            // (community LocalStack keeps none across a restart) lacks it.
+            let kept_state = gitops::source::bucket_exists(&bound).await;
             let seeded = runner
                 .step(
                     format!("Seeding {} secret(s)", settings.secrets.len()),
@@ -313,7 +317,10 @@ impl Stack {
                     },
                 )
                 .await?;
-            Ok::<_, Error>((report, seeded, bound))
+            // LocalStack has served AWS requests by now (the bucket check,
+            // the seeding): its service catalog exists, for the next stack.
+            localstack::remember_catalog(docker, &bound).await;
+            Ok::<_, Error>((report, seeded, bound, kept_state))
         };
         let cluster_up = runner.step(
             format!(
@@ -334,29 +341,20 @@ impl Stack {
                 Ok((provisioned, summary))
             },
         );
-        let ((localstack, seeded, bound), provisioned) =
+        let ((localstack, seeded, bound, kept_state), provisioned) =
             tokio::try_join!(localstack_and_seed, cluster_up)?;
         let settings = &bound;
 
         if existed {
-            match &localstack.action {
-                Action::Created => {
-                    repaired.push("LocalStack container was missing: created it".into())
-                }
-                Action::Restarted => repaired.push("LocalStack was stopped: restarted it".into()),
-                Action::Recreated(why) => repaired.push(format!("LocalStack recreated ({why})")),
-                Action::Reused => {}
-            }
+            repaired.extend(localstack_repair(
+                &localstack.action,
+                kept_state,
+                seeded.created,
+            ));
             if provisioned.info.created {
                 repaired.push("the cluster was missing: created it".into());
             }
             repaired.extend(provisioned.info.repaired.iter().cloned());
-            if seeded.created > 0 {
-                repaired.push(format!(
-                    "{} secret(s) were missing in LocalStack: seeded them",
-                    seeded.created
-                ));
-            }
         }
 
         let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
@@ -408,6 +406,9 @@ impl Stack {
         } else {
             None
         };
+        // Every pod has started: the image blobs the nodes cached while
+        // importing and unpacking are not read again.
+        cluster::drop_image_caches(&docker::shared(docker), settings).await;
         for repair in &repaired {
             self.ui.info(format!("  repaired: {repair}"));
         }
@@ -627,6 +628,40 @@ async fn preflight(
     Ok(plan)
 }
 
+/// What `up` did to an existing stack's LocalStack, as one line: how it
+/// found the container, and what it put back into a LocalStack that lost
+/// its state (the seeded secrets; the GitOps source, which the GitOps step
+/// republishes on every `up`). `kept_state`: the GitOps bucket was there.
+fn localstack_repair(action: &Action, kept_state: bool, reseeded: usize) -> Option<String> {
+    let mut restored = Vec::new();
+    if reseeded > 0 {
+        restored.push(format!("re-seeded {reseeded} secret(s)"));
+    }
+    if !kept_state {
+        restored.push("re-published the GitOps source".to_string());
+    }
+    let restored = restored.join(", ");
+    let then = |what: String| {
+        if restored.is_empty() {
+            what
+        } else {
+            format!("{what}; {restored}")
+        }
+    };
+    match action {
+        Action::Created => Some(then("LocalStack container was missing: created it".into())),
+        Action::Restarted => Some(then("LocalStack was stopped: restarted it".into())),
+        Action::Recreated(why) => Some(then(format!("LocalStack recreated ({why})"))),
+        Action::Reused if !kept_state => Some(format!(
+            "LocalStack restarted and lost its state: {restored}"
+        )),
+        Action::Reused if reseeded > 0 => Some(format!(
+            "{reseeded} secret(s) were missing in LocalStack: seeded them"
+        )),
+        Action::Reused => None,
+    }
+}
+
 /// The chain's Flux objects that do not exist or are being deleted (drift
 /// `up` repairs).
 async fn missing_flux_objects(client: &kube::Client) -> BTreeSet<String> {
@@ -652,4 +687,35 @@ async fn missing_flux_objects(client: &kube::Client) -> BTreeSet<String> {
         ));
     }
     missing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_localstack_that_lost_its_state_is_one_repair_naming_what_came_back() {
+        assert_eq!(
+            localstack_repair(&Action::Reused, false, 2).as_deref(),
+            Some(
+                "LocalStack restarted and lost its state: re-seeded 2 secret(s), re-published the GitOps source"
+            )
+        );
+        assert_eq!(
+            localstack_repair(&Action::Restarted, false, 1).as_deref(),
+            Some(
+                "LocalStack was stopped: restarted it; re-seeded 1 secret(s), re-published the GitOps source"
+            )
+        );
+        assert_eq!(
+            localstack_repair(&Action::Created, false, 0).as_deref(),
+            Some("LocalStack container was missing: created it; re-published the GitOps source")
+        );
+        // A secret deleted by hand, LocalStack otherwise as it was.
+        assert_eq!(
+            localstack_repair(&Action::Reused, true, 1).as_deref(),
+            Some("1 secret(s) were missing in LocalStack: seeded them")
+        );
+        assert_eq!(localstack_repair(&Action::Reused, true, 0), None);
+    }
 }

@@ -17,9 +17,14 @@ use crate::ui::Step;
 pub const ROLE_SERVER: &str = "k3s-server";
 pub const ROLE_AGENT: &str = "k3s-agent";
 const LABEL_API_PORT: &str = "dev.devstack.api-port";
+/// How many of the server's arguments are devstack's own (before
+/// `k3sArgs`), recorded on the server node: the count changes when devstack
+/// changes its defaults, and `plan` must still find the profile's part of
+/// an older node's command.
+const LABEL_FIXED_ARGS: &str = "dev.devstack.fixed-args";
+/// devstack's own arguments on nodes created before LABEL_FIXED_ARGS.
+const FIXED_ARGS_UNLABELLED: usize = 6;
 const API_PORT: u16 = 6443;
-/// How many of the server's arguments devstack sets before `k3sArgs`.
-const SERVER_FIXED_ARGS: usize = 6;
 const KUBECONFIG_IN_NODE: &str = "/etc/rancher/k3s/k3s.yaml";
 const IMAGES_IN_NODE: &str = "/var/lib/rancher/k3s/agent/images";
 /// The node's state, as named volumes so `down` can find them by label.
@@ -107,15 +112,16 @@ async fn plan(engine: &dyn Engine, settings: &Settings) -> Result<Plan, Error> {
                 .host_config
                 .and_then(|h| h.port_bindings)
                 .unwrap_or_default();
+            let labels = config.labels.unwrap_or_default();
             ServerFacts {
                 ports: published_ports(&bindings),
                 image: config.image.unwrap_or_default(),
                 args: config.cmd.unwrap_or_default(),
-                api_port: config
-                    .labels
-                    .unwrap_or_default()
-                    .get(LABEL_API_PORT)
-                    .and_then(|p| p.parse().ok()),
+                api_port: labels.get(LABEL_API_PORT).and_then(|p| p.parse().ok()),
+                fixed_args: labels
+                    .get(LABEL_FIXED_ARGS)
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(FIXED_ARGS_UNLABELLED),
             }
         });
     Ok(plan_of(settings, agents, server.as_ref()))
@@ -126,6 +132,8 @@ struct ServerFacts {
     image: String,
     args: Vec<String>,
     api_port: Option<u16>,
+    /// How many of `args` are devstack's own.
+    fixed_args: usize,
     /// `cluster.ports` as published: (port in the node, port on the host).
     ports: Vec<(u16, u16)>,
 }
@@ -169,7 +177,7 @@ fn plan_of(settings: &Settings, agents: usize, server: Option<&ServerFacts>) -> 
             in_place: false,
         });
     }
-    let extra = server.args.get(SERVER_FIXED_ARGS..).unwrap_or_default();
+    let extra = server.args.get(server.fixed_args..).unwrap_or_default();
     if extra != settings.cluster.k3s_args.as_slice() {
         changes.push(Change {
             what: format!(
@@ -253,19 +261,24 @@ async fn scale_agents(
     Ok((done, removed))
 }
 
-/// The server's command: devstack's own arguments (SERVER_FIXED_ARGS of
-/// them, which `plan` skips), then the profile's `k3sArgs`.
-fn server_args(settings: &Settings) -> Vec<String> {
+/// devstack's own arguments of the server (recorded as LABEL_FIXED_ARGS,
+/// which `plan` skips).
+fn own_server_args(settings: &Settings) -> Vec<String> {
     let server = node_name(settings, "server", 0);
-    let mut args = vec![
+    vec![
         "server".to_string(),
         "--disable=traefik,servicelb,metrics-server,local-storage".into(),
         "--tls-san=127.0.0.1".into(),
         format!("--tls-san={server}"),
         format!("--node-name={server}"),
         format!("--https-listen-port={API_PORT}"),
-    ];
-    debug_assert_eq!(args.len(), SERVER_FIXED_ARGS);
+    ]
+}
+
+/// The server's command: devstack's own arguments, then the profile's
+/// `k3sArgs`.
+fn server_args(settings: &Settings) -> Vec<String> {
+    let mut args = own_server_args(settings);
     args.extend(settings.cluster.k3s_args.iter().cloned());
     args
 }
@@ -480,6 +493,7 @@ async fn create_nodes(
         args: server_args(settings),
         token: &token,
         api_port: Some(api_port),
+        fixed_args: Some(own_server_args(settings).len()),
     };
     create_node(engine, settings, node, &tarballs).await?;
     for index in 0..settings.cluster.agents as usize {
@@ -498,6 +512,8 @@ struct NewNode<'a> {
     token: &'a str,
     /// The server's published API port.
     api_port: Option<u16>,
+    /// How many of the server's `args` are devstack's own.
+    fixed_args: Option<usize>,
 }
 
 impl<'a> NewNode<'a> {
@@ -508,6 +524,7 @@ impl<'a> NewNode<'a> {
             args: agent_args(settings, name),
             token,
             api_port: None,
+            fixed_args: None,
         }
     }
 }
@@ -524,10 +541,14 @@ async fn create_node(
         args,
         token,
         api_port,
+        fixed_args,
     } = node;
     let mut labels = node_labels(settings, role);
     if let Some(port) = api_port {
         labels.insert(LABEL_API_PORT.into(), port.to_string());
+    }
+    if let Some(count) = fixed_args {
+        labels.insert(LABEL_FIXED_ARGS.into(), count.to_string());
     }
     let mut binds = Vec::new();
     for (suffix, path) in STATE_PATHS {
@@ -542,14 +563,25 @@ async fn create_node(
             .map_err(|e| docker::engine_error(format!("create volume {volume}"), e))?;
         binds.push(format!("{volume}:{path}"));
     }
-    // k3s imports every tarball in its images directory at start.
+    // K3s imports every file in its images directory, before it starts the
+    // kubelet, each time the node starts: 8 s for the bundle's images here,
+    // on the path of every restart, although containerd (in the node's
+    // volume) still holds them. So the directory is a folder of the stack's
+    // state holding hard links to the tarballs, which `load_images` empties
+    // once the images are in; a tarball that cannot be linked (another
+    // filesystem) is mounted as a file instead, and imported again on each
+    // start.
+    let staged = staged_images_dir(settings, name);
+    let _ = std::fs::remove_dir_all(&staged);
+    std::fs::create_dir_all(&staged)
+        .map_err(|e| Error::internal(format!("create {}", staged.display())).with_source(e))?;
+    binds.push(format!("{}:{IMAGES_IN_NODE}", staged.display()));
     for (index, (_, tarball)) in tarballs.iter().enumerate() {
         let absolute = std::fs::canonicalize(tarball).unwrap_or_else(|_| tarball.clone());
-        binds.push(format!(
-            "{}:{IMAGES_IN_NODE}/{index:02}-{}:ro",
-            absolute.display(),
-            file_name(&absolute)
-        ));
+        let file = format!("{index:02}-{}", file_name(&absolute));
+        if std::fs::hard_link(&absolute, staged.join(&file)).is_err() {
+            binds.push(format!("{}:{IMAGES_IN_NODE}/{file}:ro", absolute.display()));
+        }
     }
     if !settings.cluster.registry_mirrors.is_empty() {
         let path = crate::state::stack_dir(settings).join("registries.yaml");
@@ -649,33 +681,127 @@ async fn node_images(
     })
 }
 
-/// The image tarballs bind-mounted into a node's images directory, which
-/// K3s imports by itself when the node starts.
-async fn mounted_tarballs(
+/// The images a node has, once its containerd answers: a node that is
+/// starting cannot tell yet, and "none" would have every image imported
+/// again although its containerd holds them all (as after a restart).
+async fn answered_images(
     engine: &dyn Engine,
     node: &str,
-) -> Result<std::collections::HashSet<std::path::PathBuf>, Error> {
+    limit: Duration,
+) -> Result<std::collections::HashSet<String>, Error> {
+    let started = Instant::now();
+    loop {
+        let (code, stdout) =
+            docker::exec_in(engine, node, &["crictl", "images", "-o", "json"]).await?;
+        if code == 0 {
+            return Ok(image_tags(&stdout));
+        }
+        if started.elapsed() >= limit {
+            return Err(Error::new(
+                Kind::Timeout,
+                format!(
+                    "the container runtime of node {node} did not answer within {}s",
+                    limit.as_secs()
+                ),
+            )
+            .with_hint("raise `timeouts.preload`; `docker logs` of the node shows why"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Where the nodes' containerd keeps image blobs.
+const CONTENT_IN_NODE: &str =
+    "/var/lib/rancher/k3s/agent/containerd/io.containerd.content.v1.content";
+
+/// Drops the page cache of the image blobs in each node's containerd.
+///
+/// Importing an image writes its layers into containerd's content store and
+/// unpacking reads them again, which puts them on the kernel's active list,
+/// charged to the node's container: 450 MiB of the 1.47 GiB `docker stats`
+/// showed for a new ci-profile node here, for blobs nothing reads once the
+/// pods run (a later unpack reads them from disk). Cache only (clean pages,
+/// `dd iflag=nocache`), nothing is deleted; best effort: a node image
+/// without GNU dd keeps its cache.
+pub async fn drop_image_caches(engine: &dyn Engine, settings: &Settings) {
+    let Ok(nodes) = nodes(engine, settings).await else {
+        return;
+    };
+    let script = format!(
+        "find {CONTENT_IN_NODE} -type f -exec dd if={{}} iflag=nocache count=0 status=none \\; 2>/dev/null; true"
+    );
+    for node in nodes.iter().filter(|n| n.running) {
+        if let Err(e) = docker::exec_in(engine, &node.name, &["sh", "-c", &script]).await {
+            tracing::debug!("dropping image caches in {}: {e:?}", node.name);
+        }
+    }
+}
+
+/// The folder of the stack's state mounted as a node's images directory.
+fn staged_images_dir(settings: &Settings, node: &str) -> std::path::PathBuf {
+    crate::state::stack_dir(settings)
+        .join("node-images")
+        .join(node)
+}
+
+/// Whether K3s imports `tarball` by itself when `node` starts: it is
+/// mounted into the node's images directory as a file, or linked into the
+/// staged directory mounted there.
+async fn imported_by_k3s(
+    engine: &dyn Engine,
+    settings: &Settings,
+    node: &str,
+    tarball: &Path,
+) -> Result<bool, Error> {
     let mounts = docker::inspect(engine, node)
         .await?
         .and_then(|c| c.mounts)
         .unwrap_or_default();
-    Ok(mounts
+    let mounted = mounts.into_iter().any(|m| {
+        m.destination
+            .as_deref()
+            .is_some_and(|d| d.starts_with(&format!("{IMAGES_IN_NODE}/")))
+            && m.source.as_deref().map(Path::new) == Some(tarball)
+    });
+    Ok(mounted || linked_in(&staged_images_dir(settings, node), tarball))
+}
+
+/// Whether `dir` holds a hard link to `file`.
+fn linked_in(dir: &Path, file: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(target) = std::fs::metadata(file) else {
+        return false;
+    };
+    std::fs::read_dir(dir)
         .into_iter()
-        .filter(|m| {
-            m.destination
-                .as_deref()
-                .is_some_and(|d| d.starts_with(IMAGES_IN_NODE))
+        .flatten()
+        .flatten()
+        .any(|entry| {
+            entry
+                .metadata()
+                .is_ok_and(|m| m.dev() == target.dev() && m.ino() == target.ino())
         })
-        .filter_map(|m| m.source.map(std::path::PathBuf::from))
-        .collect())
+}
+
+/// Empties the nodes' staged images directories once their images are in
+/// containerd, so that a restart imports nothing (see `create_node`).
+fn unstage_images(settings: &Settings, nodes: &[String]) {
+    for node in nodes {
+        let dir = staged_images_dir(settings, node);
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if let Err(e) = std::fs::remove_file(entry.path()) {
+                tracing::debug!("unstage {}: {e}", entry.path().display());
+            }
+        }
+    }
 }
 
 /// Makes every wanted image present in every node, within
-/// `timeouts.preload`. Tarballs mounted into a node when it was created are
-/// imported by K3s in the background while the node turns Ready, so those
-/// are waited for; images added to the profile since (which no mount
-/// carries) are copied into the node's images directory, so a restart
-/// imports them too, and imported into its containerd now. Returns how many
+/// `timeouts.preload`. Tarballs staged or mounted into a node when it was
+/// created are imported by K3s as the node starts, so those are waited for;
+/// images added to the profile since are copied into the node and imported
+/// into its containerd now. Then the staged tarballs are removed: the
+/// node's containerd keeps the images across restarts. Returns how many
 /// images it imported itself.
 async fn load_images(
     engine: &dyn Engine,
@@ -696,7 +822,8 @@ async fn load_images(
     let mut imported = 0;
     let mut tarballs = None;
     for node in &names {
-        let present = node_images(engine, node).await?;
+        let present =
+            answered_images(engine, node, limit.saturating_sub(started.elapsed())).await?;
         let missing: Vec<&preload::PreloadImage> = wanted
             .iter()
             .filter(|w| !present.contains(&crate::bundle::normalize_reference(&w.reference)))
@@ -704,7 +831,6 @@ async fn load_images(
         if missing.is_empty() {
             continue;
         }
-        let mounted = mounted_tarballs(engine, node).await?;
         if tarballs.is_none() {
             tarballs = Some(preload::tarballs(engine, settings, &wanted).await?);
         }
@@ -714,7 +840,7 @@ async fn load_images(
                 continue;
             };
             let absolute = std::fs::canonicalize(tarball).unwrap_or_else(|_| tarball.clone());
-            if mounted.contains(&absolute) {
+            if imported_by_k3s(engine, settings, node, &absolute).await? {
                 continue;
             }
             step.progress(format!("importing {} into {node}", image.reference));
@@ -756,6 +882,7 @@ async fn load_images(
         )
         .await,
     )?;
+    unstage_images(settings, &names);
     Ok(imported)
 }
 
@@ -896,6 +1023,9 @@ async fn remove_nodes(engine: &dyn Engine, settings: &Settings) -> Result<bool, 
     for volume in volumes {
         removed |= docker::remove_volume(engine, &volume).await?;
     }
+    // Links to bundle tarballs a node never got to import: they would keep
+    // a removed bundle's files on disk.
+    let _ = std::fs::remove_dir_all(crate::state::stack_dir(settings).join("node-images"));
     Ok(removed)
 }
 
@@ -916,6 +1046,7 @@ mod tests {
             image: settings.cluster.image.clone(),
             args: server_args(settings),
             api_port: Some(api_port),
+            fixed_args: own_server_args(settings).len(),
             ports: Vec::new(),
         }
     }
@@ -958,6 +1089,32 @@ mod tests {
 
         let orphans = plan_of(&same, 1, None);
         assert!(orphans.exists && !orphans.needs_recreate());
+    }
+
+    #[test]
+    fn the_profiles_arguments_are_found_after_however_many_devstack_set() {
+        let args = settings("  k3sArgs: [--x]\n");
+        // A node made when devstack set six arguments of its own (and no
+        // label said so) keeps its profile arguments apart from them.
+        let mut old = server(&args, 6550);
+        old.args = [
+            "server",
+            "--disable=a",
+            "--tls-san=1",
+            "--tls-san=2",
+            "--node-name=n",
+            "--https-listen-port=6443",
+            "--x",
+        ]
+        .map(String::from)
+        .to_vec();
+        old.fixed_args = FIXED_ARGS_UNLABELLED;
+        assert_eq!(plan_of(&args, 0, Some(&old)).changes, []);
+        // devstack's own arguments changing is no change of the profile's.
+        let mut more = server(&args, 6550);
+        more.args.insert(1, "--new-default".into());
+        more.fixed_args += 1;
+        assert_eq!(plan_of(&args, 0, Some(&more)).changes, []);
     }
 
     #[test]

@@ -78,6 +78,31 @@ pub async fn request_reconcile(api: &Api<DynamicObject>, name: &str) -> Result<S
         .map_err(|e| Error::internal(format!("request a reconcile of {name}: {e}")))
 }
 
+/// Suspends (or resumes) a Flux source in flux-system; one that does not
+/// exist yet is left alone.
+pub async fn suspend_source(
+    client: &kube::Client,
+    kind: &str,
+    name: &str,
+    suspend: bool,
+) -> Result<(), Error> {
+    let api = source_api(client, kind, FLUX_NAMESPACE);
+    // `null` removes the field: resumed, the object is as devstack applies it.
+    let value = if suspend { json!(true) } else { Value::Null };
+    let patch = json!({"spec": {"suspend": value}});
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(Error::internal(format!(
+            "{} {kind} {FLUX_NAMESPACE}/{name}: {e}",
+            if suspend { "suspend" } else { "resume" }
+        ))),
+    }
+}
+
 /// Has a source fetch again now and waits until it has, so what was just
 /// published is the artifact the Kustomizations see.
 pub async fn refresh_source(
@@ -208,6 +233,11 @@ pub struct WaitOptions {
     /// Stop at the first failure that retrying cannot fix (a manifest that
     /// does not build or apply for the current revision).
     pub fail_fast: bool,
+    /// Nudge levels that are already Ready for the current revision too:
+    /// needed when what they substitute (the stack facts) changed, which
+    /// no revision tells. Otherwise a settled level is left alone: after a
+    /// restart every level is, and re-applying the ESO CRDs alone took 8 s.
+    pub nudge_settled: bool,
 }
 
 /// One level of the chain as watched.
@@ -393,10 +423,7 @@ async fn watch_chain(
                 }
                 failures.insert(failure);
             }
-            let ready = condition.as_ref().is_some_and(Condition::is_true)
-                && observed_current(&object)
-                && current.is_some()
-                && object["status"]["lastAppliedRevision"].as_str() == current.as_deref()
+            let ready = settled(&object, current.as_deref())
                 && handled(&object, levels[i].requested.as_deref());
             if ready {
                 if levels[i].ready_at.is_none() {
@@ -421,7 +448,19 @@ async fn watch_chain(
                             Some(true),
                         );
                     }
+                    let next_settled = match levels
+                        .get(i + 1)
+                        .and_then(|l| watched_kustomizations.get(l.name))
+                    {
+                        Some(next) if !options.nudge_settled => {
+                            let next = serde_json::to_value(next).unwrap_or_default();
+                            let current = source_revision(client, &next).await;
+                            settled(&next, current.as_deref())
+                        }
+                        _ => false,
+                    };
                     if options.nudge
+                        && !next_settled
                         && let Some(next) = levels.get_mut(i + 1)
                         && next.requested.is_none()
                     {
@@ -486,6 +525,17 @@ async fn watch_chain(
     })
 }
 
+/// Whether a Kustomization is Ready with `current`, its source's revision,
+/// applied for its current spec.
+fn settled(kustomization: &Value, current: Option<&str>) -> bool {
+    ready_condition(kustomization)
+        .as_ref()
+        .is_some_and(Condition::is_true)
+        && observed_current(kustomization)
+        && current.is_some()
+        && kustomization["status"]["lastAppliedRevision"].as_str() == current
+}
+
 /// The artifact revision of the source a Kustomization reads.
 pub async fn source_revision(client: &kube::Client, kustomization: &Value) -> Option<String> {
     let source = &kustomization["spec"]["sourceRef"];
@@ -536,6 +586,20 @@ fn warning_failure(event: &CoreEvent, since: std::time::SystemTime) -> Option<Fa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settled_means_ready_for_the_current_revision_and_spec() {
+        let ks = |ready: &str, applied: &str, generation: i64| {
+            json!({"metadata": {"generation": generation}, "status": {"observedGeneration": 2,
+                "lastAppliedRevision": applied,
+                "conditions": [{"type": "Ready", "status": ready, "reason": "r", "message": "m"}]}})
+        };
+        assert!(settled(&ks("True", "sha256:a", 2), Some("sha256:a")));
+        assert!(!settled(&ks("True", "sha256:a", 2), Some("sha256:b")));
+        assert!(!settled(&ks("True", "sha256:a", 3), Some("sha256:a")));
+        assert!(!settled(&ks("False", "sha256:a", 2), Some("sha256:a")));
+        assert!(!settled(&ks("True", "sha256:a", 2), None));
+    }
 
     #[test]
     fn generation_must_be_observed() {

@@ -130,15 +130,86 @@ fn select_components(docs: Vec<Value>, components: &[String]) -> Vec<Value> {
         .collect()
 }
 
+/// The argument that makes a Flux controller wait for a leader lease.
+const LEADER_ELECTION_ARG: &str = "--enable-leader-election";
+
+/// Each controller runs as one replica that works from the moment it
+/// starts: without leader election, and replaced rather than rolled.
+///
+/// With leader election, a controller whose node (or pod) was killed
+/// leaves its Lease behind, and its successor waits the Lease out (35 s)
+/// before it reconciles anything; the source-controller does not even
+/// serve artifacts, so nothing downstream moves. One replica needs no
+/// election, as long as two never run at once: hence `Recreate`, which
+/// stops the old pod before the new one starts (the source-controller's
+/// own manifest already asks for it).
+fn single_replica(docs: Vec<Value>) -> Vec<Value> {
+    docs.into_iter()
+        .map(|mut doc| {
+            if doc["kind"] != "Deployment" {
+                return doc;
+            }
+            doc["spec"]["strategy"] = serde_json::json!({"type": "Recreate"});
+            if let Some(containers) = doc["spec"]["template"]["spec"]["containers"].as_array_mut() {
+                for container in containers {
+                    if let Some(args) = container["args"].as_array_mut() {
+                        args.retain(|a| {
+                            a.as_str()
+                                .is_none_or(|a| a.split('=').next() != Some(LEADER_ELECTION_ARG))
+                        });
+                    }
+                }
+            }
+            doc
+        })
+        .collect()
+}
+
+/// A Deployment made by an earlier install rolls its pods (both run for a
+/// while); switching it to `Recreate` must drop the rolling-update
+/// parameters in the same change, which server-side apply cannot do (it
+/// leaves fields it does not own), so a merge patch does it first. Absent
+/// Deployments are left to the apply.
+async fn switch_to_recreate(client: &kube::Client, docs: &[Value]) -> Result<(), Error> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Patch, PatchParams};
+    let api: kube::Api<Deployment> = kube::Api::namespaced(client.clone(), NAMESPACE);
+    let patch =
+        serde_json::json!({"spec": {"strategy": {"type": "Recreate", "rollingUpdate": null}}});
+    for doc in docs.iter().filter(|d| d["kind"] == "Deployment") {
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        let Some(live) = api
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::internal(format!("read Deployment {NAMESPACE}/{name}: {e}")))?
+        else {
+            continue;
+        };
+        let strategy = live.spec.strategy.and_then(|s| s.type_);
+        if strategy.as_deref() == Some("Recreate") {
+            continue;
+        }
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| {
+                Error::internal(format!(
+                    "switch Deployment {NAMESPACE}/{name} to Recreate: {e}"
+                ))
+            })?;
+    }
+    Ok(())
+}
+
 /// Applies Flux and waits for its CRDs Established and controllers Available.
 pub async fn install(client: &kube::Client, settings: &Settings) -> Result<InstallReport, Error> {
     let started = Instant::now();
     let budget = Budget::since(started, settings.timeouts.flux.get(), "timeouts.flux");
     let (text, source) = manifests(settings).await?;
-    let docs = select_components(
+    let docs = single_replica(select_components(
         apply::parse_documents(&text, "Flux install manifests")?,
         &settings.flux.components,
-    );
+    ));
+    switch_to_recreate(client, &docs).await?;
     let objects = apply::apply_all(client, &docs, budget).await?;
     crate::k8s::wait_deployments_available(
         client,
@@ -160,6 +231,22 @@ pub async fn install(client: &kube::Client, settings: &Settings) -> Result<Insta
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn controllers_run_without_leader_election_and_are_replaced_not_rolled() {
+        let docs = vec![
+            json!({"kind": "Deployment", "metadata": {"name": "helm-controller"}, "spec": {"template": {"spec": {"containers": [
+                {"name": "manager", "args": ["--watch-all-namespaces", "--enable-leader-election", "--log-level=info"]}]}}}}),
+            json!({"kind": "Service", "metadata": {"name": "source-controller"}, "spec": {}}),
+        ];
+        let tuned = single_replica(docs);
+        assert_eq!(
+            tuned[0]["spec"]["template"]["spec"]["containers"][0]["args"],
+            json!(["--watch-all-namespaces", "--log-level=info"])
+        );
+        assert_eq!(tuned[0]["spec"]["strategy"], json!({"type": "Recreate"}));
+        assert_eq!(tuned[1]["spec"], json!({}));
+    }
 
     #[test]
     fn drops_unrequested_controllers_but_keeps_crds() {

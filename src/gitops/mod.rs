@@ -147,13 +147,29 @@ async fn sync(
         ),
     };
 
-    let (published, root_request) = runner
+    let (published, root_request, facts_changed) = runner
         .step("GitOps source", None, |_| async {
+            // A bucket created anew (LocalStack lost its state) is empty,
+            // then half filled, while it is published: a fetch in that
+            // window gives Flux a tree without the chain, and the root
+            // Kustomization prunes all of ESO. So the Bucket source is
+            // suspended until the bucket is whole again.
+            let refill = !source::bucket_exists(settings).await;
+            if refill {
+                chain::suspend_source(client, "Bucket", source::SOURCE_NAME, true).await?;
+            }
             let published = source::publish(settings, &objects).await?;
             let arns = source::secret_arns(settings).await;
             let facts = source::facts(settings, offline.as_ref(), &arns);
+            // With a git source devstack does not see the manifests: any
+            // fact may be substituted there.
+            let used = |key: &str| !local || source::substitutes(&objects, key);
+            let facts_changed = source::facts_differ(client, &facts, &used).await;
             let flux_objects = source::flux_objects(settings, &facts);
             apply::apply_all(client, &flux_objects, budget).await?;
+            if refill {
+                chain::suspend_source(client, "Bucket", source::SOURCE_NAME, false).await?;
+            }
             let src = source::source_ref(settings);
             chain::refresh_source(client, src.kind, &src.name, budget).await?;
             if src.kind != "Bucket" {
@@ -171,7 +187,7 @@ async fn sync(
                     ""
                 }
             );
-            Ok(((published, root_request), summary))
+            Ok(((published, root_request, facts_changed), summary))
         })
         .await?;
 
@@ -187,6 +203,7 @@ async fn sync(
         // The naive layout shows what Flux does alone, races included.
         nudge: options.nudge && settings.gitops.layout == crate::profile::GitopsLayout::Chain,
         fail_fast: settings.gitops.layout == crate::profile::GitopsLayout::Chain,
+        nudge_settled: facts_changed,
     };
     let chain_report = runner
         .step(title, None, |step| async move {

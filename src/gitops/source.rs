@@ -152,6 +152,17 @@ pub struct PublishReport {
     pub removed: usize,
 }
 
+/// Whether the stack's LocalStack S3 holds the GitOps bucket (false also
+/// when S3 does not answer).
+pub async fn bucket_exists(settings: &Settings) -> bool {
+    crate::aws::s3(settings)
+        .head_bucket()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .is_ok()
+}
+
 /// Makes the bucket hold exactly `objects` (uploads them, removes others).
 pub async fn publish(settings: &Settings, objects: &Tree) -> Result<PublishReport, Error> {
     let s3 = crate::aws::s3(settings);
@@ -277,6 +288,34 @@ pub fn facts(
     facts
 }
 
+/// Whether the stack facts in the cluster differ from `facts` in a key
+/// `used` says manifests substitute (absent, or unreadable: they do). A
+/// level already applied for the source's current revision must still be
+/// reconciled when such a fact changed; a seeded secret's ARN, new after
+/// LocalStack restarts, matters only to manifests that name it.
+pub async fn facts_differ(
+    client: &kube::Client,
+    facts: &BTreeMap<String, String>,
+    used: &dyn Fn(&str) -> bool,
+) -> bool {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), super::FLUX_NAMESPACE);
+    let Ok(Some(live)) = api.get_opt(super::STACK_FACTS_CONFIGMAP).await else {
+        return true;
+    };
+    let live = live.data.unwrap_or_default();
+    let keys: BTreeSet<&String> = facts.keys().chain(live.keys()).collect();
+    keys.into_iter()
+        .any(|k| used(k) && facts.get(k) != live.get(k))
+}
+
+/// Whether any of `tree`'s files substitutes `${key` (postBuild syntax).
+pub fn substitutes(tree: &Tree, key: &str) -> bool {
+    let needle = format!("${{{key}");
+    tree.values()
+        .any(|bytes| bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
+}
+
 /// `app/db-password` -> `APP_DB_PASSWORD`.
 pub fn fact_key(secret_name: &str) -> String {
     secret_name
@@ -394,6 +433,16 @@ pub fn flux_objects(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_facts_the_manifests_substitute_count() {
+        let tree = Tree::from([(
+            "m/a.yaml".to_string(),
+            b"value: ${LOCALSTACK_ENDPOINT:=x}\n".to_vec(),
+        )]);
+        assert!(substitutes(&tree, "LOCALSTACK_ENDPOINT"));
+        assert!(!substitutes(&tree, "SECRET_APP_DB_ARN"));
+    }
 
     #[test]
     fn fact_keys_are_shell_names() {
