@@ -406,9 +406,6 @@ impl Stack {
         } else {
             None
         };
-        // Every pod has started: the image blobs the nodes cached while
-        // importing and unpacking are not read again.
-        cluster::drop_image_caches(&docker::shared(docker), settings).await;
         for repair in &repaired {
             self.ui.info(format!("  repaired: {repair}"));
         }

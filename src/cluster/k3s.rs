@@ -710,33 +710,6 @@ async fn answered_images(
     }
 }
 
-/// Where the nodes' containerd keeps image blobs.
-const CONTENT_IN_NODE: &str =
-    "/var/lib/rancher/k3s/agent/containerd/io.containerd.content.v1.content";
-
-/// Drops the page cache of the image blobs in each node's containerd.
-///
-/// Importing an image writes its layers into containerd's content store and
-/// unpacking reads them again, which puts them on the kernel's active list,
-/// charged to the node's container: 450 MiB of the 1.47 GiB `docker stats`
-/// showed for a new ci-profile node here, for blobs nothing reads once the
-/// pods run (a later unpack reads them from disk). Cache only (clean pages,
-/// `dd iflag=nocache`), nothing is deleted; best effort: a node image
-/// without GNU dd keeps its cache.
-pub async fn drop_image_caches(engine: &dyn Engine, settings: &Settings) {
-    let Ok(nodes) = nodes(engine, settings).await else {
-        return;
-    };
-    let script = format!(
-        "find {CONTENT_IN_NODE} -type f -exec dd if={{}} iflag=nocache count=0 status=none \\; 2>/dev/null; true"
-    );
-    for node in nodes.iter().filter(|n| n.running) {
-        if let Err(e) = docker::exec_in(engine, &node.name, &["sh", "-c", &script]).await {
-            tracing::debug!("dropping image caches in {}: {e:?}", node.name);
-        }
-    }
-}
-
 /// The folder of the stack's state mounted as a node's images directory.
 fn staged_images_dir(settings: &Settings, node: &str) -> std::path::PathBuf {
     crate::state::stack_dir(settings)

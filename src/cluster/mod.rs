@@ -302,14 +302,6 @@ pub async fn reroute_after_localstack(
     route_localstack(docker, settings, &config).await
 }
 
-/// Releases what the nodes cached while the stack came up and no longer
-/// need (K3s: the image blobs' page cache, see `k3s::drop_image_caches`).
-pub async fn drop_image_caches(engine: &Arc<dyn Engine>, settings: &Settings) {
-    if settings.cluster.provider == Provider::K3s {
-        k3s::drop_image_caches(engine.as_ref(), settings).await;
-    }
-}
-
 /// Removes the cluster's containers and volumes; absent is fine. Returns
 /// whether anything was removed.
 pub async fn down(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
