@@ -43,13 +43,6 @@ pub async fn run(ctx: &Context, args: SeedArgs) -> Result<i32, Error> {
         }
     };
     step.done(seed::summary(&report));
-    // LocalStack has served requests: keep its service catalog for the next
-    // container (best effort; see `localstack::remember_catalog`).
-    if !args.dry_run
-        && let Ok(docker) = crate::docker::connect().await
-    {
-        crate::localstack::remember_catalog(&docker, &settings).await;
-    }
     for secret in &report.secrets {
         let what = match secret.outcome {
             Outcome::Created => "created".to_string(),

@@ -17,11 +17,6 @@ pub async fn run(ctx: &Context, args: SyncArgs) -> Result<i32, Error> {
     };
     let runner = crate::pipeline::Runner::new(&ctx.ui);
     let report = gitops::deliver(&client, &settings, options, &runner).await?;
-    // LocalStack has served S3 requests: keep its service catalog for the
-    // next container (best effort; see `localstack::remember_catalog`).
-    if let Ok(docker) = crate::docker::connect().await {
-        crate::localstack::remember_catalog(&docker, &settings).await;
-    }
     if ctx.ui.json() {
         ctx.ui.emit_json(&json!(report));
     }
