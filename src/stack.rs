@@ -317,9 +317,6 @@ impl Stack {
                     },
                 )
                 .await?;
-            // LocalStack has served AWS requests by now (the bucket check,
-            // the seeding): its service catalog exists, for the next stack.
-            localstack::remember_catalog(docker, &bound).await;
             Ok::<_, Error>((report, seeded, bound, kept_state))
         };
         let cluster_up = runner.step(
