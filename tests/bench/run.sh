@@ -12,7 +12,7 @@ runs=${BENCH_RUNS:-5}
 bash tests/host/setup-docker.sh >/dev/null
 bash tests/kit/build.sh localstack >/dev/null
 cargo build --release --quiet
-bin=$PWD/target/release/devstack
+bin=${CARGO_TARGET_DIR:-$PWD/target}/release/devstack
 # Versions from the binary's own matrix (`devstack version --json`).
 default_of() { "$bin" version --json | jq -r --arg id "$1" '.components[] | select(.id == $id) | .default'; }
 work=$(mktemp -d)
