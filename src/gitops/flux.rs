@@ -158,11 +158,28 @@ fn single_replica(docs: Vec<Value>) -> Vec<Value> {
                                 .is_none_or(|a| a.split('=').next() != Some(LEADER_ELECTION_ARG))
                         });
                     }
+                    probe_readiness_every_second(container);
                 }
             }
             doc
         })
         .collect()
+}
+
+/// Flux's readiness probes keep the kubelet's default period, 10 s. A
+/// kubelet that started less than a period ago (a new node, a restarted
+/// one) also delays each probe's first run by a random part of the period,
+/// so a controller that serves within a second of starting was reported
+/// Ready up to 10 s later, and nothing downstream (the source-controller's
+/// artifact Service, the install's wait) moved before. Probing every second
+/// costs an HTTP GET per controller per second.
+fn probe_readiness_every_second(container: &mut Value) {
+    if let Some(probe) = container
+        .get_mut("readinessProbe")
+        .and_then(Value::as_object_mut)
+    {
+        probe.insert("periodSeconds".into(), serde_json::json!(1));
+    }
 }
 
 /// A Deployment made by an earlier install rolls its pods (both run for a
@@ -236,7 +253,8 @@ mod tests {
     fn controllers_run_without_leader_election_and_are_replaced_not_rolled() {
         let docs = vec![
             json!({"kind": "Deployment", "metadata": {"name": "helm-controller"}, "spec": {"template": {"spec": {"containers": [
-                {"name": "manager", "args": ["--watch-all-namespaces", "--enable-leader-election", "--log-level=info"]}]}}}}),
+                {"name": "manager", "args": ["--watch-all-namespaces", "--enable-leader-election", "--log-level=info"],
+                 "readinessProbe": {"httpGet": {"path": "/readyz", "port": "healthz"}}}]}}}}),
             json!({"kind": "Service", "metadata": {"name": "source-controller"}, "spec": {}}),
         ];
         let tuned = single_replica(docs);
@@ -245,6 +263,10 @@ mod tests {
             json!(["--watch-all-namespaces", "--log-level=info"])
         );
         assert_eq!(tuned[0]["spec"]["strategy"], json!({"type": "Recreate"}));
+        assert_eq!(
+            tuned[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"],
+            json!({"httpGet": {"path": "/readyz", "port": "healthz"}, "periodSeconds": 1})
+        );
         assert_eq!(tuned[1]["spec"], json!({}));
     }
 
