@@ -667,18 +667,22 @@ async fn create_node(
     })
 }
 
-/// The images each node has, from `crictl images` (empty when it cannot
-/// tell yet, e.g. while containerd starts).
+/// The images a node has, from `crictl images`; `None` when it cannot tell
+/// yet (containerd still starting).
+async fn crictl_images(
+    engine: &dyn Engine,
+    node: &str,
+) -> Result<Option<std::collections::HashSet<String>>, Error> {
+    let (code, stdout) = docker::exec_in(engine, node, &["crictl", "images", "-o", "json"]).await?;
+    Ok((code == 0).then(|| image_tags(&stdout)))
+}
+
+/// The images each node has (empty when it cannot tell yet).
 async fn node_images(
     engine: &dyn Engine,
     node: &str,
 ) -> Result<std::collections::HashSet<String>, Error> {
-    let (code, stdout) = docker::exec_in(engine, node, &["crictl", "images", "-o", "json"]).await?;
-    Ok(if code == 0 {
-        image_tags(&stdout)
-    } else {
-        Default::default()
-    })
+    Ok(crictl_images(engine, node).await?.unwrap_or_default())
 }
 
 /// The images a node has, once its containerd answers: a node that is
@@ -691,10 +695,8 @@ async fn answered_images(
 ) -> Result<std::collections::HashSet<String>, Error> {
     let started = Instant::now();
     loop {
-        let (code, stdout) =
-            docker::exec_in(engine, node, &["crictl", "images", "-o", "json"]).await?;
-        if code == 0 {
-            return Ok(image_tags(&stdout));
+        if let Some(images) = crictl_images(engine, node).await? {
+            return Ok(images);
         }
         if started.elapsed() >= limit {
             return Err(Error::new(
@@ -717,26 +719,26 @@ fn staged_images_dir(settings: &Settings, node: &str) -> std::path::PathBuf {
         .join(node)
 }
 
-/// Whether K3s imports `tarball` by itself when `node` starts: it is
-/// mounted into the node's images directory as a file, or linked into the
-/// staged directory mounted there.
-async fn imported_by_k3s(
+/// The tarballs mounted as files into a node's images directory (those
+/// that could not be linked into its staged directory), which K3s imports
+/// by itself when the node starts.
+async fn mounted_tarballs(
     engine: &dyn Engine,
-    settings: &Settings,
     node: &str,
-    tarball: &Path,
-) -> Result<bool, Error> {
+) -> Result<std::collections::HashSet<std::path::PathBuf>, Error> {
     let mounts = docker::inspect(engine, node)
         .await?
         .and_then(|c| c.mounts)
         .unwrap_or_default();
-    let mounted = mounts.into_iter().any(|m| {
-        m.destination
-            .as_deref()
-            .is_some_and(|d| d.starts_with(&format!("{IMAGES_IN_NODE}/")))
-            && m.source.as_deref().map(Path::new) == Some(tarball)
-    });
-    Ok(mounted || linked_in(&staged_images_dir(settings, node), tarball))
+    Ok(mounts
+        .into_iter()
+        .filter(|m| {
+            m.destination
+                .as_deref()
+                .is_some_and(|d| d.starts_with(&format!("{IMAGES_IN_NODE}/")))
+        })
+        .filter_map(|m| m.source.map(std::path::PathBuf::from))
+        .collect())
 }
 
 /// Whether `dir` holds a hard link to `file`.
@@ -808,12 +810,15 @@ async fn load_images(
             tarballs = Some(preload::tarballs(engine, settings, &wanted).await?);
         }
         let all = tarballs.as_deref().unwrap_or_default();
+        let mounted = mounted_tarballs(engine, node).await?;
+        let staged = staged_images_dir(settings, node);
         for image in missing {
             let Some((_, tarball)) = all.iter().find(|(r, _)| *r == image.reference) else {
                 continue;
             };
             let absolute = std::fs::canonicalize(tarball).unwrap_or_else(|_| tarball.clone());
-            if imported_by_k3s(engine, settings, node, &absolute).await? {
+            // K3s imports it by itself as the node starts.
+            if mounted.contains(&absolute) || linked_in(&staged, &absolute) {
                 continue;
             }
             step.progress(format!("importing {} into {node}", image.reference));
