@@ -116,6 +116,48 @@ but still reconciling at the deadline."
     Sync(SyncArgs),
     /// Show devstack's version and the version matrix (defaults, tested here, newest upstream, support)
     Version,
+    /// Save a verified K3s stack's cluster, and list, remove, export or import snapshots
+    #[command(
+        subcommand,
+        long_about = "Save a verified K3s stack's cluster as a snapshot, and list, remove, export or \
+import snapshots. `devstack up --from-snapshot NAME` creates a stack from one in seconds: the \
+cluster from the snapshot, LocalStack new and seeded from the profile, then Flux and ESO reconciled \
+and the round trip proven. A snapshot is refused when it was made from another profile, other \
+versions or another snapshot format, or when a file fails its checksum. Snapshots hold the \
+cluster's credentials and synced Secrets: keep exported files private."
+    )]
+    Snapshot(SnapshotCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// Verify the stack, then save its cluster as snapshot NAME (default: the stack's name), replacing one of that name
+    Save {
+        /// Snapshot name (lowercase letters, digits, `.`, `_`, `-`)
+        #[arg(value_name = "NAME")]
+        snapshot: Option<String>,
+    },
+    /// List the snapshots on this machine
+    List,
+    /// Remove a snapshot
+    Rm {
+        #[arg(value_name = "NAME")]
+        snapshot: String,
+    },
+    /// Pack a snapshot into one file (for a CI cache), checking every checksum
+    Export {
+        #[arg(value_name = "NAME")]
+        snapshot: String,
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Add the snapshot packed in FILE, as NAME (default: its saved name), checking every checksum
+    Import {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        #[arg(value_name = "NAME")]
+        snapshot: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -204,6 +246,9 @@ pub struct UpArgs {
     /// Write a waterfall of every step's and sub-step's start and end to FILE (a self-contained HTML page), also when `up` fails
     #[arg(long, value_name = "FILE.html")]
     pub timings: Option<std::path::PathBuf>,
+    /// Create the stack from snapshot NAME (`devstack snapshot save`) instead of from scratch (K3s; the stack must not exist)
+    #[arg(long, value_name = "NAME", conflicts_with = "recreate")]
+    pub from_snapshot: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -22,6 +22,7 @@ pub mod localstack;
 pub mod pipeline;
 pub mod profile;
 pub mod seed;
+pub mod snapshot;
 pub mod stack;
 pub mod state;
 pub mod timeline;

@@ -53,6 +53,9 @@ pub struct UpReport {
     pub stack: String,
     /// The stack did not exist before this `up`.
     pub created: bool,
+    /// The snapshot the stack was created from (`up --from-snapshot`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_snapshot: Option<String>,
     /// What was found drifted and repaired (empty on a healthy stack).
     pub repaired: Vec<String>,
     /// Host ports the stack uses (LocalStack, API server).
@@ -189,14 +192,75 @@ impl Stack {
         self.timeline.restart();
         let docker = docker::connect().await?;
         let interrupts = Interrupts::watch(options.handle_interrupt);
-        self.up_locked(&docker, options, &interrupts.cancel, &interrupts.stop)
+        self.up_locked(&docker, options, None, &interrupts.cancel, &interrupts.stop)
             .await
+    }
+
+    /// Creates the stack from snapshot `name` ([`Stack::snapshot_save`]):
+    /// the cluster from the snapshot's files, LocalStack new and seeded from
+    /// the profile, then what `up` does on an existing stack, so Flux and
+    /// ESO reconcile to Ready (and the round trip runs) before it returns.
+    /// The snapshot must come from this profile and these versions, and the
+    /// stack must not exist; a failed restore is rolled back like `up`.
+    pub async fn up_from_snapshot(
+        &self,
+        name: &str,
+        options: UpOptions,
+    ) -> Result<UpReport, Error> {
+        self.timeline.restart();
+        let snapshot = crate::snapshot::open(&self.settings, name)?;
+        let docker = docker::connect().await?;
+        let interrupts = Interrupts::watch(options.handle_interrupt);
+        self.up_locked(
+            &docker,
+            options,
+            Some(&snapshot),
+            &interrupts.cancel,
+            &interrupts.stop,
+        )
+        .await
+    }
+
+    /// Saves the stack's cluster as snapshot `name` (default: the stack's
+    /// name), replacing one of that name, once the round trip passes on it.
+    /// The nodes are paused while their files are read (seconds) and run on.
+    pub async fn snapshot_save(
+        &self,
+        name: Option<&str>,
+    ) -> Result<crate::snapshot::SaveReport, Error> {
+        let settings = self.current();
+        let name = name.unwrap_or(&settings.name).to_string();
+        crate::snapshot::check_name(&name)?;
+        crate::snapshot::require_k3s(&settings)?;
+        let docker = docker::connect().await?;
+        let _lock = self.lock("snapshot save").await?;
+        let client = self
+            .kube_client()
+            .await
+            .map_err(|e| e.context("the stack is not up, so there is nothing to save"))?;
+        self.ui.info("verifying the stack before saving it");
+        let report =
+            crate::verify::run(&settings, &client, VerifyOptions::default(), &self.ui).await?;
+        if let Some(err) = report.to_error(&settings) {
+            return Err(err
+                .context("the round trip fails on the stack, so it is not saved")
+                .with_hint("`devstack up` repairs the stack; save once it is verified"));
+        }
+        let ui = self.ui.clone();
+        crate::snapshot::save(
+            docker::shared(&docker).as_ref(),
+            &settings,
+            &name,
+            &move |m| ui.info(m),
+        )
+        .await
     }
 
     async fn up_locked(
         &self,
         docker: &bollard::Docker,
         options: UpOptions,
+        restore: Option<&crate::snapshot::Snapshot>,
         cancel: &CancellationToken,
         stop: &CancellationToken,
     ) -> Result<UpReport, Error> {
@@ -207,9 +271,23 @@ impl Stack {
         // Only now is what exists this run's to judge: a run that held the
         // lock may just have created (or removed) the stack.
         let existed = self.exists(docker).await?;
+        if let (true, Some(snapshot)) = (existed, restore) {
+            let flags = self.settings.cli_flags();
+            return Err(Error::user(format!(
+                "stack `{}` exists, and a snapshot restores into a new stack only",
+                self.settings.name
+            ))
+            .with_hint(format!(
+                "remove it first (`devstack{flags} down`), or restore beside it under another name (`devstack{flags} --name other up --from-snapshot {}`)",
+                snapshot.manifest.name
+            )));
+        }
         let runner =
             Runner::with_cancel(&self.ui, cancel.clone()).with_timeline(self.timeline.clone());
-        let err = match self.converge(docker, existed, options, &runner).await {
+        let err = match self
+            .converge(docker, existed, restore, options, &runner)
+            .await
+        {
             Ok(report) => return Ok(report),
             Err(err) => err,
         };
@@ -225,6 +303,7 @@ impl Stack {
         &self,
         docker: &bollard::Docker,
         existed: bool,
+        restore: Option<&crate::snapshot::Snapshot>,
         options: UpOptions,
         runner: &Runner,
     ) -> Result<UpReport, Error> {
@@ -260,7 +339,8 @@ impl Stack {
             .await?;
         // Both LocalStack and the nodes join the network: create it once.
         let network = localstack::network_name(settings);
-        if docker::ensure_network(docker, &settings.name, &network).await? {
+        let addressing = restore.and_then(|s| s.manifest.addressing());
+        if docker::ensure_network_in(docker, &settings.name, &network, addressing.as_ref()).await? {
             let docker = docker.clone();
             runner.created(format!("network {network}"), move || {
                 Box::pin(async move {
@@ -332,7 +412,12 @@ impl Stack {
                     recreate: options.recreate,
                     // The Flux step waits for it, while Flux installs.
                     coredns_later: true,
+                    images_restored: restore.is_some(),
                 };
+                if let Some(snapshot) = restore {
+                    crate::snapshot::restore_nodes(engine.as_ref(), settings, snapshot, &step)
+                        .await?;
+                }
                 let provisioned = cluster::provision(&engine, settings, options, &step).await?;
                 let summary = provisioned.info.summary();
                 Ok((provisioned, summary))
@@ -355,6 +440,10 @@ impl Stack {
         }
 
         let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
+        if restore.is_some() {
+            let engine = docker::shared(docker);
+            crate::snapshot::correct_node_addresses(engine.as_ref(), settings, &client).await?;
+        }
         runner
             .step("LocalStack route for pods", None, |_| async {
                 let routed =
@@ -414,6 +503,7 @@ impl Stack {
             stack: settings.name.clone(),
             ports: state::StackRecord::load(settings).ports,
             created: !existed,
+            from_snapshot: restore.map(|s| s.manifest.name.clone()),
             repaired,
             steps: runner.records(),
             timings: runner.timeline().spans(),

@@ -38,11 +38,81 @@ fn help_texts() {
         vec!["status", "--help"],
         vec!["env", "--help"],
         vec!["doctor", "--help"],
+        vec!["snapshot", "--help"],
     ] {
         let (code, stdout, _) = devstack(&args, &manifest_dir());
         assert_eq!(code, 0);
         insta::assert_snapshot!(format!("help_{}", args.join("_").replace("--", "")), stdout);
     }
+}
+
+/// devstack with its state in `home`, for the snapshot store.
+fn devstack_at(home: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_devstack"))
+        .args(args)
+        .args(["--profile", "ci"])
+        .current_dir(home)
+        .env("CI", "true")
+        .env("NO_COLOR", "1")
+        .env("DEVSTACK_HOME", home.join("state"))
+        .env_remove("DEVSTACK_PROFILE")
+        .env_remove("DEVSTACK_NAME")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn snapshot_commands_refuse_what_they_cannot_use_with_a_hint() {
+    let home = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = devstack_at(home.path(), &["snapshot", "list", "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&stdout).unwrap()["snapshots"],
+        serde_json::json!([])
+    );
+    let (code, _, stderr) = devstack_at(home.path(), &["snapshot", "list"]);
+    assert_eq!(code, 0);
+    assert!(stderr.contains("no snapshots in"), "{stderr}");
+
+    let refused = |args: &[&str], message: &str| {
+        let (code, _, stderr) = devstack_at(home.path(), args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: no `{message}` in {stderr}");
+        assert!(stderr.contains("hint:"), "{args:?}: {stderr}");
+    };
+    refused(&["snapshot", "rm", "nope"], "there is no snapshot `nope`");
+    refused(&["up", "--from-snapshot", "nope"], "there is no snapshot `nope`");
+    refused(&["snapshot", "save", "Bad/Name"], "not a valid snapshot name");
+    refused(
+        &["snapshot", "export", "nope", "out.tar"],
+        "there is no snapshot `nope`",
+    );
+    std::fs::write(home.path().join("junk.tar"), b"not a tar archive at all").unwrap();
+    refused(
+        &["snapshot", "import", "junk.tar"],
+        "is not a devstack snapshot file",
+    );
+    refused(&["snapshot", "import", "missing.tar"], "cannot read missing.tar");
+    // A tar whose first entry is no manifest.
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(2);
+    header.set_mode(0o600);
+    builder
+        .append_data(&mut header, "other.txt", &b"hi"[..])
+        .unwrap();
+    std::fs::write(home.path().join("other.tar"), builder.into_inner().unwrap()).unwrap();
+    refused(&["snapshot", "import", "other.tar"], "not manifest.json");
+    let store = home.path().join("state/snapshots");
+    let left: Vec<_> = std::fs::read_dir(&store)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "a refused import leaves nothing: {left:?}");
 }
 
 #[test]

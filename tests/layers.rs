@@ -21,6 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "verify",
             "localstack",
             "seed",
+            "snapshot",
         ],
     ),
     (

@@ -75,7 +75,7 @@ if want cluster; then
       # and each such line is counted as skipped.
       # One test at a time: each brings up whole clusters on a 2-core machine.
       group_counting_skips cluster env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --no-fail-fast --test cluster_k3s --test cluster_kind --test providers --test upgrade_k3s \
-        --test gitops_k3s --test stack_k3s --test contract_k3s --test restart_k3s -- --nocapture --test-threads=1
+        --test gitops_k3s --test stack_k3s --test contract_k3s --test restart_k3s --test snapshot_k3s -- --nocapture --test-threads=1
       group example bash tests/example.sh
     elif [ $rc -eq 124 ]; then
       skip cluster "the offline kit did not finish building within ${budget}s (a cold build on a new machine); run \`make kit\` once and later runs use the cache"

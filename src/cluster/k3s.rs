@@ -17,6 +17,9 @@ use crate::ui::Step;
 pub const ROLE_SERVER: &str = "k3s-server";
 pub const ROLE_AGENT: &str = "k3s-agent";
 const LABEL_API_PORT: &str = "dev.devstack.api-port";
+/// The node's Kubernetes name, when it is not the container's (a node
+/// restored from another stack's snapshot keeps the name it had there).
+const LABEL_NODE_NAME: &str = "dev.devstack.node-name";
 /// How many of the server's arguments are devstack's own (before
 /// `k3sArgs`), recorded on the server node: the count changes when devstack
 /// changes its defaults, and `plan` must still find the profile's part of
@@ -225,7 +228,9 @@ async fn scale_agents(
             docker::remove_container(engine, &node.name).await?;
             remove_node_volumes(engine, &node.name).await?;
             done.push(format!("removed agent node {}", node.name));
-            removed.push(node.name.clone());
+            // Its Kubernetes name, which a restored node keeps from its snapshot.
+            let identity = node.labels.get(LABEL_NODE_NAME).unwrap_or(&node.name);
+            removed.push(identity.clone());
         }
     }
     let have: Vec<usize> = agents
@@ -262,31 +267,37 @@ async fn scale_agents(
 }
 
 /// devstack's own arguments of the server (recorded as LABEL_FIXED_ARGS,
-/// which `plan` skips).
-fn own_server_args(settings: &Settings) -> Vec<String> {
+/// which `plan` skips). `identity` is its Kubernetes node name: the
+/// container's name, or for a node restored from a snapshot the name it had
+/// there, which its pods and leases are bound to.
+fn own_server_args(settings: &Settings, identity: &str) -> Vec<String> {
     let server = node_name(settings, "server", 0);
-    vec![
+    let mut args = vec![
         "server".to_string(),
         "--disable=traefik,servicelb,metrics-server,local-storage".into(),
         "--tls-san=127.0.0.1".into(),
         format!("--tls-san={server}"),
-        format!("--node-name={server}"),
-        format!("--https-listen-port={API_PORT}"),
-    ]
+    ];
+    if identity != server {
+        args.push(format!("--tls-san={identity}"));
+    }
+    args.push(format!("--node-name={identity}"));
+    args.push(format!("--https-listen-port={API_PORT}"));
+    args
 }
 
 /// The server's command: devstack's own arguments, then the profile's
 /// `k3sArgs`.
-fn server_args(settings: &Settings) -> Vec<String> {
-    let mut args = own_server_args(settings);
+fn server_args(settings: &Settings, identity: &str) -> Vec<String> {
+    let mut args = own_server_args(settings, identity);
     args.extend(settings.cluster.k3s_args.iter().cloned());
     args
 }
 
-fn agent_args(settings: &Settings, agent: &str) -> Vec<String> {
+fn agent_args(settings: &Settings, identity: &str) -> Vec<String> {
     vec![
         "agent".to_string(),
-        format!("--node-name={agent}"),
+        format!("--node-name={identity}"),
         format!(
             "--server=https://{}:{API_PORT}",
             node_name(settings, "server", 0)
@@ -489,11 +500,14 @@ async fn create_nodes(
     let server = node_name(settings, "server", 0);
     let node = NewNode {
         name: &server,
+        identity: &server,
         role: ROLE_SERVER,
-        args: server_args(settings),
+        args: server_args(settings, &server),
         token: &token,
         api_port: Some(api_port),
-        fixed_args: Some(own_server_args(settings).len()),
+        fixed_args: Some(own_server_args(settings, &server).len()),
+        start: true,
+        ip: None,
     };
     create_node(engine, settings, node, &tarballs).await?;
     for index in 0..settings.cluster.agents as usize {
@@ -507,6 +521,8 @@ async fn create_nodes(
 /// A node container to create.
 struct NewNode<'a> {
     name: &'a str,
+    /// Its Kubernetes node name and hostname.
+    identity: &'a str,
     role: &'a str,
     args: Vec<String>,
     token: &'a str,
@@ -514,17 +530,24 @@ struct NewNode<'a> {
     api_port: Option<u16>,
     /// How many of the server's `args` are devstack's own.
     fixed_args: Option<usize>,
+    /// Start it once created (a restored node is filled first).
+    start: bool,
+    /// The address it must have on the stack's network.
+    ip: Option<&'a str>,
 }
 
 impl<'a> NewNode<'a> {
     fn agent(settings: &Settings, name: &'a str, token: &'a str) -> Self {
         NewNode {
             name,
+            identity: name,
             role: ROLE_AGENT,
             args: agent_args(settings, name),
             token,
             api_port: None,
             fixed_args: None,
+            start: true,
+            ip: None,
         }
     }
 }
@@ -537,13 +560,17 @@ async fn create_node(
 ) -> Result<(), Error> {
     let NewNode {
         name,
+        identity,
         role,
         args,
         token,
         api_port,
         fixed_args,
+        start,
+        ip,
     } = node;
     let mut labels = node_labels(settings, role);
+    labels.insert(LABEL_NODE_NAME.into(), identity.to_string());
     if let Some(port) = api_port {
         labels.insert(LABEL_API_PORT.into(), port.to_string());
     }
@@ -626,7 +653,19 @@ async fn create_node(
         image: Some(settings.cluster.image.clone()),
         cmd: Some(args),
         env: Some(env),
-        hostname: Some(name.to_string()),
+        hostname: Some(identity.to_string()),
+        networking_config: ip.map(|ip| bollard::models::NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(
+                settings.resource_prefix(),
+                bollard::models::EndpointSettings {
+                    ipam_config: Some(bollard::models::EndpointIpamConfig {
+                        ipv4_address: Some(ip.to_string()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )])),
+        }),
         labels: Some(labels),
         exposed_ports: Some(exposed),
         host_config: Some(HostConfig {
@@ -654,6 +693,9 @@ async fn create_node(
             docker::engine_error(format!("create node {name}"), e)
         }
     })?;
+    if !start {
+        return Ok(());
+    }
     engine.start_container(name).await.map_err(|e| {
         let message = docker::docker_message(&e);
         if message.contains("port is already allocated")
@@ -1007,9 +1049,325 @@ async fn remove_nodes(engine: &dyn Engine, settings: &Settings) -> Result<bool, 
     Ok(removed)
 }
 
+/// Where a K3s node keeps the state a snapshot saves: its named volumes
+/// but the log (the datastore, containerd's images and containers, the
+/// kubelet's and CNI's files) and the password the server checks the node
+/// by, which K3s writes into the container's own filesystem.
+pub const SNAPSHOT_PATHS: &[&str] = &[
+    "/var/lib/rancher/k3s",
+    "/var/lib/kubelet",
+    "/var/lib/cni",
+    "/etc/rancher/node",
+];
+
+/// A node as a snapshot records it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SavedNode {
+    /// `k3s-server` or `k3s-agent`.
+    pub role: String,
+    /// Its container in the stack it was saved from.
+    pub container: String,
+    /// Its Kubernetes node name, which the restored node keeps.
+    pub identity: String,
+    /// Its address on the stack's network: the API server advertised the
+    /// server's in the `kubernetes` Service, and keeps doing so for a while
+    /// after it restarts elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+}
+
+/// What a snapshot needs to know of a stack's K3s cluster besides its files.
+#[derive(Debug, Clone)]
+pub struct SavedCluster {
+    /// The server first.
+    pub nodes: Vec<SavedNode>,
+    /// The token the datastore's bootstrap data is encrypted with: the
+    /// restored server must start with it, and agents join with it.
+    pub token: String,
+    /// The stack network's subnet.
+    pub subnet: Option<String>,
+}
+
+/// The node containers [`create_restored_nodes`] made, stopped.
+#[derive(Debug, Clone)]
+pub struct RestoredNodes {
+    /// The container made for each saved node, in order.
+    pub containers: Vec<String>,
+    /// The server's address in the snapshot, when the new network could
+    /// not give it back: the API server's endpoint lease for it outlives
+    /// the restart (its TTL counts from the start), so for about 25 s the
+    /// `kubernetes` Service would send half the pods' connections there.
+    pub stale_server_ip: Option<String>,
+}
+
+/// The stack's K3s nodes, every one running, as a snapshot records them.
+pub async fn saved_cluster(
+    engine: &dyn Engine,
+    settings: &Settings,
+) -> Result<SavedCluster, Error> {
+    let found = nodes(engine, settings).await?;
+    let server = node_name(settings, "server", 0);
+    if found.first().is_none_or(|n| n.name != server) {
+        return Err(Error::user(format!(
+            "stack `{}` has no K3s server node to save",
+            settings.name
+        ))
+        .with_hint("bring the stack up first (`devstack up`)"));
+    }
+    if let Some(stopped) = found.iter().find(|n| !n.running) {
+        return Err(Error::user(format!("node {} is not running", stopped.name))
+            .with_hint("`devstack up` starts it and verifies the stack; save after that"));
+    }
+    let token = docker::inspect(engine, &server)
+        .await?
+        .and_then(|c| c.config)
+        .and_then(|c| c.env)
+        .unwrap_or_default()
+        .into_iter()
+        .find_map(|e| e.strip_prefix("K3S_TOKEN=").map(String::from))
+        .ok_or_else(|| Error::internal(format!("node {server} has no K3S_TOKEN")))?;
+    let network = settings.resource_prefix();
+    let mut saved = Vec::new();
+    for n in found {
+        saved.push(SavedNode {
+            identity: n.labels.get(LABEL_NODE_NAME).unwrap_or(&n.name).clone(),
+            ip: docker::address_on(engine, &n.name, &network).await?,
+            role: n.role,
+            container: n.name,
+        });
+    }
+    Ok(SavedCluster {
+        nodes: saved,
+        token,
+        subnet: docker::network_subnet(engine, &network).await?,
+    })
+}
+
+/// The addressing a restored stack's network should have: the snapshot's
+/// subnet, handing out to other containers (LocalStack) only the half of
+/// it that holds none of the nodes' addresses, which the nodes then keep.
+pub fn restored_addressing(saved: &SavedCluster) -> Option<docker::Addressing> {
+    let subnet = saved.subnet.as_ref()?;
+    let (base, bits) = subnet.split_once('/')?;
+    let base: u32 = base.parse::<std::net::Ipv4Addr>().ok()?.into();
+    let bits: u32 = bits.parse().ok()?;
+    if !(8..=28).contains(&bits) {
+        return None;
+    }
+    let half = 1u32 << (32 - bits - 1);
+    let lower: Vec<u32> = saved
+        .nodes
+        .iter()
+        .map(|n| {
+            n.ip.as_ref()?
+                .parse::<std::net::Ipv4Addr>()
+                .ok()
+                .map(u32::from)
+        })
+        .collect::<Option<_>>()?;
+    let upper_start = base.checked_add(half)?;
+    lower
+        .iter()
+        .all(|ip| *ip >= base && *ip < upper_start)
+        .then(|| docker::Addressing {
+            subnet: subnet.clone(),
+            ip_range: format!("{}/{}", std::net::Ipv4Addr::from(upper_start), bits + 1),
+        })
+}
+
+/// Creates the node containers of a cluster restored from a snapshot,
+/// stopped, for the caller to fill with the snapshot's files before `up`
+/// starts them: each keeps its Kubernetes name and the cluster its token,
+/// while container names, volumes, network and API port are this stack's.
+/// Returns the container made for each saved node, in order.
+pub async fn create_restored_nodes(
+    engine: &dyn Engine,
+    settings: &Settings,
+    saved: &SavedCluster,
+) -> Result<RestoredNodes, Error> {
+    let network = settings.resource_prefix();
+    docker::ensure_network_in(
+        engine,
+        &settings.name,
+        &network,
+        restored_addressing(saved).as_ref(),
+    )
+    .await?;
+    // The nodes keep their addresses when the network has the snapshot's
+    // subnet with them free (kept out of the range Docker hands out).
+    let same_subnet = restored_addressing(saved).is_some()
+        && docker::network_subnet(engine, &network).await? == saved.subnet;
+    let image = &settings.cluster.image;
+    let bundle = preload::open_bundle(settings)?;
+    crate::bundle::ensure_image(engine, image, bundle.as_ref()).await?;
+    let api_port = super::choose_api_port(settings)?;
+    let mut created = Vec::new();
+    let mut agents = 0;
+    for node in &saved.nodes {
+        let (name, new) = if node.role == ROLE_SERVER {
+            let name = node_name(settings, "server", 0);
+            let fixed = own_server_args(settings, &node.identity).len();
+            let new = NewNode {
+                name: "",
+                identity: &node.identity,
+                role: ROLE_SERVER,
+                args: server_args(settings, &node.identity),
+                token: &saved.token,
+                api_port: Some(api_port),
+                fixed_args: Some(fixed),
+                start: false,
+                ip: None,
+            };
+            (name, new)
+        } else {
+            let name = node_name(settings, "agent", agents);
+            agents += 1;
+            let new = NewNode {
+                name: "",
+                identity: &node.identity,
+                role: ROLE_AGENT,
+                args: agent_args(settings, &node.identity),
+                token: &saved.token,
+                api_port: None,
+                fixed_args: None,
+                start: false,
+                ip: None,
+            };
+            (name, new)
+        };
+        let ip = node.ip.as_deref().filter(|_| same_subnet);
+        create_node(
+            engine,
+            settings,
+            NewNode {
+                name: &name,
+                ip,
+                ..new
+            },
+            &[],
+        )
+        .await?;
+        created.push(name);
+    }
+    let stale_server_ip = saved
+        .nodes
+        .first()
+        .and_then(|server| server.ip.clone())
+        .filter(|_| !same_subnet);
+    Ok(RestoredNodes {
+        containers: created,
+        stale_server_ip,
+    })
+}
+
+/// Starts the restored node containers, once filled. When the server could
+/// not keep its address, it answers on the old one too (on its loopback,
+/// outside the new network's subnet), and the agents route it to the
+/// server, so pods reach the API server through the `kubernetes` Service
+/// while it still lists the old address.
+pub async fn start_restored_nodes(
+    engine: &dyn Engine,
+    settings: &Settings,
+    restored: &RestoredNodes,
+    step: &Step,
+) -> Result<(), Error> {
+    let Some((server, agents)) = restored.containers.split_first() else {
+        return Ok(());
+    };
+    let start = |name: &str| {
+        let name = name.to_string();
+        async move {
+            engine
+                .start_container(&name)
+                .await
+                .map_err(|e| docker::engine_error(format!("start node {name}"), e))
+        }
+    };
+    start(server).await?;
+    let Some(old) = &restored.stale_server_ip else {
+        for agent in agents {
+            start(agent).await?;
+        }
+        return Ok(());
+    };
+    let add = ["ip", "addr", "add", &format!("{old}/32"), "dev", "lo"];
+    let (code, _) = docker::exec_in(engine, server, &add).await?;
+    if code != 0 {
+        step.progress(format!(
+            "node {server} cannot answer on its old address {old} (no `ip` in its image): pods may wait up to 25 s for the API server"
+        ));
+    }
+    let server_ip = docker::address_on(engine, server, &settings.resource_prefix()).await?;
+    for agent in agents {
+        start(agent).await?;
+        if let Some(via) = &server_ip {
+            let route = ["ip", "route", "add", &format!("{old}/32"), "via", via];
+            let _ = docker::exec_in(engine, agent, &route).await?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn saved(subnet: Option<&str>, ips: &[&str]) -> SavedCluster {
+        SavedCluster {
+            nodes: ips
+                .iter()
+                .enumerate()
+                .map(|(i, ip)| SavedNode {
+                    role: if i == 0 { ROLE_SERVER } else { ROLE_AGENT }.into(),
+                    container: format!("n{i}"),
+                    identity: format!("n{i}"),
+                    ip: Some(ip.to_string()),
+                })
+                .collect(),
+            token: "t".into(),
+            subnet: subnet.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_restored_network_hands_out_only_the_half_without_the_nodes() {
+        let addressing =
+            restored_addressing(&saved(Some("172.18.0.0/16"), &["172.18.0.3", "172.18.0.4"]));
+        assert_eq!(
+            addressing,
+            Some(docker::Addressing {
+                subnet: "172.18.0.0/16".into(),
+                ip_range: "172.18.128.0/17".into(),
+            })
+        );
+        // A node in the upper half, no subnet, or a subnet too small to
+        // split: the network is made the usual way.
+        assert_eq!(
+            restored_addressing(&saved(Some("172.18.0.0/16"), &["172.18.200.1"])),
+            None
+        );
+        assert_eq!(restored_addressing(&saved(None, &["172.18.0.3"])), None);
+        assert_eq!(
+            restored_addressing(&saved(Some("10.0.0.0/30"), &["10.0.0.1"])),
+            None
+        );
+    }
+
+    #[test]
+    fn a_restored_server_keeps_its_kubernetes_name_and_answers_to_both_names() {
+        let settings = settings("");
+        let args = own_server_args(&settings, "devstack-old-server-0");
+        assert!(args.contains(&"--node-name=devstack-old-server-0".to_string()));
+        assert!(args.contains(&"--tls-san=devstack-old-server-0".to_string()));
+        assert!(args.contains(&format!("--tls-san={}", node_name(&settings, "server", 0))));
+        let own = own_server_args(&settings, &node_name(&settings, "server", 0));
+        assert_eq!(
+            own.len(),
+            FIXED_ARGS_UNLABELLED,
+            "a new cluster's arguments are unchanged"
+        );
+    }
 
     fn settings(cluster: &str) -> Settings {
         let text = format!(
@@ -1022,9 +1380,9 @@ mod tests {
     fn server(settings: &Settings, api_port: u16) -> ServerFacts {
         ServerFacts {
             image: settings.cluster.image.clone(),
-            args: server_args(settings),
+            args: server_args(settings, &node_name(settings, "server", 0)),
             api_port: Some(api_port),
-            fixed_args: own_server_args(settings).len(),
+            fixed_args: own_server_args(settings, &node_name(settings, "server", 0)).len(),
             ports: Vec::new(),
         }
     }
@@ -1150,7 +1508,7 @@ mod engine_tests {
             labels.insert(LABEL_API_PORT.into(), "6550".into());
             let server = FakeContainer {
                 image: self.settings.cluster.image.clone(),
-                cmd: server_args(&self.settings),
+                cmd: server_args(&self.settings, &node_name(&self.settings, "server", 0)),
                 env: vec!["K3S_TOKEN=secret-token".into()],
                 labels,
                 running,

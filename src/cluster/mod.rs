@@ -68,6 +68,9 @@ pub struct UpOptions {
     /// CoreDNS to the caller ([`wait_coredns`]): `up` installs Flux, which
     /// needs no DNS, while CoreDNS starts.
     pub coredns_later: bool,
+    /// The nodes were restored from a snapshot of a cluster of the same
+    /// profile and versions, whose containerd holds every image already.
+    pub images_restored: bool,
 }
 
 /// The API server's host port for a new cluster: the profile's, which
@@ -123,8 +126,10 @@ pub async fn up(
     let ready = async {
         // Converging an existing cluster imports images added to the profile
         // since; workloads must not start before they are there.
-        let span = step.span("image loads");
-        span.finish(provider.load_images(settings, step).await)?;
+        if !options.images_restored {
+            let span = step.span("image loads");
+            span.finish(provider.load_images(settings, step).await)?;
+        }
         if options.coredns_later {
             return Ok(());
         }

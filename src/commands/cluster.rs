@@ -31,6 +31,7 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
                     retain,
                     recreate,
                     coredns_later: false,
+                    images_restored: false,
                 },
             )
             .await

@@ -9,6 +9,7 @@ pub mod env;
 pub mod localstack;
 pub mod profile;
 pub mod seed;
+pub mod snapshot;
 pub mod status;
 pub mod sync;
 pub mod up;
@@ -104,6 +105,7 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         Command::Env(args) => env::run(&ctx, args).await,
         Command::Sync(args) => sync::run(&ctx, args).await,
         Command::Version => version::run(&ctx),
+        Command::Snapshot(cmd) => snapshot::run(&ctx, cmd).await,
     };
     result.map_err(|err| match ctx.settings(|_| {}) {
         Ok(settings) => err.with_command_flags(&settings.cli_flags()),

@@ -7,7 +7,12 @@ use crate::stack::{Stack, UpOptions};
 use crate::timeline::Timeline;
 
 pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
-    let settings = ctx.settings(|_| {})?;
+    let mut settings = ctx.settings(|_| {})?;
+    if args.from_snapshot.is_some() && !settings.provider_pinned() {
+        // Snapshots hold K3s clusters; a profile that leaves the provider
+        // open restores on K3s rather than on the default choice.
+        settings = settings.with_provider(crate::profile::Provider::K3s)?;
+    }
     // Before anything else: which provider, and why when it is not the
     // one the user would expect (the K3s fallback, an existing stack's).
     let docker = crate::docker::connect().await?;
@@ -25,7 +30,10 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
         recreate: args.recreate,
         handle_interrupt: true,
     };
-    let result = stack.up(options).await;
+    let result = match &args.from_snapshot {
+        Some(name) => stack.up_from_snapshot(name, options).await,
+        None => stack.up(options).await,
+    };
     if let Some(path) = &args.timings {
         // Written before the outcome is judged: a failed run's waterfall
         // shows what ran until the failure.
@@ -43,7 +51,13 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
         }
     }
     let report = result?;
-    let what = if report.created {
+    let restored = report
+        .from_snapshot
+        .as_ref()
+        .map(|name| format!("created from snapshot `{name}`"));
+    let what = if let Some(restored) = &restored {
+        restored.as_str()
+    } else if report.created {
         "created"
     } else if report.repaired.is_empty() {
         "healthy, nothing to do"

@@ -17,8 +17,10 @@ use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerSummary, NetworkConnectRequest,
     NetworkCreateRequest, NetworkInspect, VolumeCreateRequest,
 };
+use bytes::Bytes;
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use tokio::io::AsyncWriteExt;
 
 use crate::error::Error;
@@ -43,6 +45,9 @@ pub trait Engine: Send + Sync {
     ) -> BoxFuture<'a, EngineResult<()>>;
     fn start_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>>;
     fn unpause_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>>;
+    /// Freezes every process of a running container (its files then hold
+    /// still, as after a power cut, until it is unpaused).
+    fn pause_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>>;
     /// Force-removes a container and its anonymous volumes.
     fn remove_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>>;
     /// Runs `cmd` in a running container; its exit code and stdout.
@@ -57,6 +62,21 @@ pub trait Engine: Send + Sync {
         container: &'a str,
         path: &'a str,
     ) -> BoxFuture<'a, EngineResult<Vec<u8>>>;
+    /// The file or directory at `path` in a container (running, paused or
+    /// never started), as a tar archive streamed as the engine writes it.
+    fn download_archive<'a>(
+        &'a self,
+        container: &'a str,
+        path: &'a str,
+    ) -> BoxStream<'a, EngineResult<Bytes>>;
+    /// Extracts a tar archive into the existing directory `dir` of a
+    /// container (named volumes mounted there included), streamed.
+    fn upload_archive<'a>(
+        &'a self,
+        container: &'a str,
+        dir: &'a str,
+        archive: BoxStream<'static, std::io::Result<Bytes>>,
+    ) -> BoxFuture<'a, EngineResult<()>>;
     /// Copies the host file `local` into the container at `path`, whose
     /// directory exists.
     fn upload<'a>(
@@ -153,6 +173,10 @@ impl Engine for Docker {
         Box::pin(Docker::unpause_container(self, name))
     }
 
+    fn pause_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
+        Box::pin(Docker::pause_container(self, name))
+    }
+
     fn remove_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
         let options = bollard::query_parameters::RemoveContainerOptions {
             force: true,
@@ -206,6 +230,33 @@ impl Engine for Docker {
                 bytes.extend_from_slice(&chunk?);
             }
             Ok(bytes)
+        })
+    }
+
+    fn download_archive<'a>(
+        &'a self,
+        container: &'a str,
+        path: &'a str,
+    ) -> BoxStream<'a, EngineResult<Bytes>> {
+        let options = bollard::query_parameters::DownloadFromContainerOptions {
+            path: path.to_string(),
+        };
+        Box::pin(self.download_from_container(container, Some(options)))
+    }
+
+    fn upload_archive<'a>(
+        &'a self,
+        container: &'a str,
+        dir: &'a str,
+        archive: BoxStream<'static, std::io::Result<Bytes>>,
+    ) -> BoxFuture<'a, EngineResult<()>> {
+        Box::pin(async move {
+            let options = bollard::query_parameters::UploadToContainerOptions {
+                path: dir.to_string(),
+                ..Default::default()
+            };
+            self.upload_to_container(container, Some(options), bollard::body_try_stream(archive))
+                .await
         })
     }
 

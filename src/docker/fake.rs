@@ -13,7 +13,9 @@ use bollard::models::{
     ContainerSummary, ContainerSummaryStateEnum, MountPoint, NetworkCreateRequest, NetworkInspect,
     VolumeCreateRequest,
 };
+use bytes::Bytes;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 
 use super::engine::{Engine, EngineResult};
 use crate::error::Error;
@@ -32,6 +34,11 @@ pub struct FakeContainer {
     pub ports: Vec<(u16, u16)>,
     /// Files written into the container (`upload`), by path.
     pub files: BTreeMap<String, PathBuf>,
+    /// Tar archives extracted into the container (`upload_archive`), by
+    /// directory; `download_archive` of that directory returns them.
+    pub archives: BTreeMap<String, Vec<u8>>,
+    /// The hostname it was created with.
+    pub hostname: Option<String>,
 }
 
 type ExecHandler = Box<dyn Fn(&str, &[&str]) -> (i64, String) + Send + Sync>;
@@ -276,6 +283,7 @@ impl Engine for FakeEngine {
                             binds: host.binds.unwrap_or_default(),
                             networks: host.network_mode.into_iter().collect(),
                             ports,
+                            hostname: body.hostname,
                             ..Default::default()
                         },
                     );
@@ -291,6 +299,10 @@ impl Engine for FakeEngine {
 
     fn unpause_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
         ready(self.change(format!("unpause {name}"), name, |c| c.paused = false))
+    }
+
+    fn pause_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
+        ready(self.change(format!("pause {name}"), name, |c| c.paused = true))
     }
 
     fn remove_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
@@ -331,6 +343,45 @@ impl Engine for FakeEngine {
         path: &'a str,
     ) -> BoxFuture<'a, EngineResult<Vec<u8>>> {
         ready(Err(not_found(&format!("{container}:{path}"))))
+    }
+
+    fn download_archive<'a>(
+        &'a self,
+        container: &'a str,
+        path: &'a str,
+    ) -> BoxStream<'a, EngineResult<Bytes>> {
+        let found = self.with(|s| {
+            s.containers
+                .get(container)
+                .and_then(|c| c.archives.get(path).cloned())
+        });
+        let item = found
+            .map(Bytes::from)
+            .ok_or_else(|| not_found(&format!("{container}:{path}")));
+        Box::pin(futures::stream::iter([item]))
+    }
+
+    fn upload_archive<'a>(
+        &'a self,
+        container: &'a str,
+        dir: &'a str,
+        archive: BoxStream<'static, std::io::Result<Bytes>>,
+    ) -> BoxFuture<'a, EngineResult<()>> {
+        use futures::TryStreamExt;
+        Box::pin(async move {
+            let chunks: Vec<Bytes> = archive
+                .try_collect()
+                .await
+                .map_err(|e| server_error(500, format!("reading the archive: {e}")))?;
+            let bytes = chunks.concat();
+            self.change(
+                format!("upload archive {container}:{dir}"),
+                container,
+                |c| {
+                    c.archives.insert(dir.to_string(), bytes);
+                },
+            )
+        })
     }
 
     fn upload<'a>(

@@ -141,6 +141,27 @@ fn is_ours(labels: Option<&HashMap<String, String>>, stack: &str) -> bool {
 /// Creates the stack's labelled bridge network unless it exists. A network
 /// of that name that devstack does not own is an error, never reused.
 pub async fn ensure_network(engine: &dyn Engine, stack: &str, name: &str) -> Result<bool, Error> {
+    ensure_network_in(engine, stack, name, None).await
+}
+
+/// The addresses a new network should have: its subnet, and the part of it
+/// Docker hands out to containers that ask for no particular address (the
+/// rest is kept for containers that do).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Addressing {
+    pub subnet: String,
+    pub ip_range: String,
+}
+
+/// [`ensure_network`], creating it with `addressing` when it is given and
+/// Docker can (the subnet may be taken by another network): the network
+/// is made either way.
+pub async fn ensure_network_in(
+    engine: &dyn Engine,
+    stack: &str,
+    name: &str,
+    addressing: Option<&Addressing>,
+) -> Result<bool, Error> {
     match engine.inspect_network(name).await {
         Ok(network) if is_ours(network.labels.as_ref(), stack) => return Ok(false),
         Ok(_) => {
@@ -160,12 +181,63 @@ pub async fn ensure_network(engine: &dyn Engine, stack: &str, name: &str) -> Res
         labels: Some(labels(stack, "network")),
         ..Default::default()
     };
+    if let Some(addressing) = addressing {
+        let ipam = bollard::models::Ipam {
+            config: Some(vec![bollard::models::IpamConfig {
+                subnet: Some(addressing.subnet.clone()),
+                ip_range: Some(addressing.ip_range.clone()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let wanted = NetworkCreateRequest {
+            ipam: Some(ipam),
+            ..request.clone()
+        };
+        match engine.create_network(wanted).await {
+            Ok(()) => return Ok(true),
+            Err(e) if is_conflict(&e) => return Ok(false),
+            // Most likely another network holds the subnet: any will do.
+            Err(e) => tracing::debug!(
+                "network {name} with subnet {}: {}",
+                addressing.subnet,
+                docker_message(&e)
+            ),
+        }
+    }
     match engine.create_network(request).await {
         Ok(()) => Ok(true),
         // Lost a race with a concurrent `up`: the network exists now.
         Err(e) if is_conflict(&e) => Ok(false),
         Err(e) => Err(engine_error(format!("create network {name}"), e)),
     }
+}
+
+/// The subnet of a network, when it has one.
+pub async fn network_subnet(engine: &dyn Engine, name: &str) -> Result<Option<String>, Error> {
+    let network = engine
+        .inspect_network(name)
+        .await
+        .map_err(|e| engine_error(format!("inspect network {name}"), e))?;
+    Ok(network
+        .ipam
+        .and_then(|ipam| ipam.config)
+        .and_then(|configs| configs.into_iter().find_map(|c| c.subnet)))
+}
+
+/// A container's IPv4 address on a network.
+pub async fn address_on(
+    engine: &dyn Engine,
+    container: &str,
+    network: &str,
+) -> Result<Option<String>, Error> {
+    Ok(inspect(engine, container)
+        .await?
+        .and_then(|c| c.network_settings)
+        .and_then(|n| n.networks)
+        .and_then(|mut networks| networks.remove(network))
+        .and_then(|endpoint| endpoint.ip_address)
+        .filter(|ip| !ip.is_empty()))
 }
 
 /// Removes the stack's network when no container is attached to it.

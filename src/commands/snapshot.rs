@@ -1,0 +1,130 @@
+//! `devstack snapshot save|list|rm|export|import`: the library's snapshot
+//! store, rendered.
+
+use serde_json::json;
+
+use crate::cli::SnapshotCommand;
+use crate::commands::Context;
+use crate::error::Error;
+use crate::snapshot::{self, Info};
+use crate::stack::Stack;
+use crate::ui::format_duration;
+
+pub async fn run(ctx: &Context, command: SnapshotCommand) -> Result<i32, Error> {
+    let settings = ctx.settings(|_| {})?;
+    match command {
+        SnapshotCommand::Save { snapshot: name } => {
+            let docker = crate::docker::connect().await?;
+            let settings = super::on_existing_provider(&docker, settings).await?;
+            let stack = Stack::new(settings).with_ui(ctx.ui.clone());
+            let report = stack.snapshot_save(name.as_deref()).await?;
+            let info = &report.snapshot;
+            ctx.ui.info(format!(
+                "snapshot `{}` {} in {} ({}, nodes paused {}): {}",
+                info.name,
+                if report.replaced { "replaced" } else { "saved" },
+                millis(report.elapsed_ms),
+                size(info.bytes),
+                millis(report.paused_ms),
+                info.path.display()
+            ));
+            let profile = stack
+                .settings()
+                .profile_reference
+                .as_ref()
+                .map(|p| format!(" -p {p}"))
+                .unwrap_or_default();
+            ctx.ui.info(format!(
+                "next:\n  devstack{profile} --name NEW up --from-snapshot {0}   # a new stack from it\n  devstack snapshot export {0} {0}.devstack-snapshot   # one file for a CI cache",
+                info.name
+            ));
+            if ctx.ui.json() {
+                ctx.ui
+                    .emit_json(&serde_json::to_value(&report).expect("report serializes"));
+            }
+        }
+        SnapshotCommand::List => {
+            let snapshots = snapshot::list(&settings)?;
+            if ctx.ui.json() {
+                ctx.ui.emit_json(&json!({ "snapshots": snapshots }));
+            } else if snapshots.is_empty() {
+                ctx.ui.info(format!(
+                    "no snapshots in {} (`devstack snapshot save` makes one)",
+                    snapshot::store_dir(&settings).display()
+                ));
+            } else {
+                ctx.ui.out(table(&snapshots));
+            }
+        }
+        SnapshotCommand::Rm { snapshot: name } => {
+            snapshot::remove(&settings, &name)?;
+            ctx.ui.info(format!("removed snapshot `{name}`"));
+            if ctx.ui.json() {
+                ctx.ui.emit_json(&json!({ "removed": name }));
+            }
+        }
+        SnapshotCommand::Export {
+            snapshot: name,
+            file,
+        } => {
+            let started = std::time::Instant::now();
+            let info = snapshot::export(&settings, &name, &file).await?;
+            ctx.ui.info(format!(
+                "exported snapshot `{name}` to {} ({}) in {}",
+                file.display(),
+                size(info.bytes),
+                format_duration(started.elapsed())
+            ));
+            if ctx.ui.json() {
+                ctx.ui.emit_json(&json!({ "snapshot": info, "file": file }));
+            }
+        }
+        SnapshotCommand::Import {
+            file,
+            snapshot: name,
+        } => {
+            let started = std::time::Instant::now();
+            let info = snapshot::import(&settings, &file, name.as_deref()).await?;
+            ctx.ui.info(format!(
+                "imported snapshot `{}` from {} ({}) in {}",
+                info.name,
+                file.display(),
+                size(info.bytes),
+                format_duration(started.elapsed())
+            ));
+            if ctx.ui.json() {
+                ctx.ui.emit_json(&json!({ "snapshot": info }));
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn millis(ms: u64) -> String {
+    format_duration(std::time::Duration::from_millis(ms))
+}
+
+fn size(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+fn table(snapshots: &[Info]) -> String {
+    let mut out = format!(
+        "{:<20} {:<10} {:<12} {:>10}  {}\n",
+        "NAME", "PROFILE", "STACK", "SIZE", "CLUSTER IMAGE"
+    );
+    for s in snapshots {
+        out.push_str(&format!(
+            "{:<20} {:<10} {:<12} {:>10}  {}\n",
+            s.name,
+            s.profile,
+            s.stack,
+            size(s.bytes),
+            s.versions
+                .get("clusterImage")
+                .map(String::as_str)
+                .unwrap_or("?")
+        ));
+    }
+    out.trim_end().to_string()
+}
