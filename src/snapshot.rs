@@ -978,6 +978,13 @@ fn import_blocking(settings: &Settings, file: &Path, name: Option<&str>) -> Resu
             .map_err(|e| not_snapshot(format!("it is cut off or damaged ({e})")))?;
         out.flush()
             .map_err(io_error(format!("write {}", path.display())))?;
+        if reader.bytes < saved.bytes {
+            return Err(Error::user(format!(
+                "{shown} is damaged: it is cut off ({} has {} of its {} bytes)",
+                saved.file, reader.bytes, saved.bytes
+            ))
+            .with_hint("export the snapshot again, or restore a whole copy of the file; nothing was imported"));
+        }
         if reader.bytes != saved.bytes || reader.hasher.finalize().to_hex().as_str() != saved.blake3
         {
             return Err(Error::user(format!(

@@ -82,12 +82,21 @@ fn snapshot_commands_refuse_what_they_cannot_use_with_a_hint() {
     let refused = |args: &[&str], message: &str| {
         let (code, _, stderr) = devstack_at(home.path(), args);
         assert_eq!(code, 2, "{args:?}: {stderr}");
-        assert!(stderr.contains(message), "{args:?}: no `{message}` in {stderr}");
+        assert!(
+            stderr.contains(message),
+            "{args:?}: no `{message}` in {stderr}"
+        );
         assert!(stderr.contains("hint:"), "{args:?}: {stderr}");
     };
     refused(&["snapshot", "rm", "nope"], "there is no snapshot `nope`");
-    refused(&["up", "--from-snapshot", "nope"], "there is no snapshot `nope`");
-    refused(&["snapshot", "save", "Bad/Name"], "not a valid snapshot name");
+    refused(
+        &["up", "--from-snapshot", "nope"],
+        "there is no snapshot `nope`",
+    );
+    refused(
+        &["snapshot", "save", "Bad/Name"],
+        "not a valid snapshot name",
+    );
     refused(
         &["snapshot", "export", "nope", "out.tar"],
         "there is no snapshot `nope`",
@@ -97,7 +106,10 @@ fn snapshot_commands_refuse_what_they_cannot_use_with_a_hint() {
         &["snapshot", "import", "junk.tar"],
         "is not a devstack snapshot file",
     );
-    refused(&["snapshot", "import", "missing.tar"], "cannot read missing.tar");
+    refused(
+        &["snapshot", "import", "missing.tar"],
+        "cannot read missing.tar",
+    );
     // A tar whose first entry is no manifest.
     let mut builder = tar::Builder::new(Vec::new());
     let mut header = tar::Header::new_gnu();

@@ -195,7 +195,7 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
     let cut = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
     cut.set_len(size / 3).unwrap();
     let truncated = first.run(&profile, &["snapshot", "import", file_arg, "bad"]);
-    assert_refused(&truncated, "a cut-off file", "not a devstack snapshot file");
+    assert_refused(&truncated, "a cut-off file", "is cut off");
     std::fs::remove_file(&file).unwrap();
     let names: Vec<String> = first
         .run(&profile, &["snapshot", "list", "--json"])

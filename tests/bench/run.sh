@@ -125,7 +125,7 @@ if [ -n "$kind_cli" ] && docker image inspect "$kind_node" >/dev/null 2>&1; then
 fi
 
 # GitOps and the main job (needs the whole kit: node image, Flux, ESO).
-k3s_mem=(); eso_ready=(); prev_cold=(); prev_eso=(); prev_mem=(); kind_cold=(); kind_warm=(); kind_mem=(); kind_flux=(); flux_nudge=(); flux_plain=(); up_cold=(); up_warm=(); verify_sync=(); verify_rotate=(); verify_recreate=(); down_ms=(); naive_script=(); up_restart=()
+k3s_mem=(); eso_ready=(); prev_cold=(); prev_eso=(); prev_mem=(); kind_cold=(); kind_warm=(); kind_mem=(); kind_flux=(); flux_nudge=(); flux_plain=(); up_cold=(); up_warm=(); verify_sync=(); verify_rotate=(); verify_recreate=(); down_ms=(); naive_script=(); up_restart=(); snap_save=(); up_restore=()
 ms_of() { jq -r "$1" "$work/out.json"; }
 if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' "$bundle/index.json" >/dev/null; then
   main_profile() { # $1 = layout
@@ -159,6 +159,11 @@ if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' 
     # shellcheck disable=SC2046
     docker restart -t 5 $(docker ps -q --filter "label=dev.devstack.stack=$stack") >/dev/null
     t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); up_restart+=($((t1 - t0)))
+    # A snapshot of the verified stack; the stack removed and created from it.
+    t0=$(now_ms); ds snapshot save bench; t1=$(now_ms); snap_save+=($((t1 - t0)))
+    ds down
+    t0=$(now_ms); ds up --from-snapshot bench --json >"$work/out.json"; t1=$(now_ms); up_restore+=($((t1 - t0)))
+    ds snapshot rm bench
     t0=$(now_ms); ds down; t1=$(now_ms); down_ms+=($((t1 - t0)))
     # The same stack by a plain sequential script with the naive layout: one
     # command after another, no concurrency, no nudges, same images and preload.
@@ -227,6 +232,8 @@ if [ ${#up_cold[@]} -gt 0 ]; then
   printf 'up, cold, to verified round trip   %6s ms\n' "$(med "${up_cold[@]}")"
   printf 'up, warm (healthy stack)           %6s ms\n' "$(med "${up_warm[@]}")"
   printf 'up after every container restarted %5s ms (verified round trip)\n' "$(med "${up_restart[@]}")"
+  printf 'snapshot save (verify, pause, read) %5s ms\n' "$(med "${snap_save[@]}")"
+  printf 'up --from-snapshot                 %6s ms (verified round trip)\n' "$(med "${up_restore[@]}")"
   printf 'verify: sync %s ms, rotate %s ms, recreate %s ms\n' "$(med "${verify_sync[@]}")" "$(med "${verify_rotate[@]}")" "$(med "${verify_recreate[@]}")"
   printf 'down                               %6s ms\n' "$(med "${down_ms[@]}")"
   printf 'time to ESO Ready (operator level) %6s ms (from the start of up)\n' "$(med "${eso_ready[@]}")"
