@@ -41,7 +41,7 @@ use crate::ui::Step;
 pub const FORMAT: u32 = 1;
 const MANIFEST: &str = "manifest.json";
 /// Read and hashed in pieces this large while streaming to the engine.
-const CHUNK: usize = 1 << 20;
+const CHUNK: usize = 4 << 20;
 
 /// What `manifest.json` records.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -741,38 +741,39 @@ fn directory_archive(name: &str) -> Result<Vec<u8>, Error> {
         .map_err(|e| Error::internal(format!("archive of directory {name}")).with_source(e))
 }
 
-/// The file as a stream of chunks, hashed as they are read; at the end,
-/// its size and BLAKE3 go into `digest`.
+/// The file as a stream of chunks, read and hashed on a thread of its own a
+/// few chunks ahead of the engine taking them; at the end, its size and
+/// BLAKE3 go into `digest`.
 fn hashed_stream(
-    file: std::fs::File,
+    mut file: std::fs::File,
     digest: Arc<Mutex<Option<(u64, String)>>>,
 ) -> futures::stream::BoxStream<'static, std::io::Result<Bytes>> {
-    let state = (Some(file), blake3::Hasher::new(), 0u64);
-    futures::stream::unfold(state, move |(file, mut hasher, bytes)| {
-        let digest = digest.clone();
-        async move {
-            let mut file = file?;
-            let read = tokio::task::spawn_blocking(move || {
-                let mut buf = vec![0u8; CHUNK];
-                let n = read_full(&mut file, &mut buf)?;
-                buf.truncate(n);
-                Ok::<_, std::io::Error>((file, buf))
-            })
-            .await
-            .map_err(std::io::Error::other);
-            match read.and_then(|r| r) {
-                Ok((_, buf)) if buf.is_empty() => {
-                    *digest.lock().unwrap() = Some((bytes, hasher.finalize().to_hex().to_string()));
-                    None
-                }
-                Ok((file, buf)) => {
+    let (chunks, received) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
+    tokio::task::spawn_blocking(move || {
+        let mut hasher = blake3::Hasher::new();
+        let mut bytes = 0u64;
+        loop {
+            let mut buf = vec![0u8; CHUNK];
+            match read_full(&mut file, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    buf.truncate(n);
                     hasher.update(&buf);
-                    let n = buf.len() as u64;
-                    Some((Ok(Bytes::from(buf)), (Some(file), hasher, bytes + n)))
+                    bytes += n as u64;
+                    if chunks.blocking_send(Ok(Bytes::from(buf))).is_err() {
+                        return;
+                    }
                 }
-                Err(e) => Some((Err(e), (None, hasher, bytes))),
+                Err(e) => {
+                    let _ = chunks.blocking_send(Err(e));
+                    return;
+                }
             }
         }
+        *digest.lock().unwrap() = Some((bytes, hasher.finalize().to_hex().to_string()));
+    });
+    futures::stream::unfold(received, |mut received| async move {
+        received.recv().await.map(|chunk| (chunk, received))
     })
     .boxed()
 }

@@ -272,13 +272,12 @@ impl Stack {
         // lock may just have created (or removed) the stack.
         let existed = self.exists(docker).await?;
         if let (true, Some(snapshot)) = (existed, restore) {
-            let flags = self.settings.cli_flags();
             return Err(Error::user(format!(
                 "stack `{}` exists, and a snapshot restores into a new stack only",
                 self.settings.name
             ))
             .with_hint(format!(
-                "remove it first (`devstack{flags} down`), or restore beside it under another name (`devstack{flags} --name other up --from-snapshot {}`)",
+                "remove it first (`devstack down`), or restore snapshot `{}` beside it under another stack name (--name)",
                 snapshot.manifest.name
             )));
         }

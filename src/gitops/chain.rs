@@ -456,6 +456,7 @@ async fn watch_chain(
                             let next = serde_json::to_value(next).unwrap_or_default();
                             let current = source_revision(client, &next).await;
                             settled(&next, current.as_deref())
+                                || applying_current(&next, current.as_deref())
                         }
                         _ => false,
                     };
@@ -536,6 +537,23 @@ fn settled(kustomization: &Value, current: Option<&str>) -> bool {
         && kustomization["status"]["lastAppliedRevision"].as_str() == current
 }
 
+/// Whether Flux is applying the source's current revision to a
+/// Kustomization of the current spec right now. Flux marks it Reconciling
+/// (reason Progressing, the revision in the message) only once its
+/// dependencies passed, so it turns Ready on its own: a nudge would queue a
+/// second reconcile behind it, seconds each when a restarted controller
+/// reconciles every level at once (after a restart or a snapshot restore).
+fn applying_current(kustomization: &Value, current: Option<&str>) -> bool {
+    let Some(current) = current else {
+        return false;
+    };
+    crate::k8s::conditions::condition(kustomization, "Reconciling").is_some_and(|c| {
+        c.is_true()
+            && c.reason.as_deref() == Some("Progressing")
+            && c.message.as_deref().is_some_and(|m| m.contains(current))
+    }) && observed_current(kustomization)
+}
+
 /// The artifact revision of the source a Kustomization reads.
 pub async fn source_revision(client: &kube::Client, kustomization: &Value) -> Option<String> {
     let source = &kustomization["spec"]["sourceRef"];
@@ -599,6 +617,36 @@ mod tests {
         assert!(!settled(&ks("True", "sha256:a", 3), Some("sha256:a")));
         assert!(!settled(&ks("False", "sha256:a", 2), Some("sha256:a")));
         assert!(!settled(&ks("True", "sha256:a", 2), None));
+    }
+
+    #[test]
+    fn a_level_applying_the_current_revision_needs_no_nudge() {
+        let ks = |status: &str, reason: &str, message: &str, generation: i64| {
+            json!({"metadata": {"generation": generation}, "status": {"observedGeneration": 2,
+                "conditions": [{"type": "Reconciling", "status": status, "reason": reason, "message": message}]}})
+        };
+        let applying = "Detecting drift for revision sha256:a with a timeout of 5m0s";
+        assert!(applying_current(
+            &ks("True", "Progressing", applying, 2),
+            Some("sha256:a")
+        ));
+        // Another revision, a newer spec, no source yet, or not reconciling.
+        assert!(!applying_current(
+            &ks("True", "Progressing", applying, 2),
+            Some("sha256:b")
+        ));
+        assert!(!applying_current(
+            &ks("True", "Progressing", applying, 3),
+            Some("sha256:a")
+        ));
+        assert!(!applying_current(
+            &ks("True", "Progressing", applying, 2),
+            None
+        ));
+        assert!(!applying_current(
+            &ks("False", "Succeeded", applying, 2),
+            Some("sha256:a")
+        ));
     }
 
     #[test]
