@@ -519,8 +519,7 @@ async fn download(
     Ok((bytes, hasher.finalize().to_hex().to_string()))
 }
 
-fn not_found(settings: &Settings, name: &str) -> Error {
-    let _ = settings;
+fn not_found(name: &str) -> Error {
     Error::user(format!("there is no snapshot `{name}`")).with_hint(
         "`devstack snapshot list` shows the snapshots; `devstack snapshot import FILE` adds one",
     )
@@ -543,7 +542,7 @@ pub fn open(settings: &Settings, name: &str) -> Result<Snapshot, Error> {
     check_name(name)?;
     let dir = store_dir(settings).join(name);
     if !dir.join(MANIFEST).exists() {
-        return Err(not_found(settings, name));
+        return Err(not_found(name));
     }
     let manifest = read_manifest(&dir, name)?;
     check(&manifest, settings)?;
@@ -586,7 +585,7 @@ pub fn remove(settings: &Settings, name: &str) -> Result<(), Error> {
     check_name(name)?;
     let dir = store_dir(settings).join(name);
     if !dir.exists() {
-        return Err(not_found(settings, name));
+        return Err(not_found(name));
     }
     std::fs::remove_dir_all(&dir).map_err(io_error(format!("remove {}", dir.display())))
 }
@@ -815,7 +814,7 @@ pub async fn export(settings: &Settings, name: &str, dest: &Path) -> Result<Info
     check_name(name)?;
     let dir = store_dir(settings).join(name);
     if !dir.join(MANIFEST).exists() {
-        return Err(not_found(settings, name));
+        return Err(not_found(name));
     }
     let manifest = read_manifest(&dir, name)?;
     let dest = dest.to_path_buf();

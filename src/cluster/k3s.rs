@@ -238,21 +238,8 @@ async fn scale_agents(
         .collect();
     let missing: Vec<usize> = (0..wanted).filter(|i| !have.contains(i)).collect();
     if !missing.is_empty() {
-        let server = node_name(settings, "server", 0);
         // Agents join with the cluster's own token, which the server holds.
-        let token = docker::inspect(engine, &server)
-            .await?
-            .and_then(|c| c.config)
-            .and_then(|c| c.env)
-            .unwrap_or_default()
-            .into_iter()
-            .find_map(|e| e.strip_prefix("K3S_TOKEN=").map(String::from))
-            .ok_or_else(|| {
-                Error::internal(format!(
-                    "node {server} has no K3S_TOKEN to join agents with"
-                ))
-                .with_hint("`devstack up --recreate` creates the cluster again")
-            })?;
+        let token = cluster_token(engine, settings).await?;
         let wanted_images = preload::wanted_images(settings)?;
         let tarballs = preload::tarballs(engine, settings, &wanted_images).await?;
         for index in missing {
@@ -264,6 +251,23 @@ async fn scale_agents(
         }
     }
     Ok((done, removed))
+}
+
+/// The cluster's token, which the server node was started with: agents
+/// join with it, and a restored server must start with it again.
+async fn cluster_token(engine: &dyn Engine, settings: &Settings) -> Result<String, Error> {
+    let server = node_name(settings, "server", 0);
+    docker::inspect(engine, &server)
+        .await?
+        .and_then(|c| c.config)
+        .and_then(|c| c.env)
+        .unwrap_or_default()
+        .into_iter()
+        .find_map(|e| e.strip_prefix("K3S_TOKEN=").map(String::from))
+        .ok_or_else(|| {
+            Error::internal(format!("node {server} has no K3S_TOKEN"))
+                .with_hint("`devstack up --recreate` creates the cluster again")
+        })
 }
 
 /// devstack's own arguments of the server (recorded as LABEL_FIXED_ARGS,
@@ -1119,14 +1123,7 @@ pub async fn saved_cluster(
         return Err(Error::user(format!("node {} is not running", stopped.name))
             .with_hint("`devstack up` starts it and verifies the stack; save after that"));
     }
-    let token = docker::inspect(engine, &server)
-        .await?
-        .and_then(|c| c.config)
-        .and_then(|c| c.env)
-        .unwrap_or_default()
-        .into_iter()
-        .find_map(|e| e.strip_prefix("K3S_TOKEN=").map(String::from))
-        .ok_or_else(|| Error::internal(format!("node {server} has no K3S_TOKEN")))?;
+    let token = cluster_token(engine, settings).await?;
     let network = settings.resource_prefix();
     let mut saved = Vec::new();
     for n in found {
@@ -1187,17 +1184,12 @@ pub async fn create_restored_nodes(
     saved: &SavedCluster,
 ) -> Result<RestoredNodes, Error> {
     let network = settings.resource_prefix();
-    docker::ensure_network_in(
-        engine,
-        &settings.name,
-        &network,
-        restored_addressing(saved).as_ref(),
-    )
-    .await?;
+    let addressing = restored_addressing(saved);
+    docker::ensure_network_in(engine, &settings.name, &network, addressing.as_ref()).await?;
     // The nodes keep their addresses when the network has the snapshot's
     // subnet with them free (kept out of the range Docker hands out).
-    let same_subnet = restored_addressing(saved).is_some()
-        && docker::network_subnet(engine, &network).await? == saved.subnet;
+    let same_subnet =
+        addressing.is_some() && docker::network_subnet(engine, &network).await? == saved.subnet;
     let image = &settings.cluster.image;
     let bundle = preload::open_bundle(settings)?;
     crate::bundle::ensure_image(engine, image, bundle.as_ref()).await?;
@@ -1205,49 +1197,29 @@ pub async fn create_restored_nodes(
     let mut created = Vec::new();
     let mut agents = 0;
     for node in &saved.nodes {
-        let (name, new) = if node.role == ROLE_SERVER {
-            let name = node_name(settings, "server", 0);
-            let fixed = own_server_args(settings, &node.identity).len();
-            let new = NewNode {
-                name: "",
-                identity: &node.identity,
-                role: ROLE_SERVER,
-                args: server_args(settings, &node.identity),
-                token: &saved.token,
-                api_port: Some(api_port),
-                fixed_args: Some(fixed),
-                start: false,
-                ip: None,
-            };
-            (name, new)
+        let server = node.role == ROLE_SERVER;
+        let name = if server {
+            node_name(settings, "server", 0)
         } else {
-            let name = node_name(settings, "agent", agents);
             agents += 1;
-            let new = NewNode {
-                name: "",
-                identity: &node.identity,
-                role: ROLE_AGENT,
-                args: agent_args(settings, &node.identity),
-                token: &saved.token,
-                api_port: None,
-                fixed_args: None,
-                start: false,
-                ip: None,
-            };
-            (name, new)
+            node_name(settings, "agent", agents - 1)
         };
-        let ip = node.ip.as_deref().filter(|_| same_subnet);
-        create_node(
-            engine,
-            settings,
-            NewNode {
-                name: &name,
-                ip,
-                ..new
+        let new = NewNode {
+            name: &name,
+            identity: &node.identity,
+            role: if server { ROLE_SERVER } else { ROLE_AGENT },
+            args: if server {
+                server_args(settings, &node.identity)
+            } else {
+                agent_args(settings, &node.identity)
             },
-            &[],
-        )
-        .await?;
+            token: &saved.token,
+            api_port: server.then_some(api_port),
+            fixed_args: server.then(|| own_server_args(settings, &node.identity).len()),
+            start: false,
+            ip: node.ip.as_deref().filter(|_| same_subnet),
+        };
+        create_node(engine, settings, new, &[]).await?;
         created.push(name);
     }
     let stale_server_ip = saved
