@@ -422,22 +422,36 @@ async fn bounded(
         Ok(Ok(())) => None,
         Ok(Err(why)) => Some(format!("could not remove {what}: {why}")),
         Err(_) => Some(format!(
-            "could not remove {what}: no answer within {}",
+            "could not remove {what}: not done within {}",
             format_duration(CLEANUP_REQUEST_TIMEOUT)
         )),
     }
 }
 
+/// Deletes an object and returns once it is gone: an accepted delete is not
+/// yet a removal (a finalizer, or a controller still holding it, keeps it
+/// listed), and a caller told "removed" must not find it right after.
+/// The caller bounds the whole of it.
 async fn delete_object<K>(api: Api<K>, name: String) -> Result<(), String>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     match api.delete(&name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
-        Err(e) => Err(e.to_string()),
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    }
+    loop {
+        match api.get_opt(&name).await {
+            Ok(None) => return Ok(()),
+            Ok(Some(_)) => tokio::time::sleep(GONE_POLL).await,
+            Err(e) => return Err(format!("deleted, but cannot tell whether it is gone: {e}")),
+        }
     }
 }
+
+/// How often a deleted probe object is looked for until it is gone.
+const GONE_POLL: Duration = Duration::from_millis(100);
 
 /// What the run may have created, for cleanup (marked before each request:
 /// a request that timed out may still have happened).
