@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::k8s::{Budget, apply};
 use crate::profile::Settings;
+use crate::ui::Step;
 
 pub const NAMESPACE: &str = "flux-system";
 
@@ -218,7 +219,11 @@ async fn switch_to_recreate(client: &kube::Client, docs: &[Value]) -> Result<(),
 }
 
 /// Applies Flux and waits for its CRDs Established and controllers Available.
-pub async fn install(client: &kube::Client, settings: &Settings) -> Result<InstallReport, Error> {
+pub async fn install(
+    client: &kube::Client,
+    settings: &Settings,
+    step: &Step,
+) -> Result<InstallReport, Error> {
     let started = Instant::now();
     let budget = Budget::since(started, settings.timeouts.flux.get(), "timeouts.flux");
     let (text, source) = manifests(settings).await?;
@@ -226,16 +231,23 @@ pub async fn install(client: &kube::Client, settings: &Settings) -> Result<Insta
         apply::parse_documents(&text, "Flux install manifests")?,
         &settings.flux.components,
     ));
-    switch_to_recreate(client, &docs).await?;
-    let objects = apply::apply_all(client, &docs, budget).await?;
-    crate::k8s::wait_deployments_available(
-        client,
-        NAMESPACE,
-        &settings.flux.components,
-        budget,
-        "`kubectl -n flux-system describe pods` shows why a controller is not running",
-    )
-    .await?;
+    let span = step.span(format!("{} install objects applied", docs.len()));
+    let applied = async {
+        switch_to_recreate(client, &docs).await?;
+        apply::apply_all(client, &docs, budget).await
+    };
+    let objects = span.finish(applied.await)?;
+    let span = step.span("controllers Available");
+    span.finish(
+        crate::k8s::wait_deployments_available(
+            client,
+            NAMESPACE,
+            &settings.flux.components,
+            budget,
+            "`kubectl -n flux-system describe pods` shows why a controller is not running",
+        )
+        .await,
+    )?;
     Ok(InstallReport {
         version: settings.flux.version.clone(),
         source,

@@ -147,6 +147,7 @@ fn naive(mut doc: Value) -> Value {
         && let Some(spec) = doc.get_mut("spec").and_then(Value::as_object_mut)
     {
         spec.remove("dependsOn");
+        spec.remove("healthChecks");
         spec.insert("wait".into(), Value::Bool(false));
         let interval = spec.get("interval").cloned().unwrap_or(Value::Null);
         spec.insert("retryInterval".into(), interval);
@@ -217,9 +218,62 @@ mod tests {
             let docs = parse_documents(&String::from_utf8_lossy(&tree[file]), file).unwrap();
             let spec = &docs[0]["spec"];
             assert!(spec.get("dependsOn").is_none(), "{file}");
+            assert!(spec.get("healthChecks").is_none(), "{file}");
             assert_eq!(spec["wait"], false, "{file}");
             assert_eq!(spec["retryInterval"], spec["interval"], "{file}");
         }
+    }
+
+    /// The race the chain removes: the custom resources must not apply
+    /// before the webhook serves. The operator level is Ready only once the
+    /// release is installed and its Deployments, the webhook's among them,
+    /// are Available.
+    #[test]
+    fn the_operator_level_is_ready_only_when_the_webhook_serves() {
+        let tree = prepare(embedded(), "m", GitopsLayout::Chain, false).unwrap();
+        let level = &parse_documents(
+            &String::from_utf8_lossy(&tree["deployment-operator.yaml"]),
+            "operator",
+        )
+        .unwrap()[0];
+        let (namespace, release) = crate::gitops::HELM_RELEASE;
+        let checked: Vec<String> = level["spec"]["healthChecks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .inspect(|check| assert_eq!(check["namespace"], namespace))
+            .map(|check| {
+                format!(
+                    "{}/{}",
+                    check["kind"].as_str().unwrap(),
+                    check["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        let deployment = |suffix: &str| format!("Deployment/{release}{suffix}");
+        assert_eq!(
+            checked,
+            [
+                format!("HelmRelease/{release}"),
+                deployment(""),
+                deployment("-webhook"),
+                deployment("-cert-controller"),
+            ]
+        );
+        // `wait: true` would check the HelmRelease alone.
+        assert_eq!(level["spec"]["wait"], false);
+        assert_eq!(
+            level["spec"]["dependsOn"][0]["name"],
+            "external-secrets-crds"
+        );
+        let helm_release = &parse_documents(
+            &String::from_utf8_lossy(&tree["operator/helmrelease.yaml"]),
+            "helmrelease",
+        )
+        .unwrap()[0];
+        assert_eq!(helm_release["metadata"]["name"], release);
+        assert_eq!(helm_release["spec"]["install"]["disableWait"], true);
+        assert!(helm_release["spec"]["upgrade"].get("disableWait").is_none());
     }
 
     #[test]

@@ -89,7 +89,8 @@ pub async fn deliver(
                     Budget::new(settings.timeouts.cluster.get(), "timeouts.cluster"),
                     &step,
                 );
-                let (report, ()) = tokio::try_join!(flux::install(client, settings), dns)?;
+                let (report, ()) = tokio::try_join!(flux::install(client, settings, &step), dns)?;
+                record_pod_starts(client, FLUX_NAMESPACE, &step).await;
                 let summary = format!(
                     "{} objects from {}",
                     report.objects,

@@ -39,12 +39,25 @@ fn describe(doc: &Value) -> String {
     }
 }
 
-fn is_first_wave(doc: &Value) -> bool {
-    matches!(
-        doc["kind"].as_str(),
-        Some("Namespace" | "CustomResourceDefinition")
-    )
+/// The order objects are applied in: namespaces and CRDs first, what the
+/// rest refers to (accounts, roles, config, services, sources) next, and
+/// what acts on the rest last: workloads, whose pods need their service
+/// account and config, and Flux's reconcilers, which read their sources and
+/// substituted facts the moment they exist. Each wave is applied at once.
+fn wave_of(doc: &Value) -> usize {
+    match doc["kind"].as_str() {
+        Some("Namespace" | "CustomResourceDefinition") => 0,
+        Some(
+            "Deployment" | "StatefulSet" | "DaemonSet" | "Job" | "CronJob" | "Pod" | "ReplicaSet"
+            | "Kustomization" | "HelmRelease",
+        ) => 2,
+        _ => 1,
+    }
 }
+
+/// Requests in flight at once within a wave: enough to hide the API
+/// server's round trips, few enough not to queue behind its own limits.
+const CONCURRENT_APPLIES: usize = 8;
 
 /// Applies `docs`; returns how many objects were applied. Waiting for the
 /// CRDs to be Established spends `budget`.
@@ -53,12 +66,13 @@ pub async fn apply_all(
     docs: &[Value],
     budget: Budget,
 ) -> Result<usize, Error> {
-    let (first, rest): (Vec<&Value>, Vec<&Value>) = docs.iter().partition(|d| is_first_wave(d));
-    let mut discovery = run_discovery(client).await?;
-    for doc in &first {
-        apply_one(client, &discovery, doc).await?;
+    let mut waves: [Vec<&Value>; 3] = Default::default();
+    for doc in docs {
+        waves[wave_of(doc)].push(doc);
     }
-    let crds: Vec<String> = first
+    let mut discovery = run_discovery(client).await?;
+    apply_wave(client, &discovery, &waves[0]).await?;
+    let crds: Vec<String> = waves[0]
         .iter()
         .filter(|d| d["kind"] == "CustomResourceDefinition")
         .filter_map(|d| d["metadata"]["name"].as_str().map(String::from))
@@ -67,10 +81,22 @@ pub async fn apply_all(
         wait_crds_established(client, &crds, budget).await?;
         discovery = run_discovery(client).await?;
     }
-    for doc in &rest {
-        apply_one(client, &discovery, doc).await?;
+    for wave in &waves[1..] {
+        apply_wave(client, &discovery, wave).await?;
     }
     Ok(docs.len())
+}
+
+async fn apply_wave(
+    client: &kube::Client,
+    discovery: &Discovery,
+    docs: &[&Value],
+) -> Result<(), Error> {
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::iter(docs.iter().map(|doc| apply_one(client, discovery, doc)))
+        .buffer_unordered(CONCURRENT_APPLIES)
+        .try_collect()
+        .await
 }
 
 async fn run_discovery(client: &kube::Client) -> Result<Discovery, Error> {
@@ -116,19 +142,35 @@ async fn apply_one(client: &kube::Client, discovery: &Discovery, doc: &Value) ->
     })
 }
 
-/// Waits for each CRD in turn, all within one budget.
+/// Waits for every CRD named, with one watch of them all.
 pub async fn wait_crds_established(
     client: &kube::Client,
     names: &[String],
     budget: Budget,
 ) -> Result<(), Error> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for name in names {
-        Wait::new(format!("CRD {name}"), "Established", budget)
-            .object(api.clone(), name, crd_verdict)
-            .await?;
-    }
-    Ok(())
+    let what = match names {
+        [name] => format!("CRD {name}"),
+        _ => format!("{} CRDs", names.len()),
+    };
+    Wait::new(what, "Established", budget)
+        .list(api, Default::default(), |crds| {
+            let waiting: Vec<String> = names
+                .iter()
+                .filter_map(|name| match crd_verdict(crds.get(name)) {
+                    Verdict::Done => None,
+                    Verdict::Waiting(why) => Some(format!("{name}: {why}")),
+                    Verdict::Failed(err) => Some(format!("{name}: {}", err.message())),
+                })
+                .collect();
+            if waiting.is_empty() {
+                Verdict::Done
+            } else {
+                Verdict::Waiting(waiting.join("; "))
+            }
+        })
+        .await
+        .map(|_| ())
 }
 
 fn crd_verdict(crd: Option<&CustomResourceDefinition>) -> Verdict {
@@ -163,7 +205,8 @@ mod tests {
     fn splits_documents_and_skips_empty_ones() {
         let docs = parse_documents("---\napiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n# only a comment\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, namespace: a}\n", "x.yaml").unwrap();
         assert_eq!(docs.len(), 2);
-        assert!(is_first_wave(&docs[0]));
+        assert_eq!(wave_of(&docs[0]), 0);
+        assert_eq!(wave_of(&docs[1]), 1);
         assert_eq!(describe(&docs[1]), "ConfigMap a/b");
     }
 

@@ -769,6 +769,18 @@ pub(crate) fn resolve_with_env(
             .unwrap_or(HumanDuration::secs(600)),
     };
 
+    if gitops.source == GitopsSourceKind::Local && gitops.path.is_none() {
+        for (key, why) in renamed_or_dropped_eso_workloads(&eso.values) {
+            problems.at_path(
+                &format!("eso.values.{key}"),
+                format!("`eso.values.{key}` {why}, which devstack's operator level health-checks by name"),
+                Some(format!(
+                    "remove `{key}` from eso.values, or deliver your own manifests with `gitops.path`"
+                )),
+            );
+        }
+    }
+
     // Images
     let images_spec = spec.images;
     let bundle = pick(
@@ -1025,4 +1037,50 @@ fn node_image_for_version(provider: Provider, version: &str) -> String {
         Provider::K3s => format!("rancher/k3s:{v}-k3s1"),
         Provider::Kind => format!("kindest/node:{v}"),
     }
+}
+
+/// Chart values that rename or drop the ESO chart's Deployments (release
+/// `external-secrets`: `external-secrets`, `-webhook`, `-cert-controller`),
+/// each with what it does to them. The shipped operator level is Ready only
+/// once those Deployments are Available, so with such a value it never is.
+pub fn renamed_or_dropped_eso_workloads(
+    values: &serde_json::Map<String, serde_json::Value>,
+) -> Vec<(&'static str, &'static str)> {
+    use serde_json::Value;
+    let at = |path: &[&str]| {
+        path.iter()
+            .try_fold(None::<&Value>, |found, key| match found {
+                None => values.get(*key).map(Some),
+                Some(v) => v.get(*key).map(Some),
+            })
+            .flatten()
+    };
+    let set = |path: &[&str]| at(path).is_some_and(|v| !v.is_null() && v != "");
+    let is = |path: &[&str], value: bool| at(path).and_then(Value::as_bool) == Some(value);
+    let mut found = Vec::new();
+    if set(&["fullnameOverride"]) {
+        found.push(("fullnameOverride", "renames the chart's Deployments"));
+    }
+    if set(&["nameOverride"]) {
+        found.push(("nameOverride", "renames the chart's Deployments"));
+    }
+    if is(&["createOperator"], false) {
+        found.push(("createOperator", "drops the operator's Deployment"));
+    }
+    if is(&["webhook", "create"], false) {
+        found.push(("webhook.create", "drops the webhook's Deployment"));
+    }
+    if is(&["certController", "create"], false) {
+        found.push((
+            "certController.create",
+            "drops the cert-controller's Deployment",
+        ));
+    }
+    if is(&["webhook", "certManager", "enabled"], true) {
+        found.push((
+            "webhook.certManager.enabled",
+            "drops the cert-controller's Deployment",
+        ));
+    }
+    found
 }

@@ -650,3 +650,60 @@ fn the_user_kubeconfig_is_resolved_once_from_the_environment() {
         "the first KUBECONFIG entry"
     );
 }
+
+#[test]
+fn eso_values_that_rename_or_drop_the_checked_workloads_are_refused_where_they_are() {
+    let none = HashMap::new();
+    let text = format!(
+        "{HEADER}name: x\neso:\n  values:\n    replicaCount: 1\n    webhook:\n      create: false\n"
+    );
+    let err = resolve(&text, &Overrides::default(), &none).unwrap_err();
+    assert_eq!(err.kind(), crate::Kind::User);
+    assert!(
+        err.message().contains("eso.values.webhook.create"),
+        "{}",
+        err.message()
+    );
+    assert!(err.message().contains("test.yaml:8:"), "{}", err.message());
+    assert!(err.hint().unwrap_or_default().contains("gitops.path"));
+
+    // Values that keep every Deployment and its name are fine, and so is
+    // anything with the user's own manifests.
+    let fine = format!(
+        "{HEADER}name: x\neso:\n  values:\n    webhook:\n      create: true\n    fullnameOverride: \"\"\n"
+    );
+    resolve(&fine, &Overrides::default(), &none).unwrap();
+    let own = format!(
+        "{HEADER}name: x\neso:\n  values:\n    fullnameOverride: eso\ngitops:\n  path: ./mine\n"
+    );
+    resolve(&own, &Overrides::default(), &none).unwrap();
+}
+
+#[test]
+fn every_value_that_changes_the_eso_workloads_is_named() {
+    let values = serde_json::json!({
+        "fullnameOverride": "a", "nameOverride": "b", "createOperator": false,
+        "webhook": {"create": false, "certManager": {"enabled": true}},
+        "certController": {"create": false},
+    });
+    let keys: Vec<&str> =
+        super::settings::renamed_or_dropped_eso_workloads(values.as_object().unwrap())
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+    assert_eq!(
+        keys,
+        [
+            "fullnameOverride",
+            "nameOverride",
+            "createOperator",
+            "webhook.create",
+            "certController.create",
+            "webhook.certManager.enabled"
+        ]
+    );
+    let harmless = serde_json::json!({"createOperator": true, "webhook": {"port": 1}});
+    assert!(
+        super::settings::renamed_or_dropped_eso_workloads(harmless.as_object().unwrap()).is_empty()
+    );
+}
