@@ -149,46 +149,55 @@ async fn sync(
     };
 
     let (published, root_request, facts_changed) = runner
-        .step("GitOps source", None, |_| async {
-            // A bucket created anew (LocalStack lost its state) is empty,
-            // then half filled, while it is published: a fetch in that
-            // window gives Flux a tree without the chain, and the root
-            // Kustomization prunes all of ESO. So the Bucket source is
-            // suspended until the bucket is whole again.
-            let refill = !source::bucket_exists(settings).await;
-            if refill {
-                chain::suspend_source(client, "Bucket", source::SOURCE_NAME, true).await?;
-            }
-            let published = source::publish(settings, &objects).await?;
-            let arns = source::secret_arns(settings).await;
-            let facts = source::facts(settings, offline.as_ref(), &arns);
-            // With a git source devstack does not see the manifests: any
-            // fact may be substituted there.
-            let used = |key: &str| !local || source::substitutes(&objects, key);
-            let facts_changed = source::facts_differ(client, &facts, &used).await;
-            let flux_objects = source::flux_objects(settings, &facts);
-            apply::apply_all(client, &flux_objects, budget).await?;
-            if refill {
-                chain::suspend_source(client, "Bucket", source::SOURCE_NAME, false).await?;
-            }
-            let src = source::source_ref(settings);
-            chain::refresh_source(client, src.kind, &src.name, budget).await?;
-            if src.kind != "Bucket" {
-                chain::refresh_source(client, "Bucket", source::SOURCE_NAME, budget).await?;
-            }
-            let root_request =
-                chain::request_reconcile(&chain::kustomizations(client), ROOT_KUSTOMIZATION)
-                    .await?;
-            let summary = format!(
-                "{source_desc}, {} objects{}",
-                published.objects,
-                if offline.is_some() {
-                    ", ESO from the offline bundle"
-                } else {
-                    ""
+        .step("GitOps source", None, |step| {
+            let (source_desc, offline, objects) = (&source_desc, &offline, &objects);
+            async move {
+                // A bucket created anew (LocalStack lost its state) is empty,
+                // then half filled, while it is published: a fetch in that
+                // window gives Flux a tree without the chain, and the root
+                // Kustomization prunes all of ESO. So the Bucket source is
+                // suspended until the bucket is whole again.
+                let refill = !source::bucket_exists(settings).await;
+                if refill {
+                    chain::suspend_source(client, "Bucket", source::SOURCE_NAME, true).await?;
                 }
-            );
-            Ok(((published, root_request, facts_changed), summary))
+                let span = step.span(format!("{} objects published", objects.len()));
+                let published = span.finish(source::publish(settings, objects).await)?;
+                let arns = source::secret_arns(settings).await;
+                let facts = source::facts(settings, offline.as_ref(), &arns);
+                // With a git source devstack does not see the manifests: any
+                // fact may be substituted there.
+                let used = |key: &str| !local || source::substitutes(objects, key);
+                let facts_changed = source::facts_differ(client, &facts, &used).await;
+                let flux_objects = source::flux_objects(settings, &facts);
+                let span = step.span("source, facts and root Kustomization applied");
+                span.finish(apply::apply_all(client, &flux_objects, budget).await)?;
+                if refill {
+                    chain::suspend_source(client, "Bucket", source::SOURCE_NAME, false).await?;
+                }
+                let src = source::source_ref(settings);
+                let span = step.span(format!("{} {} fetched", src.kind, src.name));
+                span.finish(chain::refresh_source(client, src.kind, &src.name, budget).await)?;
+                if src.kind != "Bucket" {
+                    let span = step.span(format!("Bucket {} fetched", source::SOURCE_NAME));
+                    span.finish(
+                        chain::refresh_source(client, "Bucket", source::SOURCE_NAME, budget).await,
+                    )?;
+                }
+                let root_request =
+                    chain::request_reconcile(&chain::kustomizations(client), ROOT_KUSTOMIZATION)
+                        .await?;
+                let summary = format!(
+                    "{source_desc}, {} objects{}",
+                    published.objects,
+                    if offline.is_some() {
+                        ", ESO from the offline bundle"
+                    } else {
+                        ""
+                    }
+                );
+                Ok(((published, root_request, facts_changed), summary))
+            }
         })
         .await?;
 
