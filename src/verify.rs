@@ -434,24 +434,23 @@ async fn bounded(
 /// The caller bounds the whole of it.
 async fn delete_object<K>(api: Api<K>, name: String) -> Result<(), String>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     match api.delete(&name, &DeleteParams::background()).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
         Err(e) => return Err(e.to_string()),
     }
-    loop {
-        match api.get_opt(&name).await {
-            Ok(None) => return Ok(()),
-            Ok(Some(_)) => tokio::time::sleep(GONE_POLL).await,
-            Err(e) => return Err(format!("deleted, but cannot tell whether it is gone: {e}")),
-        }
-    }
+    let budget = Budget::new(CLEANUP_REQUEST_TIMEOUT, "timeouts.verify");
+    Wait::new(name.clone(), "gone", budget)
+        .object(api, &name, |object| match object {
+            None => Verdict::Done,
+            Some(_) => Verdict::Waiting("still listed".into()),
+        })
+        .await
+        .map(|_| ())
+        .map_err(|e| e.message().to_string())
 }
-
-/// How often a deleted probe object is looked for until it is gone.
-const GONE_POLL: Duration = Duration::from_millis(100);
 
 /// What the run may have created, for cleanup (marked before each request:
 /// a request that timed out may still have happened).

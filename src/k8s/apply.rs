@@ -155,19 +155,10 @@ pub async fn wait_crds_established(
     };
     Wait::new(what, "Established", budget)
         .list(api, Default::default(), |crds| {
-            let waiting: Vec<String> = names
-                .iter()
-                .filter_map(|name| match crd_verdict(crds.get(name)) {
-                    Verdict::Done => None,
-                    Verdict::Waiting(why) => Some(format!("{name}: {why}")),
-                    Verdict::Failed(err) => Some(format!("{name}: {}", err.message())),
-                })
-                .collect();
-            if waiting.is_empty() {
-                Verdict::Done
-            } else {
-                Verdict::Waiting(waiting.join("; "))
-            }
+            super::wait::every_named(names, |name| match crd_verdict(crds.get(name)) {
+                Verdict::Waiting(why) => Verdict::Waiting(format!("{name}: {why}")),
+                other => other,
+            })
         })
         .await
         .map(|_| ())

@@ -258,19 +258,11 @@ pub async fn wait_deployments_available(
 }
 
 fn deployments_verdict(deployments: &wait::Objects<Deployment>, names: &[String]) -> Verdict {
-    let waiting: Vec<String> = names
-        .iter()
-        .filter_map(|name| match deployments.get(name) {
-            None => Some(format!("{name} does not exist yet")),
-            Some(d) if deployment_available(d) => None,
-            Some(d) => Some(format!("{name}: {}", deployment_state(d))),
-        })
-        .collect();
-    if waiting.is_empty() {
-        Verdict::Done
-    } else {
-        Verdict::Waiting(waiting.join("; "))
-    }
+    wait::every_named(names, |name| match deployments.get(name) {
+        None => Verdict::Waiting(format!("{name} does not exist yet")),
+        Some(d) if deployment_available(d) => Verdict::Done,
+        Some(d) => Verdict::Waiting(format!("{name}: {}", deployment_state(d))),
+    })
 }
 
 /// Why a Deployment is not Available, from its Available condition.

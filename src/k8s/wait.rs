@@ -34,6 +34,25 @@ pub enum Verdict {
     Failed(Error),
 }
 
+/// `Done` once `verdict` says so for every name, `Failed` at the first
+/// failure; otherwise what the others wait for, joined (each verdict names
+/// its object).
+pub fn every_named(names: &[String], mut verdict: impl FnMut(&str) -> Verdict) -> Verdict {
+    let mut waiting = Vec::new();
+    for name in names {
+        match verdict(name) {
+            Verdict::Done => {}
+            Verdict::Waiting(why) => waiting.push(why),
+            failed @ Verdict::Failed(_) => return failed,
+        }
+    }
+    if waiting.is_empty() {
+        Verdict::Done
+    } else {
+        Verdict::Waiting(waiting.join("; "))
+    }
+}
+
 /// A time limit and the profile key that sets it. Waits that together make
 /// up one step share one budget, so the step as a whole keeps its limit.
 #[derive(Debug, Clone, Copy)]

@@ -1048,12 +1048,9 @@ pub fn renamed_or_dropped_eso_workloads(
 ) -> Vec<(&'static str, &'static str)> {
     use serde_json::Value;
     let at = |path: &[&str]| {
-        path.iter()
-            .try_fold(None::<&Value>, |found, key| match found {
-                None => values.get(*key).map(Some),
-                Some(v) => v.get(*key).map(Some),
-            })
-            .flatten()
+        let (first, rest) = path.split_first()?;
+        rest.iter()
+            .try_fold(values.get(*first)?, |value, key| value.get(*key))
     };
     let set = |path: &[&str]| at(path).is_some_and(|v| !v.is_null() && v != "");
     let is = |path: &[&str], value: bool| at(path).and_then(Value::as_bool) == Some(value);
