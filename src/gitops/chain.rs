@@ -36,6 +36,18 @@ const WAITING_REASONS: &[&str] = &[
     "ReconciliationSucceeded",
 ];
 
+/// Whether a Ready=False condition (or Warning event) means "not yet" rather
+/// than "failed". kustomize-controller reports a source that exists but has
+/// no artifact yet, or does not exist yet, as `ArtifactFailed` with these
+/// messages and retries by itself: a Kustomization applied beside its new
+/// Bucket shows it until the first fetch lands.
+fn waiting(reason: &str, message: &str) -> bool {
+    WAITING_REASONS.contains(&reason)
+        || (reason == "ArtifactFailed"
+            && (message.starts_with("Source artifact not found")
+                || (message.starts_with("Source '") && message.ends_with("' not found"))))
+}
+
 pub fn kustomizations(client: &kube::Client) -> Api<DynamicObject> {
     dynamic_api(
         client,
@@ -400,7 +412,10 @@ async fn watch_chain(
             let condition = ready_condition(&object);
             if let Some(c) = &condition
                 && c.status == "False"
-                && !WAITING_REASONS.contains(&c.reason.as_deref().unwrap_or_default())
+                && !waiting(
+                    c.reason.as_deref().unwrap_or_default(),
+                    c.message.as_deref().unwrap_or_default(),
+                )
             {
                 let reason = c.reason.clone().unwrap_or_default();
                 let message = c.message.clone().unwrap_or_default();
@@ -487,7 +502,9 @@ async fn watch_chain(
             let condition = ready_condition(release);
             if let Some(c) = &condition {
                 let reason = c.reason.clone().unwrap_or_default();
-                if c.status == "False" && !WAITING_REASONS.contains(&reason.as_str()) {
+                if c.status == "False"
+                    && !waiting(&reason, c.message.as_deref().unwrap_or_default())
+                {
                     failures.insert(Failure {
                         object: format!("HelmRelease {}/{}", HELM_RELEASE.0, HELM_RELEASE.1),
                         reason,
@@ -582,7 +599,7 @@ fn warning_failure(event: &CoreEvent, since: std::time::SystemTime) -> Option<Fa
         .or(event.event_time.as_ref().map(|t| t.0));
     let recent = when.is_some_and(|t| std::time::SystemTime::from(t) >= since);
     let reason = event.reason.clone().unwrap_or_default();
-    if !recent || WAITING_REASONS.contains(&reason.as_str()) {
+    if !recent || waiting(&reason, event.message.as_deref().unwrap_or_default()) {
         return None;
     }
     let ns = event
@@ -724,6 +741,29 @@ mod tests {
             warning_failure(&event("HelmRelease", "Progressing", 1), since),
             None
         );
+    }
+
+    #[test]
+    fn a_source_without_its_first_artifact_is_waiting_not_failed() {
+        // kustomize-controller v1.9.5's messages for a source not fetched yet.
+        assert!(waiting(
+            "ArtifactFailed",
+            "Source artifact not found, retrying in 30s"
+        ));
+        assert!(waiting(
+            "ArtifactFailed",
+            "Source 'Bucket/flux-system/devstack' not found"
+        ));
+        assert!(waiting("DependencyNotReady", "dependency not ready"));
+        // A download that failed is a failure, as is anything else.
+        assert!(!waiting(
+            "ArtifactFailed",
+            "failed to download artifact: HTTP status 500"
+        ));
+        assert!(!waiting(
+            "ReconciliationFailed",
+            "Source artifact not found"
+        ));
     }
 
     #[test]
