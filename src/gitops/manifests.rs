@@ -29,6 +29,7 @@ const EMBEDDED: &[(&str, &str)] = embedded!(
     "namespace.yaml",
     "localstack-credentials.yaml",
     "repositories.yaml",
+    "chart.yaml",
     "deployment-crds.yaml",
     "deployment-operator.yaml",
     "deployment-crs.yaml",
@@ -196,7 +197,7 @@ mod tests {
             "${{ESO_CHART_VERSION:={}}}",
             crate::versions::ESO_CHART_VERSION
         );
-        assert!(text("operator/helmrelease.yaml").contains(&fallback));
+        assert!(text("chart.yaml").contains(&fallback));
         assert!(text(REPOSITORIES_FILE).contains(&format!("tag: v{fallback}")));
         assert!(text(REPOSITORIES_FILE).contains(crate::versions::ESO_GIT_REPOSITORY));
         assert!(text(REPOSITORIES_FILE).contains(crate::versions::ESO_CHART_REPOSITORY));
@@ -272,6 +273,22 @@ mod tests {
         )
         .unwrap()[0];
         assert_eq!(helm_release["metadata"]["name"], release);
+        // The chart is fetched at the chain's root, before this level applies.
+        let chart =
+            &parse_documents(&String::from_utf8_lossy(&tree["chart.yaml"]), "chart").unwrap()[0];
+        assert_eq!(chart["kind"], "HelmChart");
+        assert_eq!(helm_release["spec"]["chartRef"]["kind"], "HelmChart");
+        assert_eq!(
+            helm_release["spec"]["chartRef"]["name"],
+            chart["metadata"]["name"]
+        );
+        assert_eq!(
+            helm_release["spec"]["chartRef"]["namespace"],
+            chart["metadata"]["namespace"]
+        );
+        assert!(helm_release["spec"].get("chart").is_none());
+        let root = String::from_utf8_lossy(&tree["kustomization.yaml"]).into_owned();
+        assert!(root.contains("- chart.yaml"), "{root}");
         assert_eq!(helm_release["spec"]["install"]["disableWait"], true);
         assert!(helm_release["spec"]["upgrade"].get("disableWait").is_none());
     }
