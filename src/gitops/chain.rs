@@ -412,31 +412,30 @@ async fn watch_chain(
             let condition = ready_condition(&object);
             if let Some(c) = &condition
                 && c.status == "False"
-                && !waiting(
-                    c.reason.as_deref().unwrap_or_default(),
-                    c.message.as_deref().unwrap_or_default(),
-                )
             {
-                let reason = c.reason.clone().unwrap_or_default();
-                let message = c.message.clone().unwrap_or_default();
                 let failure = Failure {
                     object: format!("Kustomization {FLUX_NAMESPACE}/{name}"),
-                    reason: reason.clone(),
-                    message: message.clone(),
+                    reason: c.reason.clone().unwrap_or_default(),
+                    message: c.message.clone().unwrap_or_default(),
                 };
                 let attempted = object["status"]["lastAttemptedRevision"].as_str();
                 if options.fail_fast
-                    && matches!(reason.as_str(), "BuildFailed" | "ReconciliationFailed")
+                    && matches!(
+                        failure.reason.as_str(),
+                        "BuildFailed" | "ReconciliationFailed"
+                    )
                     && current.is_some()
                     && attempted == current.as_deref()
                 {
                     return Err(Error::user(format!(
-                        "{} failed ({reason}): {message}",
-                        failure.object
+                        "{} failed ({}): {}",
+                        failure.object, failure.reason, failure.message
                     ))
                     .with_hint("fix the manifest and run `devstack sync`; `devstack status` shows the chain"));
                 }
-                failures.insert(failure);
+                if !waiting(&failure.reason, &failure.message) {
+                    failures.insert(failure);
+                }
             }
             let ready = settled(&object, current.as_deref())
                 && handled(&object, levels[i].requested.as_deref());
