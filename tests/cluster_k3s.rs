@@ -6,7 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Endpoints, Node};
 use kube::api::{Api, ListParams};
 
 fn k3s_profile(stack: &TestStack, extra: &str) -> std::path::PathBuf {
@@ -90,6 +91,26 @@ fn k3s_cluster_end_to_end() {
                 .len(),
             1
         );
+        // CoreDNS's Deployment reads Available with no pod at all (K3s
+        // allows 1 of 1 unavailable); `up` returns once one serves.
+        let coredns: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
+        let coredns = coredns.get("coredns").await.unwrap();
+        let available = coredns.status.and_then(|s| s.available_replicas);
+        assert!(
+            available >= Some(1),
+            "CoreDNS pods available: {available:?}"
+        );
+        let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "kube-system");
+        let serving = endpoints
+            .get("kube-dns")
+            .await
+            .unwrap()
+            .subsets
+            .unwrap_or_default()
+            .iter()
+            .map(|s| s.addresses.as_ref().map_or(0, Vec::len))
+            .sum::<usize>();
+        assert!(serving >= 1, "the DNS Service has no ready endpoint");
         let health = probe_localstack(&client, "probe-1", None).await;
         assert!(health.contains("secretsmanager"), "{health}");
     });

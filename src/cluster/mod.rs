@@ -160,16 +160,32 @@ pub async fn wait_coredns(
 ) -> Result<(), Error> {
     step.progress("waiting for CoreDNS");
     let span = step.span("CoreDNS available");
-    span.finish(
-        crate::k8s::wait_deployments_available(
-            client,
-            "kube-system",
-            &["coredns".to_string()],
-            budget,
-            "`kubectl -n kube-system describe pods` shows why CoreDNS is not running",
-        )
-        .await,
-    )
+    let names = ["coredns".to_string()];
+    let available = crate::k8s::wait_deployments_available(
+        client,
+        "kube-system",
+        &names,
+        budget,
+        "`kubectl -n kube-system describe pods -l k8s-app=kube-dns` shows why CoreDNS is not running",
+    );
+    tokio::pin!(available);
+    let recreate = crate::k8s::sandbox::recreate_pods_whose_sandbox_failed(
+        client,
+        "kube-system",
+        "k8s-app=kube-dns",
+        |pod| {
+            step.progress(format!("recreated CoreDNS pod {pod}: its sandbox failed"));
+            let _ = step
+                .span(format!("CoreDNS pod {pod} recreated"))
+                .finish(Ok::<(), ()>(()));
+        },
+    );
+    tokio::select! {
+        biased;
+        result = &mut available => return span.finish(result),
+        () = recreate => {}
+    }
+    span.finish(available.await)
 }
 
 /// A cluster brought up and wired to this host: its kubeconfig written

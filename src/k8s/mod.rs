@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod conditions;
+pub mod sandbox;
 pub mod wait;
 
 use std::time::Duration;
@@ -223,16 +224,19 @@ pub async fn route_localstack(client: &kube::Client, container_ip: &str) -> Resu
     .await
 }
 
+/// Available, and serving from at least one pod when it asks for any: a
+/// Deployment whose maxUnavailable covers all its replicas (K3s's CoreDNS:
+/// 1 of 1) is Available with no pod at all.
 fn deployment_available(deployment: &Deployment) -> bool {
-    deployment
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| {
-            c.iter().any(|c| {
-                c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")
-            })
-        })
+    let Some(status) = &deployment.status else {
+        return false;
+    };
+    let condition = status.conditions.as_ref().is_some_and(|c| {
+        c.iter()
+            .any(|c| c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True"))
+    });
+    let wanted = deployment.spec.replicas.unwrap_or(1);
+    condition && status.available_replicas.unwrap_or(0) >= wanted.min(1)
 }
 
 /// Waits until each named Deployment exists and is Available.
@@ -273,13 +277,14 @@ fn deployment_state(deployment: &Deployment) -> String {
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_.as_deref() == Some("Available")));
     match available {
-        Some(c) => conditions::Condition::new(
+        Some(c) if c.status.as_deref() != Some("True") => conditions::Condition::new(
             "Available",
             c.status.as_deref().unwrap_or("Unknown"),
             c.reason.as_deref(),
             c.message.as_deref(),
         )
         .summary(),
+        Some(_) => "Available, but no pod is available yet".into(),
         None => "no Available condition yet".into(),
     }
 }
@@ -346,6 +351,7 @@ mod tests {
                     ..Default::default()
                 }]
             }),
+            available_replicas: available.filter(|(status, _)| *status == "True").map(|_| 1),
             ..Default::default()
         });
         d
@@ -377,6 +383,34 @@ mod tests {
             deployments_verdict(&set, &names[..1]),
             Verdict::Done
         ));
+    }
+
+    #[test]
+    fn a_deployment_available_with_no_pod_is_waited_for() {
+        // K3s's CoreDNS: maxUnavailable 1 of 1 keeps Available True while
+        // its only pod has no sandbox yet.
+        let mut coredns = deployment("coredns", Some(("True", "MinimumReplicasAvailable")));
+        coredns.spec.replicas = Some(1);
+        coredns.status.as_mut().unwrap().available_replicas = None;
+        let mut set = wait::Objects::default();
+        set.apply(Event::Init);
+        set.apply(Event::InitApply(coredns.clone()));
+        set.apply(Event::InitDone);
+        let names = ["coredns".to_string()];
+        let Verdict::Waiting(state) = deployments_verdict(&set, &names) else {
+            panic!("no CoreDNS pod is available");
+        };
+        assert_eq!(state, "coredns: Available, but no pod is available yet");
+
+        coredns.status.as_mut().unwrap().available_replicas = Some(1);
+        set.apply(Event::Apply(coredns.clone()));
+        assert!(matches!(deployments_verdict(&set, &names), Verdict::Done));
+
+        // A Deployment scaled to zero is available with no pod.
+        coredns.spec.replicas = Some(0);
+        coredns.status.as_mut().unwrap().available_replicas = None;
+        set.apply(Event::Apply(coredns));
+        assert!(matches!(deployments_verdict(&set, &names), Verdict::Done));
     }
 
     fn daemonset(namespace: &str, name: &str, desired: i32, ready: i32) -> DaemonSet {
