@@ -30,6 +30,14 @@ const FIXED_ARGS_UNLABELLED: usize = 6;
 const API_PORT: u16 = 6443;
 const KUBECONFIG_IN_NODE: &str = "/etc/rancher/k3s/k3s.yaml";
 const IMAGES_IN_NODE: &str = "/var/lib/rancher/k3s/agent/images";
+/// Where a node finds the tarballs devstack imports into its containerd
+/// itself, while the node boots (see `create_node`).
+const PRELOAD_IN_NODE: &str = "/devstack/images";
+/// How many image imports run at once in the nodes. Each is checksums and
+/// unpacking, CPU the booting node needs too: on 2 cores, two at once took
+/// as long as one after the other (kit's kustomize-controller 10-12 s
+/// beside the others, 6 s alone).
+const IMPORTS_AT_ONCE: usize = 1;
 /// The node's state, as named volumes so `down` can find them by label.
 const STATE_PATHS: &[(&str, &str)] = &[
     ("k3s", "/var/lib/rancher/k3s"),
@@ -240,8 +248,7 @@ async fn scale_agents(
     if !missing.is_empty() {
         // Agents join with the cluster's own token, which the server holds.
         let token = cluster_token(engine, settings).await?;
-        let wanted_images = preload::wanted_images(settings)?;
-        let tarballs = preload::tarballs(engine, settings, &wanted_images).await?;
+        let tarballs = node_tarballs(engine, settings).await?;
         for index in missing {
             let agent = node_name(settings, "agent", index);
             step.progress(format!("adding agent node {agent}"));
@@ -394,7 +401,16 @@ pub async fn up(
     let started = Instant::now();
     let span = step.span("node containers");
     let converged = span.finish(converge_nodes(engine, settings, options, step).await)?;
-    let finish = async {
+    // A new node's images are imported while it boots, off the path to
+    // its Ready (see `create_node`).
+    let images = async {
+        if converged.created {
+            let span = step.span("images imported while the nodes boot");
+            span.finish(load_images(engine, settings, step).await)?;
+        }
+        Ok::<_, Error>(())
+    };
+    let ready = async {
         step.progress("waiting for the kubeconfig");
         let span = step.span("API server and kubeconfig");
         let budget = settings
@@ -428,6 +444,7 @@ pub async fn up(
             repaired: converged.repaired.clone(),
         })
     };
+    let finish = async { tokio::try_join!(ready, images).map(|(info, ())| info) };
     match finish.await {
         Ok(info) => Ok(info),
         Err(err) if converged.created => Err(rollback(engine, settings, options, err).await),
@@ -498,8 +515,7 @@ async fn create_nodes(
     let bundle = preload::open_bundle(settings)?;
     step.progress(format!("node image {image}"));
     crate::bundle::ensure_image(engine, image, bundle.as_ref()).await?;
-    let wanted = preload::wanted_images(settings)?;
-    let tarballs = preload::tarballs(engine, settings, &wanted).await?;
+    let tarballs = node_tarballs(engine, settings).await?;
     let token = hex::encode(rand::random::<[u8; 24]>());
     let server = node_name(settings, "server", 0);
     let node = NewNode {
@@ -520,6 +536,29 @@ async fn create_nodes(
         create_node(engine, settings, node, &tarballs).await?;
     }
     Ok(())
+}
+
+/// An image tarball for the nodes.
+struct NodeTarball {
+    path: std::path::PathBuf,
+    /// Imported by K3s before its kubelet starts, for the cluster's own pods.
+    at_boot: bool,
+}
+
+async fn node_tarballs(
+    engine: &dyn Engine,
+    settings: &Settings,
+) -> Result<Vec<NodeTarball>, Error> {
+    let wanted = preload::wanted_images(settings)?;
+    let tarballs = preload::tarballs(engine, settings, &wanted).await?;
+    Ok(wanted
+        .into_iter()
+        .zip(tarballs)
+        .map(|(image, (_, path))| NodeTarball {
+            path,
+            at_boot: image.system,
+        })
+        .collect())
 }
 
 /// A node container to create.
@@ -560,7 +599,7 @@ async fn create_node(
     engine: &dyn Engine,
     settings: &Settings,
     node: NewNode<'_>,
-    tarballs: &[(String, std::path::PathBuf)],
+    tarballs: &[NodeTarball],
 ) -> Result<(), Error> {
     let NewNode {
         name,
@@ -594,24 +633,39 @@ async fn create_node(
             .map_err(|e| docker::engine_error(format!("create volume {volume}"), e))?;
         binds.push(format!("{volume}:{path}"));
     }
-    // K3s imports every file in its images directory, before it starts the
-    // kubelet, each time the node starts: 8 s for the bundle's images here,
-    // on the path of every restart, although containerd (in the node's
-    // volume) still holds them. So the directory is a folder of the stack's
-    // state holding hard links to the tarballs, which `load_images` empties
-    // once the images are in; a tarball that cannot be linked (another
-    // filesystem) is mounted as a file instead, and imported again on each
-    // start.
+    // K3s imports every file in its images directory before it starts the
+    // kubelet, each time the node starts, and leaves them packed: the
+    // container that first runs an image unpacks it then (10 s for the
+    // kit's 314 MB kustomize-controller on a busy node). So K3s gets only
+    // what its own pods run from the first moment (CoreDNS, pause: 1 s);
+    // devstack imports the rest itself while the node boots (`ctr import`
+    // unpacks as it goes). Both directories are folders of the stack's
+    // state holding hard links to the tarballs, emptied by `load_images`
+    // once the images are in: containerd, in the node's volume, keeps them
+    // across restarts. A tarball that cannot be linked (another filesystem)
+    // is mounted as a file instead.
     let staged = staged_images_dir(settings, name);
     let _ = std::fs::remove_dir_all(&staged);
-    std::fs::create_dir_all(&staged)
-        .map_err(|e| Error::internal(format!("create {}", staged.display())).with_source(e))?;
-    binds.push(format!("{}:{IMAGES_IN_NODE}", staged.display()));
-    for (index, (_, tarball)) in tarballs.iter().enumerate() {
-        let absolute = std::fs::canonicalize(tarball).unwrap_or_else(|_| tarball.clone());
+    for (stage, in_node) in [
+        (Stage::Boot, IMAGES_IN_NODE),
+        (Stage::Devstack, PRELOAD_IN_NODE),
+    ] {
+        let dir = stage.dir(&staged);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::internal(format!("create {}", dir.display())).with_source(e))?;
+        binds.push(format!("{}:{in_node}", dir.display()));
+    }
+    for (index, tarball) in tarballs.iter().enumerate() {
+        let absolute =
+            std::fs::canonicalize(&tarball.path).unwrap_or_else(|_| tarball.path.clone());
         let file = format!("{index:02}-{}", file_name(&absolute));
-        if std::fs::hard_link(&absolute, staged.join(&file)).is_err() {
-            binds.push(format!("{}:{IMAGES_IN_NODE}/{file}:ro", absolute.display()));
+        let (stage, in_node) = if tarball.at_boot {
+            (Stage::Boot, IMAGES_IN_NODE)
+        } else {
+            (Stage::Devstack, PRELOAD_IN_NODE)
+        };
+        if std::fs::hard_link(&absolute, stage.dir(&staged).join(&file)).is_err() {
+            binds.push(format!("{}:{in_node}/{file}:ro", absolute.display()));
         }
     }
     if !settings.cluster.registry_mirrors.is_empty() {
@@ -758,58 +812,114 @@ async fn answered_images(
     }
 }
 
-/// The folder of the stack's state mounted as a node's images directory.
+/// The folder of the stack's state holding a node's staged tarballs.
 fn staged_images_dir(settings: &Settings, node: &str) -> std::path::PathBuf {
     crate::state::stack_dir(settings)
         .join("node-images")
         .join(node)
 }
 
-/// The tarballs mounted as files into a node's images directory (those
-/// that could not be linked into its staged directory), which K3s imports
-/// by itself when the node starts.
+/// Who imports a staged tarball into the node's containerd.
+#[derive(Clone, Copy)]
+enum Stage {
+    /// K3s, from its images directory, before it starts the kubelet.
+    Boot,
+    /// devstack, while the node boots.
+    Devstack,
+}
+
+impl Stage {
+    fn dir(self, staged: &Path) -> std::path::PathBuf {
+        staged.join(match self {
+            Stage::Boot => "k3s",
+            Stage::Devstack => "devstack",
+        })
+    }
+}
+
+/// Where each tarball mounted as a file into a node (one that could not be
+/// linked into its staged directories) is mounted.
 async fn mounted_tarballs(
     engine: &dyn Engine,
     node: &str,
-) -> Result<std::collections::HashSet<std::path::PathBuf>, Error> {
+) -> Result<HashMap<std::path::PathBuf, String>, Error> {
     let mounts = docker::inspect(engine, node)
         .await?
         .and_then(|c| c.mounts)
         .unwrap_or_default();
     Ok(mounts
         .into_iter()
-        .filter(|m| {
-            m.destination
-                .as_deref()
-                .is_some_and(|d| d.starts_with(&format!("{IMAGES_IN_NODE}/")))
+        .filter_map(|m| Some((std::path::PathBuf::from(m.source?), m.destination?)))
+        .filter(|(_, destination)| {
+            [IMAGES_IN_NODE, PRELOAD_IN_NODE]
+                .iter()
+                .any(|dir| destination.starts_with(&format!("{dir}/")))
         })
-        .filter_map(|m| m.source.map(std::path::PathBuf::from))
         .collect())
 }
 
-/// Whether `dir` holds a hard link to `file`.
-fn linked_in(dir: &Path, file: &Path) -> bool {
+/// The name of `dir`'s hard link to `file`, if it holds one.
+fn linked_name(dir: &Path, file: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(target) = std::fs::metadata(file) else {
-        return false;
-    };
+    let target = std::fs::metadata(file).ok()?;
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
-        .any(|entry| {
+        .find(|entry| {
             entry
                 .metadata()
                 .is_ok_and(|m| m.dev() == target.dev() && m.ino() == target.ino())
         })
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+}
+
+/// Where node `node` finds `tarball`, and who imports it from there.
+fn staged_in_node(
+    settings: &Settings,
+    node: &str,
+    mounted: &HashMap<std::path::PathBuf, String>,
+    tarball: &Path,
+) -> Option<(Stage, String)> {
+    let stage_of = |path: &str| {
+        if path.starts_with(&format!("{IMAGES_IN_NODE}/")) {
+            Stage::Boot
+        } else {
+            Stage::Devstack
+        }
+    };
+    if let Some(destination) = mounted.get(tarball) {
+        return Some((stage_of(destination), destination.clone()));
+    }
+    let staged = staged_images_dir(settings, node);
+    [
+        (Stage::Boot, IMAGES_IN_NODE),
+        (Stage::Devstack, PRELOAD_IN_NODE),
+    ]
+    .into_iter()
+    .find_map(|(stage, in_node)| {
+        linked_name(&stage.dir(&staged), tarball).map(|name| (stage, format!("{in_node}/{name}")))
+    })
+    // Nodes of earlier devstack versions: one directory, K3s's.
+    .or_else(|| {
+        linked_name(&staged, tarball).map(|name| (Stage::Boot, format!("{IMAGES_IN_NODE}/{name}")))
+    })
 }
 
 /// Empties the nodes' staged images directories once their images are in
 /// containerd, so that a restart imports nothing (see `create_node`).
 fn unstage_images(settings: &Settings, nodes: &[String]) {
     for node in nodes {
-        let dir = staged_images_dir(settings, node);
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let staged = staged_images_dir(settings, node);
+        let dirs = [
+            staged.clone(),
+            Stage::Boot.dir(&staged),
+            Stage::Devstack.dir(&staged),
+        ];
+        for entry in dirs.iter().flat_map(std::fs::read_dir).flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
             if let Err(e) = std::fs::remove_file(entry.path()) {
                 tracing::debug!("unstage {}: {e}", entry.path().display());
             }
@@ -818,12 +928,12 @@ fn unstage_images(settings: &Settings, nodes: &[String]) {
 }
 
 /// Makes every wanted image present in every node, within
-/// `timeouts.preload`. Tarballs staged or mounted into a node when it was
-/// created are imported by K3s as the node starts, so those are waited for;
-/// images added to the profile since are copied into the node and imported
-/// into its containerd now. Then the staged tarballs are removed: the
-/// node's containerd keeps the images across restarts. Returns how many
-/// images it imported itself.
+/// `timeouts.preload`: K3s imports the cluster's own images staged for it
+/// as the node starts; devstack imports the others staged into the node
+/// with `ctr import`, and copies in and imports images added to the
+/// profile since the node was created. Then the staged tarballs are
+/// removed: the node's containerd keeps the images across restarts.
+/// Returns how many images it imported itself.
 async fn load_images(
     engine: &dyn Engine,
     settings: &Settings,
@@ -840,8 +950,8 @@ async fn load_images(
         .into_iter()
         .map(|n| n.name)
         .collect();
-    let mut imported = 0;
     let mut tarballs = None;
+    let mut imports = Vec::new();
     for node in &names {
         let present =
             answered_images(engine, node, limit.saturating_sub(started.elapsed())).await?;
@@ -857,45 +967,45 @@ async fn load_images(
         }
         let all = tarballs.as_deref().unwrap_or_default();
         let mounted = mounted_tarballs(engine, node).await?;
-        let staged = staged_images_dir(settings, node);
         for image in missing {
             let Some((_, tarball)) = all.iter().find(|(r, _)| *r == image.reference) else {
                 continue;
             };
             let absolute = std::fs::canonicalize(tarball).unwrap_or_else(|_| tarball.clone());
-            // K3s imports it by itself as the node starts.
-            if mounted.contains(&absolute) || linked_in(&staged, &absolute) {
-                continue;
-            }
-            step.progress(format!("importing {} into {node}", image.reference));
-            let span = step.span(format!("import {} into {node}", image.reference));
-            let path = format!("{IMAGES_IN_NODE}/added-{}", file_name(&absolute));
-            engine.upload(node, &path, &absolute).await?;
-            let left = limit.saturating_sub(started.elapsed());
-            let (code, _) = docker::exec_within(
-                engine,
-                node,
-                &["ctr", "--namespace", "k8s.io", "images", "import", &path],
-                left,
-            )
-            .await?;
-            if code != 0 {
-                return Err(Error::internal(format!(
-                    "importing {} into node {node} failed (exit code {code})",
-                    image.reference
-                ))
-                .with_hint(
-                    "`docker logs` of the node and `devstack doctor` (free disk) show why",
-                ));
-            }
-            let _ = span.finish(Ok::<(), ()>(()));
-            imported += 1;
+            let path = match staged_in_node(settings, node, &mounted, &absolute) {
+                Some((Stage::Boot, _)) => continue,
+                Some((Stage::Devstack, path)) => path,
+                None => {
+                    let path = format!("{IMAGES_IN_NODE}/added-{}", file_name(&absolute));
+                    engine.upload(node, &path, &absolute).await?;
+                    path
+                }
+            };
+            let size = std::fs::metadata(&absolute).map_or(0, |m| m.len());
+            imports.push((size, image.reference.as_str(), node.as_str(), path));
         }
     }
+    // The largest first: it ends last, and the others fit beside it.
+    imports.sort_by_key(|import| std::cmp::Reverse(import.0));
+    let imported = imports.len();
+    // In order (the semaphore is fair), at most IMPORTS_AT_ONCE at a time.
+    let gate = tokio::sync::Semaphore::new(IMPORTS_AT_ONCE);
+    let mut jobs = Vec::new();
+    for (_, reference, node, path) in &imports {
+        let gate = &gate;
+        jobs.push(async move {
+            let _turn = gate.acquire().await;
+            step.progress(format!("importing {reference} into {node}"));
+            let span = step.span(format!("import {reference} into {node}"));
+            let left = limit.saturating_sub(started.elapsed());
+            span.finish(import_staged(engine, node, reference, path, left).await)
+        });
+    }
+    futures::future::try_join_all(jobs).await?;
     let wanted: Vec<String> = wanted.into_iter().map(|i| i.reference).collect();
-    // K3s imports the mounted tarballs itself from node start; this is
-    // when the last of them is there.
-    let span = step.span(format!("{} image(s) imported by K3s", wanted.len()));
+    // K3s imports its own (CoreDNS, pause) as the node starts; this is when
+    // the last image is there.
+    let span = step.span(format!("{} image(s) in every node", wanted.len()));
     span.finish(
         wait_images_imported(
             engine,
@@ -908,6 +1018,26 @@ async fn load_images(
     )?;
     unstage_images(settings, &names);
     Ok(imported)
+}
+
+/// `ctr import` of a tarball the node has at `path`, which unpacks the
+/// image too: the container that first runs it has nothing left to do.
+async fn import_staged(
+    engine: &dyn Engine,
+    node: &str,
+    reference: &str,
+    path: &str,
+    limit: Duration,
+) -> Result<(), Error> {
+    let import = ["ctr", "--namespace", "k8s.io", "images", "import", path];
+    let (code, _) = docker::exec_within(engine, node, &import, limit).await?;
+    if code != 0 {
+        return Err(Error::internal(format!(
+            "importing {reference} into node {node} failed (exit code {code})"
+        ))
+        .with_hint("`docker logs` of the node and `devstack doctor` (free disk) show why"));
+    }
+    Ok(())
 }
 
 /// K3s imports its images directory in the background while the node turns
@@ -1647,6 +1777,96 @@ mod engine_tests {
             ]
         );
         assert!(plan.check(false, &changed).is_err());
+    }
+
+    #[tokio::test]
+    async fn k3s_imports_its_own_images_at_boot_and_devstack_the_rest_while_it_boots() {
+        let f = fixture("");
+        let bundle = tempfile::tempdir().unwrap();
+        std::fs::create_dir(bundle.path().join("images")).unwrap();
+        let image = |role: &str, name: &str, file: &str, bytes: usize| {
+            std::fs::write(bundle.path().join("images").join(file), vec![0u8; bytes]).unwrap();
+            serde_json::json!({"kind": "image", "role": role, "name": name, "tag": "v1",
+                "version": "v1", "file": format!("images/{file}")})
+        };
+        let index = serde_json::json!({"apiVersion": "devstack.dev/v1alpha1", "kind": "Bundle",
+        "artifacts": [
+            image("pause", "example.test/pause", "pause.tar", 10),
+            image("flux-source-controller", "example.test/source", "source.tar", 20),
+            image("flux-kustomize-controller", "example.test/kustomize", "kustomize.tar", 30),
+        ]});
+        std::fs::write(bundle.path().join("index.json"), index.to_string()).unwrap();
+        let mut settings = f.settings.clone();
+        settings.images.bundle = Some(bundle.path().to_path_buf());
+
+        create_nodes(f.engine.as_ref(), &settings, 6550, &step())
+            .await
+            .unwrap();
+        let server = f.engine.container("devstack-t-server-0").unwrap();
+        let staged = staged_images_dir(&settings, "devstack-t-server-0");
+        for (dir, in_node) in [("k3s", IMAGES_IN_NODE), ("devstack", PRELOAD_IN_NODE)] {
+            let bind = format!("{}:{in_node}", staged.join(dir).display());
+            assert!(server.binds.contains(&bind), "{bind} in {:?}", server.binds);
+        }
+        let names = |dir: &str| -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(staged.join(dir))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names("k3s"), ["00-pause.tar"]);
+        assert_eq!(names("devstack"), ["01-source.tar", "02-kustomize.tar"]);
+
+        // K3s has imported pause by itself; devstack imports the others.
+        let present: Arc<Mutex<Vec<String>>> =
+            Arc::new(Mutex::new(vec!["example.test/pause:v1".into()]));
+        let seen = present.clone();
+        let imports: Arc<Mutex<Vec<String>>> = Arc::default();
+        let order = imports.clone();
+        f.engine.on_exec(move |_, cmd| match cmd {
+            ["crictl", "images", ..] => {
+                let tags: Vec<_> = seen.lock().unwrap().clone();
+                (
+                    0,
+                    serde_json::json!({"images": [{"repoTags": tags}]}).to_string(),
+                )
+            }
+            ["ctr", "--namespace", "k8s.io", "images", "import", path] => {
+                order.lock().unwrap().push(path.to_string());
+                let image = if path.contains("source") {
+                    "source"
+                } else {
+                    "kustomize"
+                };
+                seen.lock()
+                    .unwrap()
+                    .push(format!("example.test/{image}:v1"));
+                (0, String::new())
+            }
+            other => panic!("unexpected command {other:?}"),
+        });
+        let imported = load_images(f.engine.as_ref(), &settings, &step())
+            .await
+            .unwrap();
+        assert_eq!(imported, 2);
+        assert_eq!(
+            *imports.lock().unwrap(),
+            [
+                format!("{PRELOAD_IN_NODE}/02-kustomize.tar"),
+                format!("{PRELOAD_IN_NODE}/01-source.tar"),
+            ],
+            "the largest first, from where the node has it"
+        );
+        assert!(
+            names("k3s").is_empty() && names("devstack").is_empty(),
+            "unstaged"
+        );
+        assert!(
+            !f.engine.calls().iter().any(|c| c.starts_with("upload")),
+            "nothing copied"
+        );
     }
 
     #[tokio::test]

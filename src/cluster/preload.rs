@@ -19,6 +19,9 @@ pub struct PreloadImage {
     pub reference: String,
     /// From the offline bundle; `None` = from the local Docker image store.
     pub tarball: Option<PathBuf>,
+    /// Run by the cluster's own pods (K3s's CoreDNS and pause), which start
+    /// the moment the node is Ready.
+    pub system: bool,
 }
 
 pub fn open_bundle(settings: &Settings) -> Result<Option<Bundle>, Error> {
@@ -57,6 +60,10 @@ pub fn wanted_images(settings: &Settings) -> Result<Vec<PreloadImage>, Error> {
             out.push(PreloadImage {
                 reference: artifact.reference(),
                 tarball: Some(bundle.path_of(artifact)),
+                system: artifact
+                    .role
+                    .as_deref()
+                    .is_some_and(|r| K3S_ONLY.contains(&r)),
             });
         }
     }
@@ -74,6 +81,7 @@ pub fn wanted_images(settings: &Settings) -> Result<Vec<PreloadImage>, Error> {
         out.push(PreloadImage {
             reference: reference.clone(),
             tarball,
+            system: false,
         });
     }
     Ok(out)
