@@ -15,7 +15,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -439,10 +439,16 @@ impl Stack {
         }
 
         let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
-        if restore.is_some() {
+        // Lives until `up` returns.
+        let _crashed_pods = if restore.is_some() {
             let engine = docker::shared(docker);
             crate::snapshot::correct_node_addresses(engine.as_ref(), settings, &client).await?;
-        }
+            Some(AbortOnDrop(tokio::spawn(recreate_crashed_pods(
+                client.clone(),
+            ))))
+        } else {
+            None
+        };
         runner
             .step("LocalStack route for pods", None, |_| async {
                 let routed =
@@ -770,6 +776,34 @@ async fn missing_flux_objects(client: &kube::Client) -> BTreeSet<String> {
         ));
     }
     missing
+}
+
+/// Gives the restored cluster's own pods that crashed while the API server
+/// did not yet serve its certificate a fresh start (see
+/// [`crate::k8s::sandbox::recreate_crashed_pods`]): otherwise the Flux
+/// controllers come back only after kubelet's 10 + 20 s back-off.
+async fn recreate_crashed_pods(client: kube::Client) {
+    let namespaces = [
+        "kube-system",
+        crate::gitops::FLUX_NAMESPACE,
+        crate::gitops::HELM_RELEASE.0,
+    ];
+    crate::k8s::sandbox::recreate_crashed_pods(
+        client,
+        &namespaces,
+        Duration::from_secs(120),
+        |pod| tracing::info!("recreated pod {pod}: it crashed as the restored node started"),
+    )
+    .await
+}
+
+/// Aborts its task when dropped, as `up` returns or fails.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[cfg(test)]

@@ -41,11 +41,28 @@ const WAITING_REASONS: &[&str] = &[
 /// no artifact yet, or does not exist yet, as `ArtifactFailed` with these
 /// messages and retries by itself: a Kustomization applied beside its new
 /// Bucket shows it until the first fetch lands.
+///
+/// An apply whose dry-run could not reach an admission webhook waits too:
+/// after a restart (or a restore) the operator level still reads Ready from
+/// before, so the custom resources' level applies while the webhook's pod
+/// is coming back; Flux retries it. A webhook that answers and denies is a
+/// failure.
 fn waiting(reason: &str, message: &str) -> bool {
     WAITING_REASONS.contains(&reason)
         || (reason == "ArtifactFailed"
             && (message.starts_with("Source artifact not found")
                 || (message.starts_with("Source '") && message.ends_with("' not found"))))
+        || (reason == "ReconciliationFailed" && webhook_not_serving(message))
+}
+
+fn webhook_not_serving(message: &str) -> bool {
+    const UNREACHABLE: &[&str] = &[
+        "no endpoints available for service",
+        "connect: connection refused",
+        "context deadline exceeded",
+        "i/o timeout",
+    ];
+    message.contains("failed calling webhook") && UNREACHABLE.iter().any(|m| message.contains(m))
 }
 
 pub fn kustomizations(client: &kube::Client) -> Api<DynamicObject> {
@@ -424,6 +441,7 @@ async fn watch_chain(
                         failure.reason.as_str(),
                         "BuildFailed" | "ReconciliationFailed"
                     )
+                    && !waiting(&failure.reason, &failure.message)
                     && current.is_some()
                     && attempted == current.as_deref()
                 {
@@ -762,6 +780,30 @@ mod tests {
         assert!(!waiting(
             "ReconciliationFailed",
             "Source artifact not found"
+        ));
+    }
+
+    #[test]
+    fn a_webhook_not_serving_yet_is_waiting_and_one_that_denies_is_a_failure() {
+        // kustomize-controller v1.9.5 on a restored stack, the webhook's pod
+        // not back yet.
+        assert!(waiting(
+            "ReconciliationFailed",
+            "ClusterSecretStore/localstack dry-run failed (InternalError): Internal error occurred: \
+             failed calling webhook \"validate.clustersecretstore.external-secrets.io\": failed to \
+             call webhook: Post \"https://external-secrets-webhook.external-secrets.svc:443/validate-\
+             external-secrets-io-v1-clustersecretstore?timeout=5s\": no endpoints available for \
+             service \"external-secrets-webhook\""
+        ));
+        assert!(!waiting(
+            "ReconciliationFailed",
+            "ClusterSecretStore/localstack dry-run failed (Forbidden): admission webhook \
+             \"validate.clustersecretstore.external-secrets.io\" denied the request: \
+             spec.provider: Required value"
+        ));
+        assert!(!waiting(
+            "BuildFailed",
+            "failed calling webhook: no endpoints available for service"
         ));
     }
 

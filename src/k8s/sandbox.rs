@@ -1,4 +1,4 @@
-//! Pods whose sandbox failed, given a fresh start.
+//! Pods given a fresh start instead of waiting out kubelet's back-off.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -56,22 +56,84 @@ pub async fn recreate_pods_whose_sandbox_failed(
         if let Some(wait) = last.and_then(|at| SPACING.checked_sub(at.elapsed())) {
             tokio::time::sleep(wait).await;
         }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid.clone()),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
         last = Some(Instant::now());
-        handled.insert(uid);
-        if pods.delete(&name, &params).await.is_ok() {
+        handled.insert(uid.clone());
+        if pods.delete(&name, &by_uid(uid)).await.is_ok() {
             recreated(&name);
         }
         if handled.len() >= MAX_RECREATED {
             return;
         }
     }
+}
+
+/// For `limit`, deletes each pod in `namespaces` that is waiting to restart
+/// a container that failed, once per pod (its controller replaces it at
+/// once), and calls `recreated` with its namespace and name. A restored K3s
+/// node starts its pods before its API server serves its own certificate:
+/// controllers that talk to the API server exit at once ("certificate ...
+/// doesn't contain any IP SANs") and kubelet restarts them only after 10 s,
+/// then 20 s. Start it once the API server serves.
+pub async fn recreate_crashed_pods(
+    client: kube::Client,
+    namespaces: &[&str],
+    limit: Duration,
+    recreated: impl Fn(&str),
+) {
+    let started = Instant::now();
+    let mut handled = BTreeSet::new();
+    while started.elapsed() < limit && handled.len() < MAX_RECREATED * 4 {
+        for namespace in namespaces {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            let Ok(list) = pods.list(&ListParams::default()).await else {
+                continue;
+            };
+            for pod in list.items {
+                let (Some(name), Some(uid)) = (pod.metadata.name.clone(), pod.metadata.uid.clone())
+                else {
+                    continue;
+                };
+                if handled.contains(&uid) || !restarting_after_failure(&pod) {
+                    continue;
+                }
+                handled.insert(uid.clone());
+                if pods.delete(&name, &by_uid(uid)).await.is_ok() {
+                    recreated(&format!("{namespace}/{name}"));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn by_uid(uid: String) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// A Deployment's pod (restarted, never completed) waiting out kubelet's
+/// back-off to restart a container that failed. Not merely one that
+/// exited: the containers a node ran before it stopped read as exited
+/// until kubelet starts them again.
+fn restarting_after_failure(pod: &Pod) -> bool {
+    let owned = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "ReplicaSet");
+    let backing_off = pod
+        .status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
+        .any(|w| w.reason.as_deref() == Some("CrashLoopBackOff"));
+    owned && backing_off
 }
 
 /// Whether pod `name` is still the one with `uid`, matches `labels` and has
@@ -120,6 +182,45 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn only_a_replica_set_pod_in_back_off_is_recreated() {
+        use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStateWaiting};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let owned = |state: ContainerState| {
+            let mut pod = pod("Running", state);
+            pod.metadata.owner_references = Some(vec![OwnerReference {
+                kind: "ReplicaSet".into(),
+                ..Default::default()
+            }]);
+            pod
+        };
+        let back_off = ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let exited = |code: i32| ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: code,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let running = ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..Default::default()
+        };
+        assert!(restarting_after_failure(&owned(back_off.clone())));
+        // As the node left it, before kubelet restarts it.
+        assert!(!restarting_after_failure(&owned(exited(255))));
+        assert!(!restarting_after_failure(&owned(exited(0))));
+        assert!(!restarting_after_failure(&owned(running)));
+        // Not a Deployment's: a Job's or a bare pod is left alone.
+        assert!(!restarting_after_failure(&pod("Running", back_off)));
     }
 
     #[test]
