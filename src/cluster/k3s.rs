@@ -33,11 +33,6 @@ const IMAGES_IN_NODE: &str = "/var/lib/rancher/k3s/agent/images";
 /// Where a node finds the tarballs devstack imports into its containerd
 /// itself, while the node boots (see `create_node`).
 const PRELOAD_IN_NODE: &str = "/devstack/images";
-/// How many image imports run at once in the nodes. Each is checksums and
-/// unpacking, CPU the booting node needs too: on 2 cores, two at once took
-/// as long as one after the other (kit's kustomize-controller 10-12 s
-/// beside the others, 6 s alone).
-const IMPORTS_AT_ONCE: usize = 1;
 /// The node's state, as named volumes so `down` can find them by label.
 const STATE_PATHS: &[(&str, &str)] = &[
     ("k3s", "/var/lib/rancher/k3s"),
@@ -985,23 +980,17 @@ async fn load_images(
             imports.push((size, image.reference.as_str(), node.as_str(), path));
         }
     }
-    // The largest first: it ends last, and the others fit beside it.
+    // One after the other, the largest first: each is checksums and
+    // unpacking, CPU the booting node needs too (on 2 cores, two at once
+    // took as long as one after the other).
     imports.sort_by_key(|import| std::cmp::Reverse(import.0));
     let imported = imports.len();
-    // In order (the semaphore is fair), at most IMPORTS_AT_ONCE at a time.
-    let gate = tokio::sync::Semaphore::new(IMPORTS_AT_ONCE);
-    let mut jobs = Vec::new();
     for (_, reference, node, path) in &imports {
-        let gate = &gate;
-        jobs.push(async move {
-            let _turn = gate.acquire().await;
-            step.progress(format!("importing {reference} into {node}"));
-            let span = step.span(format!("import {reference} into {node}"));
-            let left = limit.saturating_sub(started.elapsed());
-            span.finish(import_staged(engine, node, reference, path, left).await)
-        });
+        step.progress(format!("importing {reference} into {node}"));
+        let span = step.span(format!("import {reference} into {node}"));
+        let left = limit.saturating_sub(started.elapsed());
+        span.finish(import_staged(engine, node, reference, path, left).await)?;
     }
-    futures::future::try_join_all(jobs).await?;
     let wanted: Vec<String> = wanted.into_iter().map(|i| i.reference).collect();
     // K3s imports its own (CoreDNS, pause) as the node starts; this is when
     // the last image is there.

@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn only_a_replica_set_pod_in_back_off_is_recreated() {
-        use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStateWaiting};
+        use k8s_openapi::api::core::v1::ContainerStateTerminated;
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
         let owned = |state: ContainerState| {
             let mut pod = pod("Running", state);
