@@ -538,7 +538,11 @@ impl Stack {
 
     async fn remove(&self, docker: &bollard::Docker) -> Result<DownReport, Error> {
         let settings = &self.settings;
-        let cluster = cluster::remove(&docker::shared(docker), settings).await?;
+        let engine = docker::shared(docker);
+        let cluster = cluster::remove(&engine, settings).await?;
+        // A stack restored from a removed or replaced snapshot held its
+        // shared volume: free now, unless another stack uses it.
+        let _ = crate::snapshot::prune_shared_volumes(engine.as_ref(), settings).await;
         let localstack = localstack::down(docker, settings).await?;
         docker::remove_network_if_unused(docker, &localstack::network_name(settings)).await?;
         let dir = state::stack_dir(settings);

@@ -134,10 +134,27 @@ impl StackLock {
         command: &str,
         waiting: &dyn Fn(String),
     ) -> Result<StackLock, Error> {
-        let stack = &settings.name;
+        Self::acquire_at(
+            settings,
+            Self::path(settings),
+            &format!("stack `{}`", settings.name),
+            command,
+            waiting,
+        )
+        .await
+    }
+
+    /// Takes the lock file `path` guarding `what` (told in the message
+    /// while waiting), under `settings`' state directory.
+    pub async fn acquire_at(
+        settings: &Settings,
+        path: PathBuf,
+        what: &str,
+        command: &str,
+        waiting: &dyn Fn(String),
+    ) -> Result<StackLock, Error> {
         use std::io::{Read, Seek, Write};
         use std::os::fd::AsRawFd;
-        let path = Self::path(settings);
         let open = || -> std::io::Result<std::fs::File> {
             std::fs::create_dir_all(path.parent().expect("lock path has a parent"))?;
             std::fs::OpenOptions::new()
@@ -177,7 +194,7 @@ impl StackLock {
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
                 waiting(format!(
-                    "waiting for another devstack run on stack `{stack}` to finish ({})",
+                    "waiting for another devstack run on {what} to finish ({})",
                     if holder.is_empty() {
                         "starting"
                     } else {

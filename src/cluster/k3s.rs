@@ -33,6 +33,26 @@ const IMAGES_IN_NODE: &str = "/var/lib/rancher/k3s/agent/images";
 /// Where a node finds the tarballs devstack imports into its containerd
 /// itself, while the node boots (see `create_node`).
 const PRELOAD_IN_NODE: &str = "/devstack/images";
+/// Where a node restored from a snapshot finds, read-only, the image layers
+/// and content blobs the snapshot shares among every stack restored from it.
+pub const SHARED_IN_NODE: &str = "/devstack/snapshot";
+/// The directories of a node's state ([`SNAPSHOT_PATHS`]' first, the
+/// `k3s` below) whose entries never change once written, so that restored
+/// nodes can share them: containerd's content blobs (content-addressed) and
+/// its overlay snapshots (the unpacked image layers, committed before use;
+/// a container's own upper directory is one too, and nothing writes to it
+/// again once its container has gone, as it has after a restore). Each with
+/// its place in the shared volume.
+pub const SHARED_DIRS: &[(&str, &str)] = &[
+    (
+        "agent/containerd/io.containerd.content.v1.content/blobs/sha256",
+        "blobs/sha256",
+    ),
+    (
+        "agent/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots",
+        "snapshots",
+    ),
+];
 /// The node's state, as named volumes so `down` can find them by label.
 const STATE_PATHS: &[(&str, &str)] = &[
     ("k3s", "/var/lib/rancher/k3s"),
@@ -523,6 +543,7 @@ async fn create_nodes(
         fixed_args: Some(own_server_args(settings, &server).len()),
         start: true,
         ip: None,
+        shared: None,
     };
     create_node(engine, settings, node, &tarballs).await?;
     for index in 0..settings.cluster.agents as usize {
@@ -572,6 +593,8 @@ struct NewNode<'a> {
     start: bool,
     /// The address it must have on the stack's network.
     ip: Option<&'a str>,
+    /// The snapshot volume a restored node shares (at [`SHARED_IN_NODE`]).
+    shared: Option<&'a str>,
 }
 
 impl<'a> NewNode<'a> {
@@ -586,6 +609,7 @@ impl<'a> NewNode<'a> {
             fixed_args: None,
             start: true,
             ip: None,
+            shared: None,
         }
     }
 }
@@ -606,6 +630,7 @@ async fn create_node(
         fixed_args,
         start,
         ip,
+        shared,
     } = node;
     let mut labels = node_labels(settings, role);
     labels.insert(LABEL_NODE_NAME.into(), identity.to_string());
@@ -662,6 +687,9 @@ async fn create_node(
         if std::fs::hard_link(&absolute, stage.dir(&staged).join(&file)).is_err() {
             binds.push(format!("{}:{in_node}/{file}:ro", absolute.display()));
         }
+    }
+    if let Some(volume) = shared {
+        binds.push(format!("{volume}:{SHARED_IN_NODE}:ro"));
     }
     if !settings.cluster.registry_mirrors.is_empty() {
         let path = crate::state::stack_dir(settings).join("registries.yaml");
@@ -1296,11 +1324,13 @@ pub fn restored_addressing(saved: &SavedCluster) -> Option<docker::Addressing> {
 /// stopped, for the caller to fill with the snapshot's files before `up`
 /// starts them: each keeps its Kubernetes name and the cluster its token,
 /// while container names, volumes, network and API port are this stack's.
-/// Returns the container made for each saved node, in order.
+/// `shared` names, by node, the snapshot volume it shares (see
+/// [`SHARED_DIRS`]). Returns the container made for each saved node, in order.
 pub async fn create_restored_nodes(
     engine: &dyn Engine,
     settings: &Settings,
     saved: &SavedCluster,
+    shared: &[Option<String>],
 ) -> Result<RestoredNodes, Error> {
     let network = settings.resource_prefix();
     let addressing = restored_addressing(saved);
@@ -1315,7 +1345,7 @@ pub async fn create_restored_nodes(
     let api_port = super::choose_api_port(settings)?;
     let mut created = Vec::new();
     let mut agents = 0;
-    for node in &saved.nodes {
+    for (index, node) in saved.nodes.iter().enumerate() {
         let server = node.role == ROLE_SERVER;
         let name = if server {
             node_name(settings, "server", 0)
@@ -1337,6 +1367,7 @@ pub async fn create_restored_nodes(
             fixed_args: server.then(|| own_server_args(settings, &node.identity).len()),
             start: false,
             ip: node.ip.as_deref().filter(|_| same_subnet),
+            shared: shared.get(index).and_then(Option::as_deref),
         };
         create_node(engine, settings, new, &[]).await?;
         created.push(name);

@@ -59,6 +59,23 @@ pub async fn run(ctx: &Context, command: SnapshotCommand) -> Result<i32, Error> 
         SnapshotCommand::Rm { snapshot: name } => {
             snapshot::remove(&settings, &name)?;
             ctx.ui.info(format!("removed snapshot `{name}`"));
+            // Its shared volumes go too, but those a restored stack still uses:
+            // that stack's `down` removes them.
+            match crate::docker::connect().await {
+                Ok(docker) => {
+                    let engine = crate::docker::shared(&docker);
+                    let kept = snapshot::prune_shared_volumes(engine.as_ref(), &settings).await?;
+                    if !kept.is_empty() {
+                        ctx.ui.info(format!(
+                            "volume(s) {} stay until the stacks restored from `{name}` are down",
+                            kept.join(", ")
+                        ));
+                    }
+                }
+                Err(_) => ctx.ui.info(
+                    "Docker is not reachable: the snapshot's shared volume stays until the next `devstack down` or `snapshot rm` with Docker running",
+                ),
+            }
             if ctx.ui.json() {
                 ctx.ui.emit_json(&json!({ "removed": name }));
             }

@@ -20,28 +20,37 @@
 //! and the Kubernetes Secrets ESO synced: its files are readable by their
 //! owner only.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateRequest};
 use bytes::Bytes;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
-use crate::cluster::k3s::{self, SavedCluster, SavedNode};
+mod shared;
+
+use crate::cluster::k3s::{self, SavedCluster, SavedNode, SHARED_IN_NODE};
 use crate::docker::{self, Engine};
 use crate::error::Error;
 use crate::profile::{Provider, Settings};
 use crate::ui::Step;
 
 /// The snapshot layout this devstack writes and reads.
-pub const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 2;
 const MANIFEST: &str = "manifest.json";
 /// Read and hashed in pieces this large while streaming to the engine.
 const CHUNK: usize = 4 << 20;
+/// A file a shared volume gets once it holds its whole archive.
+const FILLED_MARK: &str = ".devstack-filled";
+/// Labels of a shared volume: the snapshot's name, and the store it
+/// belongs to (stores of other state directories leave it alone).
+const LABEL_SNAPSHOT: &str = "dev.devstack.snapshot";
+const LABEL_SNAPSHOT_STORE: &str = "dev.devstack.snapshot-store";
 
 /// What `manifest.json` records.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -82,6 +91,11 @@ pub struct SavedFile {
     pub file: String,
     pub bytes: u64,
     pub blake3: String,
+    /// It holds the node's shared part ([`shared`]): a restore puts it in
+    /// the snapshot's volume, not in the node, whose `path` is where the
+    /// node sees that volume.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
 /// A snapshot as `snapshot list` shows it: the manifest without the token.
@@ -425,22 +439,13 @@ pub async fn save(
         progress("reading the nodes' files".into());
         let dir = partial.path();
         let reads = cluster.nodes.iter().flat_map(|node| {
-            k3s::SNAPSHOT_PATHS.iter().map(move |path| {
-                let file = archive_name(&node.container, path);
-                let dest = dir.join(&file);
-                async move {
-                    let (bytes, blake3) = download(engine, &node.container, path, &dest).await?;
-                    Ok::<_, Error>(SavedFile {
-                        node: node.container.clone(),
-                        path: path.to_string(),
-                        file,
-                        bytes,
-                        blake3,
-                    })
-                }
-            })
+            k3s::SNAPSHOT_PATHS
+                .iter()
+                .map(move |path| read_node_path(engine, &node.container, path, dir))
         });
-        result = futures::future::try_join_all(reads).await;
+        result = futures::future::try_join_all(reads)
+            .await
+            .map(|files| files.into_iter().flatten().collect());
     }
     // Always, whatever failed: a paused stack is a broken one.
     let mut unpause_failed = None;
@@ -473,12 +478,184 @@ pub async fn save(
     write_manifest(partial.path(), &manifest)?;
     let dest = store_dir(settings).join(name);
     let replaced = partial.finish(&dest)?;
+    // Filled now, so that the first restore is as quick as the next.
+    let snapshot = Snapshot {
+        manifest: manifest.clone(),
+        dir: dest.clone(),
+    };
+    for file in manifest.files.iter().filter(|f| f.shared) {
+        fill_shared_volume(engine, settings, &snapshot, file, progress).await?;
+    }
+    prune_shared_volumes(engine, settings).await?;
     Ok(SaveReport {
         snapshot: manifest.info(&dest),
         replaced,
         paused_ms,
         elapsed_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// The archives of one of a node's [`k3s::SNAPSHOT_PATHS`]: the K3s state
+/// directory in two ([`shared`]), the others whole.
+async fn read_node_path(
+    engine: &dyn Engine,
+    container: &str,
+    path: &str,
+    dir: &Path,
+) -> Result<Vec<SavedFile>, Error> {
+    let file = archive_name(container, path);
+    let saved = |file: String, path: &str, (bytes, blake3): (u64, String), shared: bool| SavedFile {
+        node: container.to_string(),
+        path: path.to_string(),
+        file,
+        bytes,
+        blake3,
+        shared,
+    };
+    if path != k3s::SNAPSHOT_PATHS[0] {
+        let digest = download(engine, container, path, &dir.join(&file)).await?;
+        return Ok(vec![saved(file, path, digest, false)]);
+    }
+    let shared_file = format!("{container}-shared.tar");
+    let split = shared::Split::new(
+        HashedFile::create(&dir.join(&file))?,
+        HashedFile::create(&dir.join(&shared_file))?,
+    );
+    let root = last_component(path).to_string();
+    let split = feed(engine, container, path, split, move |split, archive| {
+        split.node_archive(archive, &root)
+    })
+    .await?;
+    // A node restored from a snapshot links to layers in that snapshot's
+    // volume: this snapshot takes copies of them.
+    let split = if split.needs_volume() {
+        let root = last_component(SHARED_IN_NODE).to_string();
+        feed(engine, container, SHARED_IN_NODE, split, move |split, archive| {
+            split.volume_archive(archive, &root)
+        })
+        .await?
+    } else {
+        split
+    };
+    let (own, shared) = split.finish().map_err(|e| {
+        Error::internal(format!("split the archive of {container}:{path}")).with_source(e)
+    })?;
+    Ok(vec![
+        saved(file, path, own.finish()?, false),
+        saved(shared_file, SHARED_IN_NODE, shared.finish()?, true),
+    ])
+}
+
+fn last_component(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Streams the archive of `path` in a container through `work`, which runs
+/// on a thread of its own, reading it as it arrives; `state` back.
+async fn feed<T: Send + 'static>(
+    engine: &dyn Engine,
+    container: &str,
+    path: &str,
+    state: T,
+    work: impl FnOnce(&mut T, ChunkReader) -> std::io::Result<()> + Send + 'static,
+) -> Result<T, Error> {
+    let (chunks, received) = tokio::sync::mpsc::channel::<Bytes>(8);
+    let worker = tokio::task::spawn_blocking(move || {
+        let mut state = state;
+        let done = work(
+            &mut state,
+            ChunkReader {
+                received,
+                current: Bytes::new(),
+            },
+        );
+        (state, done)
+    });
+    let pump = async move {
+        let mut stream = engine.download_archive(container, path);
+        while let Some(chunk) = stream.next().await {
+            let chunk =
+                chunk.map_err(|e| docker::engine_error(format!("read {container}:{path}"), e))?;
+            if chunks.send(chunk).await.is_err() {
+                break;
+            }
+        }
+        Ok::<_, Error>(())
+    };
+    let (pumped, worked) = tokio::join!(pump, worker);
+    let (state, done) = worked.map_err(|e| Error::internal("archive task").with_source(e))?;
+    pumped?;
+    done.map_err(|e| {
+        Error::internal(format!("read the archive of {container}:{path}")).with_source(e)
+    })?;
+    Ok(state)
+}
+
+/// The chunks a channel delivers, as a blocking reader.
+struct ChunkReader {
+    received: tokio::sync::mpsc::Receiver<Bytes>,
+    current: Bytes,
+}
+
+impl Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.received.blocking_recv() {
+                Some(chunk) => self.current = chunk,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
+}
+
+/// A new private file, hashed as it is written.
+struct HashedFile {
+    out: std::io::BufWriter<std::fs::File>,
+    hasher: blake3::Hasher,
+    bytes: u64,
+    path: PathBuf,
+}
+
+impl HashedFile {
+    fn create(path: &Path) -> Result<Self, Error> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(io_error(format!("create {}", path.display())))?;
+        Ok(HashedFile {
+            out: std::io::BufWriter::with_capacity(CHUNK, file),
+            hasher: blake3::Hasher::new(),
+            bytes: 0,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Its size and BLAKE3, once all is on disk.
+    fn finish(mut self) -> Result<(u64, String), Error> {
+        self.out
+            .flush()
+            .map_err(io_error(format!("write {}", self.path.display())))?;
+        Ok((self.bytes, self.hasher.finalize().to_hex().to_string()))
+    }
+}
+
+impl Write for HashedFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<(), Error> {
@@ -602,9 +779,27 @@ pub async fn restore_nodes(
 ) -> Result<(), Error> {
     let manifest = &snapshot.manifest;
     step.progress(format!("restoring snapshot `{}`", manifest.name));
+    let mut shared = Vec::new();
+    for node in &manifest.nodes {
+        let file = manifest
+            .files
+            .iter()
+            .find(|f| f.shared && f.node == node.container);
+        shared.push(match file {
+            Some(file) => {
+                let span = step.span(format!("shared layers of node {}", node.identity));
+                let progress = |message: String| step.progress(message);
+                Some(span.finish(
+                    fill_shared_volume(engine, settings, snapshot, file, &progress).await,
+                )?)
+            }
+            None => None,
+        });
+    }
     let restored = {
         let span = step.span("restored node containers");
-        span.finish(k3s::create_restored_nodes(engine, settings, &manifest.saved_cluster()).await)?
+        let saved = manifest.saved_cluster();
+        span.finish(k3s::create_restored_nodes(engine, settings, &saved, &shared).await)?
     };
     let container_of: BTreeMap<&str, &str> = manifest
         .nodes
@@ -613,7 +808,7 @@ pub async fn restore_nodes(
         .zip(restored.containers.iter().map(String::as_str))
         .collect();
     let span = step.span("snapshot files into the nodes");
-    let uploads = manifest.files.iter().map(|file| {
+    let uploads = manifest.files.iter().filter(|f| !f.shared).map(|file| {
         let container = container_of.get(file.node.as_str()).copied();
         async move {
             let container = container.ok_or_else(|| {
@@ -706,17 +901,29 @@ async fn upload(
             .await
             .map_err(|e| docker::engine_error(format!("create {parent} in {container}"), e))?;
     }
+    upload_checked(engine, container, parent, dir, file, snapshot, last).await
+}
+
+/// Extracts the archive `file` into directory `into` of a container,
+/// checking it against its checksum on the way.
+async fn upload_checked(
+    engine: &dyn Engine,
+    container: &str,
+    into: &str,
+    dir: &Path,
+    file: &SavedFile,
+    snapshot: &str,
+    what: &str,
+) -> Result<(), Error> {
     let path = dir.join(&file.file);
     let source =
         std::fs::File::open(&path).map_err(io_error(format!("read {}", path.display())))?;
     let digest = Arc::new(Mutex::new(None));
     let body = hashed_stream(source, digest.clone());
     engine
-        .upload_archive(container, parent, body)
+        .upload_archive(container, into, body)
         .await
-        .map_err(|e| {
-            docker::engine_error(format!("restore {last} into {container}:{parent}"), e)
-        })?;
+        .map_err(|e| docker::engine_error(format!("restore {what} into {container}:{into}"), e))?;
     let got: Option<(u64, String)> = digest.lock().unwrap().take();
     match got {
         Some((bytes, hash)) if bytes == file.bytes && hash == file.blake3 => Ok(()),
@@ -725,6 +932,174 @@ async fn upload(
             &format!("{} does not match its checksum", file.file),
         )),
     }
+}
+
+/// The Docker volume holding the shared part `file` of a snapshot's node.
+fn shared_volume(manifest: &Manifest, file: &SavedFile) -> String {
+    let index = manifest
+        .nodes
+        .iter()
+        .position(|n| n.container == file.node)
+        .unwrap_or_default();
+    let digest = file.blake3.get(..12).unwrap_or(&file.blake3);
+    format!("devstack-snapshot-{}-{index}-{digest}", manifest.name)
+}
+
+/// Fills the volume for the shared part `file` of a snapshot's node, once:
+/// later restores find it filled. The archive is checked against its
+/// checksum; a fill that fails removes the volume. Its name back.
+async fn fill_shared_volume(
+    engine: &dyn Engine,
+    settings: &Settings,
+    snapshot: &Snapshot,
+    file: &SavedFile,
+    progress: &(dyn Fn(String) + Sync),
+) -> Result<String, Error> {
+    let manifest = &snapshot.manifest;
+    let volume = shared_volume(manifest, file);
+    // Two restores at once fill it once.
+    let lock = crate::state::StackLock::path(settings).with_file_name(format!("{volume}.lock"));
+    let _lock = crate::state::StackLock::acquire_at(
+        settings,
+        lock,
+        &format!("snapshot `{}`", manifest.name),
+        "fill a snapshot volume",
+        &|message| progress(message),
+    )
+    .await?;
+    let mut labels = HashMap::from([
+        (
+            docker::LABEL_MANAGED_BY.to_string(),
+            docker::MANAGED_BY_VALUE.to_string(),
+        ),
+        (LABEL_SNAPSHOT.to_string(), manifest.name.clone()),
+    ]);
+    labels.insert(
+        LABEL_SNAPSHOT_STORE.to_string(),
+        store_dir(settings).display().to_string(),
+    );
+    engine
+        .create_volume(VolumeCreateRequest {
+            name: Some(volume.clone()),
+            labels: Some(labels.clone()),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| docker::engine_error(format!("create volume {volume}"), e))?;
+    // Docker writes into a volume only through a container: one that never
+    // starts, of the node image the stack has anyway.
+    let image = &settings.cluster.image;
+    let bundle = crate::cluster::preload::open_bundle(settings)?;
+    crate::bundle::ensure_image(engine, image, bundle.as_ref()).await?;
+    let helper = format!("{volume}-fill");
+    let _ = engine.remove_container(&helper).await;
+    engine
+        .create_container(
+            &helper,
+            ContainerCreateBody {
+                image: Some(image.clone()),
+                labels: Some(labels),
+                host_config: Some(HostConfig {
+                    binds: Some(vec![format!("{volume}:{SHARED_IN_NODE}")]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| docker::engine_error(format!("create container {helper}"), e))?;
+    let filled = async {
+        let mark = format!("{SHARED_IN_NODE}/{FILLED_MARK}");
+        if matches!(
+            engine.download_archive(&helper, &mark).next().await,
+            Some(Ok(_))
+        ) {
+            return Ok(());
+        }
+        progress(format!(
+            "filling volume {volume}, which every stack restored from snapshot `{}` shares (once)",
+            manifest.name
+        ));
+        let what = format!("the shared part of node {}", file.node);
+        upload_checked(engine, &helper, SHARED_IN_NODE, &snapshot.dir, file, &manifest.name, &what)
+            .await?;
+        let body = futures::stream::iter([Ok(Bytes::from(empty_file_archive(FILLED_MARK)?))]);
+        engine
+            .upload_archive(&helper, SHARED_IN_NODE, body.boxed())
+            .await
+            .map_err(|e| docker::engine_error(format!("mark volume {volume} filled"), e))
+    }
+    .await;
+    let _ = engine.remove_container(&helper).await;
+    if filled.is_err() {
+        let _ = engine.remove_volume(&volume).await;
+    }
+    filled.map(|()| volume)
+}
+
+/// Every readable snapshot manifest in the store.
+fn manifests(settings: &Settings) -> Vec<Manifest> {
+    let Ok(entries) = std::fs::read_dir(store_dir(settings)) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            read_manifest(&entry.path(), &name).ok()
+        })
+        .collect()
+}
+
+/// Removes this store's shared volumes that no snapshot in it has (its
+/// snapshot removed, or replaced), except those a stack still uses, which
+/// are returned: `down` of that stack removes them.
+pub async fn prune_shared_volumes(
+    engine: &dyn Engine,
+    settings: &Settings,
+) -> Result<Vec<String>, Error> {
+    let store = format!(
+        "{LABEL_SNAPSHOT_STORE}={}",
+        store_dir(settings).display()
+    );
+    let volumes = engine
+        .list_volumes(vec![store])
+        .await
+        .map_err(|e| docker::engine_error("list volumes", e))?;
+    if volumes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let wanted: std::collections::BTreeSet<String> = manifests(settings)
+        .iter()
+        .flat_map(|m| {
+            m.files
+                .iter()
+                .filter(|f| f.shared)
+                .map(|f| shared_volume(m, f))
+        })
+        .collect();
+    let mut in_use = Vec::new();
+    for volume in volumes.into_iter().filter(|v| !wanted.contains(v)) {
+        match engine.remove_volume(&volume).await {
+            Ok(()) => {}
+            Err(e) if docker::is_conflict(&e) => in_use.push(volume),
+            Err(e) if docker::is_not_found(&e) => {}
+            Err(e) => return Err(docker::engine_error(format!("remove volume {volume}"), e)),
+        }
+    }
+    Ok(in_use)
+}
+
+/// A tar archive of one empty file `name`.
+fn empty_file_archive(name: &str) -> Result<Vec<u8>, Error> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_mode(0o644);
+    header.set_size(0);
+    builder
+        .append_data(&mut header, name, std::io::empty())
+        .and_then(|()| builder.into_inner())
+        .map_err(|e| Error::internal(format!("archive of file {name}")).with_source(e))
 }
 
 /// A tar archive of one empty directory `name`.
