@@ -3,7 +3,9 @@
 //! a second stack is restored from the same snapshot beside the first; the
 //! snapshot survives export and import; a damaged file, a damaged snapshot,
 //! another profile and a changed profile are refused, and a failed restore
-//! leaves nothing behind. How fast a restore is belongs to the bench
+//! leaves nothing behind. Restored stacks share the snapshot's image layers
+//! through one volume, and a stack restored from a snapshot can be saved
+//! again. How fast a restore is belongs to the bench
 //! ("up --from-snapshot" in tests/bench/run.sh), not to a test.
 
 mod common;
@@ -52,6 +54,52 @@ fn assert_refused(run: &Run, what: &str, message: &str) {
     );
 }
 
+/// The shared volumes of the snapshot store in `home`, removed (with any
+/// container of this test still using them) when dropped, whatever failed.
+struct SharedVolumes {
+    label: String,
+}
+
+impl SharedVolumes {
+    fn of(home: &TestStack) -> Self {
+        let store = home.dir.path().join("state/snapshots");
+        SharedVolumes {
+            label: format!("label=dev.devstack.snapshot-store={}", store.display()),
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        docker_lines(&["volume", "ls", "-q", "--filter", &self.label])
+    }
+
+    fn of_snapshot(&self, snapshot: &str) -> Vec<String> {
+        let name = format!("label=dev.devstack.snapshot={snapshot}");
+        docker_lines(&["volume", "ls", "-q", "--filter", &self.label, "--filter", &name])
+    }
+}
+
+impl Drop for SharedVolumes {
+    fn drop(&mut self) {
+        for volume in self.names() {
+            let filter = format!("volume={volume}");
+            for container in docker_lines(&["ps", "-aq", "--filter", &filter]) {
+                docker(&["rm", "-f", "-v", &container]);
+            }
+            docker(&["volume", "rm", "-f", &volume]);
+        }
+    }
+}
+
+/// The mounts of a container, by volume name.
+fn mounted_volumes(container: &str) -> Vec<String> {
+    docker_lines(&[
+        "inspect",
+        "-f",
+        "{{range .Mounts}}{{println .Name}}{{end}}",
+        container,
+    ])
+}
+
 fn k3s_token(container: &str) -> String {
     docker_lines(&[
         "inspect",
@@ -73,6 +121,9 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
     let beside = TestStack::new("snapb");
     let failed = TestStack::new("snapx");
     let profile = ci_profile(first.dir.path(), "profile.yaml", &first.name, "");
+    // Declared after the stacks, so dropped before them: it removes their
+    // containers that still hold a shared volume itself.
+    let shared = SharedVolumes::of(&first);
 
     let up = first.run(&profile, &["up", "--json"]);
     assert_eq!(up.ok().json()["created"], true);
@@ -101,6 +152,13 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&store).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o700, "the snapshot holds credentials");
+    let base_volumes = shared.of_snapshot("base");
+    assert_eq!(base_volumes.len(), 1, "one shared volume per node");
+    let shared_archives = std::fs::read_dir(&store)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with("-shared.tar"))
+        .count();
+    assert_eq!(shared_archives, 1, "the layers are kept apart");
     let running = docker_lines(&["inspect", "-f", "{{.State.Status}}", &server]);
     assert_eq!(running, ["running"], "save unpauses the nodes");
     let list = first
@@ -132,6 +190,21 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
         first.run(&profile, &["verify", "--json"]).ok().json()["passed"],
         true
     );
+    // The node links to the shared layers rather than holding a copy.
+    let snapshots_dir =
+        "/var/lib/rancher/k3s/agent/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots";
+    let links = docker_lines(&[
+        "exec",
+        &server,
+        "sh",
+        "-c",
+        &format!("find {snapshots_dir} -maxdepth 1 -type l | wc -l"),
+    ]);
+    assert!(links[0].parse::<u32>().unwrap() > 5, "layer links: {links:?}");
+    let own = docker_lines(&["exec", &server, "du", "-sm", "/var/lib/rancher/k3s"]);
+    let own_mib: u64 = own[0].split_whitespace().next().unwrap().parse().unwrap();
+    assert!(own_mib < 300, "the node's own state is {own_mib} MiB");
+    assert!(mounted_volumes(&server).contains(&base_volumes[0]));
     // A warm `up` on the restored stack finds nothing to repair.
     let warm = first.run(&profile, &["up", "--json"]).ok().json();
     assert_eq!(warm["repaired"], serde_json::json!([]), "{warm}");
@@ -168,7 +241,30 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
         let verify = run_as(&first, &profile, name, &["verify", "--json"]);
         assert_eq!(verify.ok().json()["passed"], true, "{name}");
     }
+    let beside_server = format!("devstack-{}-server-0", beside.name);
+    assert!(mounted_volumes(&beside_server).contains(&base_volumes[0]));
+    assert_eq!(shared.of_snapshot("base"), base_volumes, "one volume for both");
+
+    // A restored stack saved again: its snapshot holds the layers it shares
+    // too, and a stack restored from that one verifies.
+    run_as(
+        &first,
+        &profile,
+        &beside.name,
+        &["snapshot", "save", "chained"],
+    )
+    .ok();
     run_as(&first, &profile, &beside.name, &["down"]).ok();
+    let chained = run_as(
+        &first,
+        &profile,
+        &beside.name,
+        &["up", "--from-snapshot", "chained", "--json"],
+    );
+    assert_eq!(chained.ok().json()["verify"]["passed"], true);
+    run_as(&first, &profile, &beside.name, &["down"]).ok();
+    first.run(&profile, &["snapshot", "rm", "chained"]).ok();
+    assert!(shared.of_snapshot("chained").is_empty(), "rm removes its volume");
 
     // Export and import: one file, every archive checked.
     let file = first.dir.path().join("base.devstack-snapshot");
@@ -260,9 +356,19 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
         &format!("label=dev.devstack.stack={}", failed.name),
     ]);
     assert!(volumes.is_empty(), "{volumes:?}");
+    assert!(
+        shared.of_snapshot("copy").is_empty(),
+        "a volume that failed to fill is removed"
+    );
 
     first.run(&profile, &["snapshot", "rm", "copy"]).ok();
-    first.run(&profile, &["snapshot", "rm", "base"]).ok();
+    // The stack restored from `base` still uses its volume: it stays until
+    // that stack is down.
+    let removed = first.run(&profile, &["snapshot", "rm", "base"]);
+    assert!(removed.ok().stderr.contains("stay until"), "{}", removed.stderr);
+    assert_eq!(shared.of_snapshot("base"), base_volumes);
+    first.run(&profile, &["down"]).ok();
+    assert!(shared.names().is_empty(), "{:?}", shared.names());
     let gone = first.run(&profile, &["snapshot", "rm", "base"]);
     assert_refused(
         &gone,

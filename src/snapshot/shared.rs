@@ -200,6 +200,11 @@ fn copy_entry<W: Write>(
         append_pax(out, &attributes)?;
     }
     let mut header = entry.header().clone();
+    // A UStar header keeps a long path's first part in `prefix`, which
+    // setting a path that fits `name` alone leaves in place.
+    if let Some(ustar) = header.as_ustar_mut() {
+        ustar.prefix = [0; 155];
+    }
     match header.entry_type() {
         tar::EntryType::Link | tar::EntryType::Symlink => {
             let target = match link {
@@ -320,11 +325,14 @@ mod tests {
     #[test]
     fn layers_and_blobs_go_to_the_shared_archive_and_the_node_keeps_symlinks() {
         let long = format!("{SNAPS}/7/fs/{}", "deep/".repeat(30) + "file");
+        // Too long for a UStar name: written with a prefix, which the
+        // shorter path in the volume must not keep.
+        let blob = "a".repeat(64);
         let node = archive(&[
             Item::Dir("k3s"),
             Item::File("k3s/server/db/state.db", b"datastore"),
             Item::Dir(BLOBS),
-            Item::File(&format!("{BLOBS}/aa"), b"blob"),
+            Item::File(&format!("{BLOBS}/{blob}"), b"blob"),
             Item::Dir(SNAPS),
             Item::Dir(&format!("{SNAPS}/7")),
             Item::Dir(&format!("{SNAPS}/7/fs")),
@@ -343,7 +351,11 @@ mod tests {
                 e("k3s", 'd', ""),
                 e("k3s/server/db/state.db", 'f', "datastore"),
                 e(BLOBS, 'd', ""),
-                e(&format!("{BLOBS}/aa"), 's', "/devstack/snapshot/blobs/sha256/aa"),
+                e(
+                    &format!("{BLOBS}/{blob}"),
+                    's',
+                    &format!("/devstack/snapshot/blobs/sha256/{blob}")
+                ),
                 e(SNAPS, 'd', ""),
                 e(&format!("{SNAPS}/7"), 's', "/devstack/snapshot/snapshots/7"),
             ]
@@ -352,7 +364,7 @@ mod tests {
         assert_eq!(
             entries(&shared),
             [
-                e("blobs/sha256/aa", 'f', "blob"),
+                e(&format!("blobs/sha256/{blob}"), 'f', "blob"),
                 e("snapshots/7", 'd', ""),
                 e("snapshots/7/fs", 'd', ""),
                 e("snapshots/7/fs/perl5", 'f', "perl"),
