@@ -74,7 +74,15 @@ impl SharedVolumes {
 
     fn of_snapshot(&self, snapshot: &str) -> Vec<String> {
         let name = format!("label=dev.devstack.snapshot={snapshot}");
-        docker_lines(&["volume", "ls", "-q", "--filter", &self.label, "--filter", &name])
+        docker_lines(&[
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &self.label,
+            "--filter",
+            &name,
+        ])
     }
 }
 
@@ -156,7 +164,13 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
     assert_eq!(base_volumes.len(), 1, "one shared volume per node");
     let shared_archives = std::fs::read_dir(&store)
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with("-shared.tar"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with("-shared.tar")
+        })
         .count();
     assert_eq!(shared_archives, 1, "the layers are kept apart");
     let running = docker_lines(&["inspect", "-f", "{{.State.Status}}", &server]);
@@ -200,7 +214,10 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
         "-c",
         &format!("find {snapshots_dir} -maxdepth 1 -type l | wc -l"),
     ]);
-    assert!(links[0].parse::<u32>().unwrap() > 5, "layer links: {links:?}");
+    assert!(
+        links[0].parse::<u32>().unwrap() > 5,
+        "layer links: {links:?}"
+    );
     let own = docker_lines(&["exec", &server, "du", "-sm", "/var/lib/rancher/k3s"]);
     let own_mib: u64 = own[0].split_whitespace().next().unwrap().parse().unwrap();
     assert!(own_mib < 300, "the node's own state is {own_mib} MiB");
@@ -243,7 +260,11 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
     }
     let beside_server = format!("devstack-{}-server-0", beside.name);
     assert!(mounted_volumes(&beside_server).contains(&base_volumes[0]));
-    assert_eq!(shared.of_snapshot("base"), base_volumes, "one volume for both");
+    assert_eq!(
+        shared.of_snapshot("base"),
+        base_volumes,
+        "one volume for both"
+    );
 
     // A restored stack saved again: its snapshot holds the layers it shares
     // too, and a stack restored from that one verifies.
@@ -264,7 +285,10 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
     assert_eq!(chained.ok().json()["verify"]["passed"], true);
     run_as(&first, &profile, &beside.name, &["down"]).ok();
     first.run(&profile, &["snapshot", "rm", "chained"]).ok();
-    assert!(shared.of_snapshot("chained").is_empty(), "rm removes its volume");
+    assert!(
+        shared.of_snapshot("chained").is_empty(),
+        "rm removes its volume"
+    );
 
     // Export and import: one file, every archive checked.
     let file = first.dir.path().join("base.devstack-snapshot");
@@ -365,7 +389,11 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
     // The stack restored from `base` still uses its volume: it stays until
     // that stack is down.
     let removed = first.run(&profile, &["snapshot", "rm", "base"]);
-    assert!(removed.ok().stderr.contains("stay until"), "{}", removed.stderr);
+    assert!(
+        removed.ok().stderr.contains("stay until"),
+        "{}",
+        removed.stderr
+    );
     assert_eq!(shared.of_snapshot("base"), base_volumes);
     first.run(&profile, &["down"]).ok();
     assert!(shared.names().is_empty(), "{:?}", shared.names());

@@ -34,7 +34,7 @@ use tokio::io::AsyncWriteExt;
 
 mod shared;
 
-use crate::cluster::k3s::{self, SavedCluster, SavedNode, SHARED_IN_NODE};
+use crate::cluster::k3s::{self, SHARED_IN_NODE, SavedCluster, SavedNode};
 use crate::docker::{self, Engine};
 use crate::error::Error;
 use crate::profile::{Provider, Settings};
@@ -504,14 +504,15 @@ async fn read_node_path(
     dir: &Path,
 ) -> Result<Vec<SavedFile>, Error> {
     let file = archive_name(container, path);
-    let saved = |file: String, path: &str, (bytes, blake3): (u64, String), shared: bool| SavedFile {
-        node: container.to_string(),
-        path: path.to_string(),
-        file,
-        bytes,
-        blake3,
-        shared,
-    };
+    let saved =
+        |file: String, path: &str, (bytes, blake3): (u64, String), shared: bool| SavedFile {
+            node: container.to_string(),
+            path: path.to_string(),
+            file,
+            bytes,
+            blake3,
+            shared,
+        };
     if path != k3s::SNAPSHOT_PATHS[0] {
         let digest = download(engine, container, path, &dir.join(&file)).await?;
         return Ok(vec![saved(file, path, digest, false)]);
@@ -530,9 +531,13 @@ async fn read_node_path(
     // volume: this snapshot takes copies of them.
     let split = if split.needs_volume() {
         let root = last_component(SHARED_IN_NODE).to_string();
-        feed(engine, container, SHARED_IN_NODE, split, move |split, archive| {
-            split.volume_archive(archive, &root)
-        })
+        feed(
+            engine,
+            container,
+            SHARED_IN_NODE,
+            split,
+            move |split, archive| split.volume_archive(archive, &root),
+        )
         .await?
     } else {
         split
@@ -1021,8 +1026,16 @@ async fn fill_shared_volume(
             manifest.name
         ));
         let what = format!("the shared part of node {}", file.node);
-        upload_checked(engine, &helper, SHARED_IN_NODE, &snapshot.dir, file, &manifest.name, &what)
-            .await?;
+        upload_checked(
+            engine,
+            &helper,
+            SHARED_IN_NODE,
+            &snapshot.dir,
+            file,
+            &manifest.name,
+            &what,
+        )
+        .await?;
         let body = futures::stream::iter([Ok(Bytes::from(empty_file_archive(FILLED_MARK)?))]);
         engine
             .upload_archive(&helper, SHARED_IN_NODE, body.boxed())
@@ -1058,10 +1071,7 @@ pub async fn prune_shared_volumes(
     engine: &dyn Engine,
     settings: &Settings,
 ) -> Result<Vec<String>, Error> {
-    let store = format!(
-        "{LABEL_SNAPSHOT_STORE}={}",
-        store_dir(settings).display()
-    );
+    let store = format!("{LABEL_SNAPSHOT_STORE}={}", store_dir(settings).display());
     let volumes = engine
         .list_volumes(vec![store])
         .await

@@ -103,7 +103,7 @@ impl<O: Write, S: Write> Split<O, S> {
                     None => {
                         return Err(invalid(format!(
                             "{path} is a hard link to {target}, outside the shared directories"
-                        )))
+                        )));
                     }
                 },
                 _ => None,
@@ -219,7 +219,10 @@ fn copy_entry<W: Write>(
 }
 
 /// A PAX extended header for the entry that follows.
-fn append_pax<W: Write>(out: &mut tar::Builder<W>, records: &[(String, Vec<u8>)]) -> io::Result<()> {
+fn append_pax<W: Write>(
+    out: &mut tar::Builder<W>,
+    records: &[(String, Vec<u8>)],
+) -> io::Result<()> {
     let mut data = Vec::new();
     for (key, value) in records {
         // Each record is "<length> <key>=<value>\n", its length counting
@@ -337,7 +340,10 @@ mod tests {
             Item::Dir(&format!("{SNAPS}/7")),
             Item::Dir(&format!("{SNAPS}/7/fs")),
             Item::File(&format!("{SNAPS}/7/fs/perl5"), b"perl"),
-            Item::HardLink(&format!("{SNAPS}/7/fs/perl"), &format!("{SNAPS}/7/fs/perl5")),
+            Item::HardLink(
+                &format!("{SNAPS}/7/fs/perl"),
+                &format!("{SNAPS}/7/fs/perl5"),
+            ),
             Item::Symlink(&format!("{SNAPS}/7/fs/sh"), "/bin/busybox"),
             Item::File(&long, b"long"),
         ]);
@@ -430,7 +436,7 @@ mod tests {
         split
             .volume_archive(archive(&[Item::Dir("snapshot")]).as_slice(), "snapshot")
             .unwrap();
-        let err = split.finish().err().expect("a missing layer fails");
+        let err = split.finish().expect_err("a missing layer fails");
         assert!(err.to_string().contains("snapshots/7"), "{err}");
     }
 
@@ -466,7 +472,10 @@ mod tests {
             .collect();
         assert_eq!(
             found,
-            [("SCHILY.xattr.trusted.overlay.opaque".to_string(), b"y".to_vec())]
+            [(
+                "SCHILY.xattr.trusted.overlay.opaque".to_string(),
+                b"y".to_vec()
+            )]
         );
     }
 }
