@@ -925,17 +925,37 @@ async fn upload_checked(
         std::fs::File::open(&path).map_err(io_error(format!("read {}", path.display())))?;
     let digest = Arc::new(Mutex::new(None));
     let body = hashed_stream(source, digest.clone());
-    engine
-        .upload_archive(container, into, body)
-        .await
-        .map_err(|e| docker::engine_error(format!("restore {what} into {container}:{into}"), e))?;
+    let mismatch = || {
+        damaged(
+            snapshot,
+            &format!("{} does not match its checksum", file.file),
+        )
+    };
+    if let Err(e) = engine.upload_archive(container, into, body).await {
+        // A damaged header stops the engine before the checksum is known:
+        // then the damage is what to report.
+        let whole = tokio::task::spawn_blocking(move || {
+            let mut reader = Hashing {
+                inner: std::fs::File::open(&path)?,
+                hasher: blake3::Hasher::new(),
+                bytes: 0,
+            };
+            std::io::copy(&mut reader, &mut std::io::sink())?;
+            Ok::<_, std::io::Error>((reader.bytes, reader.hasher.finalize().to_hex().to_string()))
+        })
+        .await;
+        return match whole {
+            Ok(Ok((bytes, hash))) if bytes != file.bytes || hash != file.blake3 => Err(mismatch()),
+            _ => Err(docker::engine_error(
+                format!("restore {what} into {container}:{into}"),
+                e,
+            )),
+        };
+    }
     let got: Option<(u64, String)> = digest.lock().unwrap().take();
     match got {
         Some((bytes, hash)) if bytes == file.bytes && hash == file.blake3 => Ok(()),
-        _ => Err(damaged(
-            snapshot,
-            &format!("{} does not match its checksum", file.file),
-        )),
+        _ => Err(mismatch()),
     }
 }
 
