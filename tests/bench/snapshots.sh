@@ -19,4 +19,6 @@ t0=$(ms); $B snapshot export base $DEVSTACK_HOME/base.snap -q -p ci; t1=$(ms); e
 $B -p ci -q snapshot rm base
 t0=$(ms); $B snapshot import $DEVSTACK_HOME/base.snap -q -p ci; t1=$(ms); echo "import: $((t1-t0)) ms"
 $B -p ci --name m1 -q down; $B -p ci --name m2 -q down
+# The snapshot and its shared volume (kept while a stack used it).
+$B -p ci -q snapshot rm base
 rm -rf $DEVSTACK_HOME
