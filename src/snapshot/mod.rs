@@ -959,15 +959,25 @@ async fn upload_checked(
     }
 }
 
-/// The Docker volume holding the shared part `file` of a snapshot's node.
-fn shared_volume(manifest: &Manifest, file: &SavedFile) -> String {
+/// The Docker volume holding the shared part `file` of a snapshot's node:
+/// named by the archive's checksum (a replaced snapshot gets a new one) and
+/// by the store (another state directory's snapshot of the same name and
+/// content has its own, which its own `rm` removes).
+fn shared_volume(settings: &Settings, manifest: &Manifest, file: &SavedFile) -> String {
     let index = manifest
         .nodes
         .iter()
         .position(|n| n.container == file.node)
         .unwrap_or_default();
-    let digest = file.blake3.get(..12).unwrap_or(&file.blake3);
-    format!("devstack-snapshot-{}-{index}-{digest}", manifest.name)
+    let mut key = blake3::Hasher::new();
+    key.update(store_dir(settings).as_os_str().as_encoded_bytes());
+    key.update(file.blake3.as_bytes());
+    let digest = key.finalize().to_hex();
+    format!(
+        "devstack-snapshot-{}-{index}-{}",
+        manifest.name,
+        &digest[..12]
+    )
 }
 
 /// Fills the volume for the shared part `file` of a snapshot's node, once:
@@ -981,7 +991,7 @@ async fn fill_shared_volume(
     progress: &(dyn Fn(String) + Sync),
 ) -> Result<String, Error> {
     let manifest = &snapshot.manifest;
-    let volume = shared_volume(manifest, file);
+    let volume = shared_volume(settings, manifest, file);
     // Two restores at once fill it once.
     let lock = crate::state::StackLock::path(settings).with_file_name(format!("{volume}.lock"));
     let _lock = crate::state::StackLock::acquire_at(
@@ -1105,7 +1115,7 @@ pub async fn prune_shared_volumes(
             m.files
                 .iter()
                 .filter(|f| f.shared)
-                .map(|f| shared_volume(m, f))
+                .map(|f| shared_volume(settings, m, f))
         })
         .collect();
     let mut in_use = Vec::new();
@@ -1434,6 +1444,27 @@ mod tests {
             k3s_token: "t0ken".into(),
             subnet: None,
         }
+    }
+
+    #[test]
+    fn a_shared_volume_is_named_by_its_snapshot_content_and_store() {
+        let settings = settings();
+        let manifest = manifest_for(&settings);
+        let file = |blake3: &str| SavedFile {
+            node: "n".into(),
+            path: SHARED_IN_NODE.into(),
+            file: "n-shared.tar".into(),
+            bytes: 1,
+            blake3: blake3.into(),
+            shared: true,
+        };
+        let volume = shared_volume(&settings, &manifest, &file("aa"));
+        assert!(volume.starts_with("devstack-snapshot-base-0-"), "{volume}");
+        assert_eq!(volume, shared_volume(&settings, &manifest, &file("aa")));
+        assert_ne!(volume, shared_volume(&settings, &manifest, &file("bb")));
+        let mut elsewhere = settings.clone();
+        elsewhere.state_dir = elsewhere.state_dir.join("other");
+        assert_ne!(volume, shared_volume(&elsewhere, &manifest, &file("aa")));
     }
 
     #[test]
