@@ -67,6 +67,19 @@ fn up_verify_status_down_with_drift_repair() {
         "{report}"
     );
     assert!(up.stderr.contains("next:"), "{}", up.stderr);
+    // New nodes get their images while they boot, and only then: no second
+    // pass over every node before Flux.
+    let spans: Vec<&str> = report["timings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        spans.contains(&"images imported while the nodes boot"),
+        "{spans:?}"
+    );
+    assert!(!spans.contains(&"image loads"), "{spans:?}");
     common::assert_webhook_certificate_issued_by_devstack(&stack);
     for step in [
         "Preflight",

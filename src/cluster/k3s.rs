@@ -457,6 +457,7 @@ pub async fn up(
             kubeconfig: config,
             created: converged.created,
             repaired: converged.repaired.clone(),
+            images_loaded: converged.created,
         })
     };
     let finish = async { tokio::try_join!(ready, images).map(|(info, ())| info) };

@@ -1132,6 +1132,7 @@ async fn converge(
         kubeconfig,
         created,
         repaired,
+        images_loaded: false,
     })
 }
 

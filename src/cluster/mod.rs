@@ -36,6 +36,10 @@ pub struct ClusterInfo {
     pub created: bool,
     /// What `up` repaired on an existing cluster (started a stopped node, ...).
     pub repaired: Vec<String>,
+    /// The provider put the profile's images into the nodes itself (K3s,
+    /// while new nodes boot), so `up` need not check them again.
+    #[serde(skip)]
+    pub images_loaded: bool,
 }
 
 impl ClusterInfo {
@@ -126,7 +130,7 @@ pub async fn up(
     let ready = async {
         // Converging an existing cluster imports images added to the profile
         // since; workloads must not start before they are there.
-        if !options.images_restored {
+        if !options.images_restored && !info.images_loaded {
             let span = step.span("image loads");
             span.finish(provider.load_images(settings, step).await)?;
         }
