@@ -1600,6 +1600,36 @@ mod engine_tests {
         settings: Settings,
     }
 
+    /// The nodes' containerd, faked: `crictl images` lists `present` and
+    /// what was imported since, `ctr import PATH` adds `image_of(PATH)`.
+    /// The imported paths, in order.
+    fn fake_containerd(
+        f: &Fixture,
+        present: &[&str],
+        image_of: impl Fn(&str) -> String + Send + Sync + 'static,
+    ) -> Arc<Mutex<Vec<String>>> {
+        let seen: Arc<Mutex<Vec<String>>> =
+            Arc::new(Mutex::new(present.iter().map(|i| i.to_string()).collect()));
+        let imports: Arc<Mutex<Vec<String>>> = Arc::default();
+        let order = imports.clone();
+        f.engine.on_exec(move |_, cmd| match cmd {
+            ["crictl", "images", ..] => {
+                let tags: Vec<_> = seen.lock().unwrap().clone();
+                (
+                    0,
+                    serde_json::json!({"images": [{"repoTags": tags}]}).to_string(),
+                )
+            }
+            ["ctr", "--namespace", "k8s.io", "images", "import", path] => {
+                order.lock().unwrap().push(path.to_string());
+                seen.lock().unwrap().push(image_of(path));
+                (0, String::new())
+            }
+            other => panic!("unexpected command {other:?}"),
+        });
+        imports
+    }
+
     fn fixture(cluster: &str) -> Fixture {
         let state = tempfile::tempdir().unwrap();
         let text = format!(
@@ -1841,32 +1871,13 @@ mod engine_tests {
         assert_eq!(names("devstack"), ["01-source.tar", "02-kustomize.tar"]);
 
         // K3s has imported pause by itself; devstack imports the others.
-        let present: Arc<Mutex<Vec<String>>> =
-            Arc::new(Mutex::new(vec!["example.test/pause:v1".into()]));
-        let seen = present.clone();
-        let imports: Arc<Mutex<Vec<String>>> = Arc::default();
-        let order = imports.clone();
-        f.engine.on_exec(move |_, cmd| match cmd {
-            ["crictl", "images", ..] => {
-                let tags: Vec<_> = seen.lock().unwrap().clone();
-                (
-                    0,
-                    serde_json::json!({"images": [{"repoTags": tags}]}).to_string(),
-                )
-            }
-            ["ctr", "--namespace", "k8s.io", "images", "import", path] => {
-                order.lock().unwrap().push(path.to_string());
-                let image = if path.contains("source") {
-                    "source"
-                } else {
-                    "kustomize"
-                };
-                seen.lock()
-                    .unwrap()
-                    .push(format!("example.test/{image}:v1"));
-                (0, String::new())
-            }
-            other => panic!("unexpected command {other:?}"),
+        let imports = fake_containerd(&f, &["example.test/pause:v1"], |path| {
+            let image = if path.contains("source") {
+                "source"
+            } else {
+                "kustomize"
+            };
+            format!("example.test/{image}:v1")
         });
         let imported = load_images(f.engine.as_ref(), &settings, &step())
             .await
@@ -1898,23 +1909,7 @@ mod engine_tests {
         f.engine.with(|s| s.images.insert(image.to_string()));
         let mut settings = f.settings.clone();
         settings.images.preload = vec![image.to_string()];
-        // The node's containerd: what `crictl images` lists and `ctr import` adds.
-        let present: Arc<Mutex<Vec<String>>> = Arc::default();
-        let seen = present.clone();
-        f.engine.on_exec(move |_, cmd| match cmd {
-            ["crictl", "images", ..] => {
-                let tags: Vec<_> = seen.lock().unwrap().clone();
-                (
-                    0,
-                    serde_json::json!({"images": [{"repoTags": tags}]}).to_string(),
-                )
-            }
-            ["ctr", "--namespace", "k8s.io", "images", "import", _] => {
-                seen.lock().unwrap().push(image.to_string());
-                (0, String::new())
-            }
-            other => panic!("unexpected command {other:?}"),
-        });
+        fake_containerd(&f, &[], move |_| image.to_string());
 
         let imported = load_images(f.engine.as_ref(), &settings, &step())
             .await
