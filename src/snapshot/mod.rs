@@ -30,7 +30,6 @@ use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateRequest};
 use bytes::Bytes;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
-use tokio::io::AsyncWriteExt;
 
 mod shared;
 
@@ -514,8 +513,12 @@ async fn read_node_path(
             shared,
         };
     if path != k3s::SNAPSHOT_PATHS[0] {
-        let digest = download(engine, container, path, &dir.join(&file)).await?;
-        return Ok(vec![saved(file, path, digest, false)]);
+        let out = HashedFile::create(&dir.join(&file))?;
+        let out = feed(engine, container, path, out, |out, mut archive| {
+            std::io::copy(&mut archive, out).map(drop)
+        })
+        .await?;
+        return Ok(vec![saved(file, path, out.finish()?, false)]);
     }
     let shared_file = format!("{container}-shared.tar");
     let split = shared::Split::new(
@@ -666,39 +669,6 @@ impl Write for HashedFile {
 fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<(), Error> {
     let text = serde_json::to_vec_pretty(manifest).expect("manifest serializes");
     write_private(&dir.join(MANIFEST), &text)
-}
-
-/// Streams `path` of a container into the file `dest`; its size and BLAKE3.
-async fn download(
-    engine: &dyn Engine,
-    container: &str,
-    path: &str,
-    dest: &Path,
-) -> Result<(u64, String), Error> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(dest)
-        .map_err(io_error(format!("create {}", dest.display())))?;
-    let mut file = tokio::io::BufWriter::with_capacity(CHUNK, tokio::fs::File::from_std(file));
-    let mut hasher = blake3::Hasher::new();
-    let mut bytes = 0u64;
-    let mut stream = engine.download_archive(container, path);
-    while let Some(chunk) = stream.next().await {
-        let chunk =
-            chunk.map_err(|e| docker::engine_error(format!("read {container}:{path}"), e))?;
-        hasher.update(&chunk);
-        bytes += chunk.len() as u64;
-        file.write_all(&chunk)
-            .await
-            .map_err(io_error(format!("write {}", dest.display())))?;
-    }
-    file.flush()
-        .await
-        .map_err(io_error(format!("write {}", dest.display())))?;
-    Ok((bytes, hasher.finalize().to_hex().to_string()))
 }
 
 fn not_found(name: &str) -> Error {
@@ -1002,17 +972,17 @@ async fn fill_shared_volume(
         &|message| progress(message),
     )
     .await?;
-    let mut labels = HashMap::from([
+    let labels = HashMap::from([
         (
             docker::LABEL_MANAGED_BY.to_string(),
             docker::MANAGED_BY_VALUE.to_string(),
         ),
         (LABEL_SNAPSHOT.to_string(), manifest.name.clone()),
+        (
+            LABEL_SNAPSHOT_STORE.to_string(),
+            store_dir(settings).display().to_string(),
+        ),
     ]);
-    labels.insert(
-        LABEL_SNAPSHOT_STORE.to_string(),
-        store_dir(settings).display().to_string(),
-    );
     engine
         .create_volume(VolumeCreateRequest {
             name: Some(volume.clone()),
