@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Kind};
 use crate::gitops::CLUSTER_SECRET_STORE;
+use crate::k8s::wait::ready_verdict;
 use crate::k8s::{Budget, Verdict, Wait, conditions, dynamic_api};
 use crate::profile::schema::{Charset, GenerateSpec};
 use crate::profile::settings::profile_external_secret_name;
@@ -36,9 +37,7 @@ use crate::ui::{Step, Ui, format_duration};
 
 /// Prefix of every probe name, in LocalStack and in the cluster.
 pub const PROBE_PREFIX: &str = "devstack-verify";
-/// ESO's API group; ExternalSecrets and stores are served at `v1`.
-pub const ESO_GROUP: &str = "external-secrets.io";
-pub const ESO_VERSION: &str = "v1";
+pub use crate::gitops::{ESO_GROUP, ESO_VERSION};
 /// PushSecret is still `v1alpha1` in ESO 0.19.
 pub const PUSH_SECRET_VERSION: &str = "v1alpha1";
 /// Annotation whose change makes ESO refresh an ExternalSecret at once.
@@ -185,15 +184,6 @@ fn external_secret_verdict(object: Option<&Value>) -> Verdict {
                 .unwrap_or_else(|| "no Ready condition yet".into()),
         ),
         None => Verdict::Waiting("does not exist".into()),
-    }
-}
-
-/// An object whose Ready condition must be True.
-fn ready_verdict(object: &Value) -> Verdict {
-    match conditions::condition(object, "Ready") {
-        Some(c) if c.is_true() => Verdict::Done,
-        Some(c) => Verdict::Waiting(c.summary()),
-        None => Verdict::Waiting("no Ready condition yet".into()),
     }
 }
 

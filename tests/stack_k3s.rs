@@ -80,6 +80,11 @@ fn up_verify_status_down_with_drift_repair() {
         "{spans:?}"
     );
     assert!(!spans.contains(&"image loads"), "{spans:?}");
+    // The chain's step ends with the store ESO has accepted, not only applied.
+    assert!(
+        spans.contains(&"ClusterSecretStore localstack Ready"),
+        "{spans:?}"
+    );
     common::assert_webhook_certificate_issued_by_devstack(&stack);
     for step in [
         "Preflight",

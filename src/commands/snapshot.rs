@@ -57,27 +57,25 @@ pub async fn run(ctx: &Context, command: SnapshotCommand) -> Result<i32, Error> 
             }
         }
         SnapshotCommand::Rm { snapshot: name } => {
-            snapshot::remove(&settings, &name)?;
+            let removal = snapshot::remove(&settings, &name).await?;
             ctx.ui.info(format!("removed snapshot `{name}`"));
-            // Its shared volumes go too, but those a restored stack still uses:
-            // that stack's `down` removes them.
-            match crate::docker::connect().await {
-                Ok(docker) => {
-                    let engine = crate::docker::shared(&docker);
-                    let kept = snapshot::prune_shared_volumes(engine.as_ref(), &settings).await?;
-                    if !kept.is_empty() {
-                        ctx.ui.info(format!(
-                            "volume(s) {} stay until the stacks restored from `{name}` are down",
-                            kept.join(", ")
-                        ));
-                    }
-                }
-                Err(_) => ctx.ui.info(
+            if !removal.volumes_in_use.is_empty() {
+                ctx.ui.info(format!(
+                    "volume(s) {} stay until the stacks restored from `{name}` are down",
+                    removal.volumes_in_use.join(", ")
+                ));
+            }
+            if removal.docker_unreachable {
+                ctx.ui.info(
                     "Docker is not reachable: the snapshot's shared volume stays until the next `devstack down` or `snapshot rm` with Docker running",
-                ),
+                );
             }
             if ctx.ui.json() {
-                ctx.ui.emit_json(&json!({ "removed": name }));
+                ctx.ui.emit_json(&json!({
+                    "removed": name,
+                    "volumesInUse": removal.volumes_in_use,
+                    "dockerUnreachable": removal.docker_unreachable,
+                }));
             }
         }
         SnapshotCommand::Export {

@@ -34,6 +34,9 @@ pub const CHAIN: [&str; 3] = [
 ];
 /// The operator's HelmRelease (namespace, name).
 pub const HELM_RELEASE: (&str, &str) = ("external-secrets", "external-secrets");
+/// ESO's API group; ExternalSecrets and stores are served at `v1`.
+pub const ESO_GROUP: &str = "external-secrets.io";
+pub const ESO_VERSION: &str = "v1";
 /// The ClusterSecretStore the shipped manifests create.
 pub const CLUSTER_SECRET_STORE: &str = "localstack";
 /// ConfigMap in flux-system holding the stack facts for `postBuild.substituteFrom`.
@@ -218,6 +221,8 @@ async fn sync(
     let chain_report = runner
         .step(title, None, |step| async move {
             let report = chain::wait_ready(client, wait, Some(root_request), &step).await?;
+            let span = step.span(format!("ClusterSecretStore {CLUSTER_SECRET_STORE} Ready"));
+            span.finish(wait_store_ready(client, budget).await)?;
             record_pod_starts(client, HELM_RELEASE.0, &step).await;
             let timings: Vec<String> = report
                 .levels
@@ -265,6 +270,44 @@ async fn sync(
         profile_external_secrets: external_secrets.len(),
         elapsed_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// Waits for the stack's ClusterSecretStore, if the chain created it, to be
+/// Ready. Flux counts the custom resources' level Ready once they are
+/// applied: kstatus takes an object without status for current, and the
+/// store has none until ESO validates it, a moment later. Checked here by
+/// watch (a CEL health check in the manifests would cost a 5 s poll of
+/// kustomize-controller on nearly every run), so what `sync` returns to is
+/// usable. Manifests from git that name no such store are not waited on.
+async fn wait_store_ready(client: &kube::Client, budget: Budget) -> Result<(), Error> {
+    let api = crate::k8s::dynamic_api(
+        client,
+        &format!("{ESO_GROUP}/{ESO_VERSION}"),
+        "ClusterSecretStore",
+        None,
+    );
+    let exists = api.get_opt(CLUSTER_SECRET_STORE).await.map_err(|e| {
+        Error::internal(format!(
+            "read ClusterSecretStore {CLUSTER_SECRET_STORE}: {e}"
+        ))
+    })?;
+    if exists.is_none() {
+        return Ok(());
+    }
+    crate::k8s::Wait::new(
+        format!("ClusterSecretStore {CLUSTER_SECRET_STORE}"),
+        "Ready",
+        budget,
+    )
+    .advice(format!(
+        "`kubectl describe clustersecretstore {CLUSTER_SECRET_STORE}` shows why ESO does not accept it"
+    ))
+    .object(api, CLUSTER_SECRET_STORE, |store| match store {
+        Some(store) => crate::k8s::wait::ready_verdict(&store.data),
+        None => crate::k8s::Verdict::Waiting("deleted".into()),
+    })
+    .await
+    .map(|_| ())
 }
 
 /// Puts each pod of `namespace` on the step's timeline, from its creation

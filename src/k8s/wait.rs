@@ -53,6 +53,16 @@ pub fn every_named(names: &[String], mut verdict: impl FnMut(&str) -> Verdict) -
     }
 }
 
+/// An object whose Ready condition must be True; any other state is "not
+/// yet" (its controller retries), summarised for the time-out message.
+pub fn ready_verdict(object: &serde_json::Value) -> Verdict {
+    match crate::k8s::conditions::condition(object, "Ready") {
+        Some(c) if c.is_true() => Verdict::Done,
+        Some(c) => Verdict::Waiting(c.summary()),
+        None => Verdict::Waiting("no Ready condition yet".into()),
+    }
+}
+
 /// A time limit and the profile key that sets it. Waits that together make
 /// up one step share one budget, so the step as a whole keeps its limit.
 #[derive(Debug, Clone, Copy)]
