@@ -83,8 +83,15 @@ fn up_repairs_a_stack_whose_containers_were_restarted_or_stopped() {
     // secrets and the GitOps bucket; the node restarts every pod.
     let mut args = vec!["restart", "-t", "5"];
     args.extend(containers.iter().map(String::as_str));
+    let restarted = std::time::SystemTime::now();
     assert!(docker(&args).status.success());
     let (repairs, report) = up_repairs(&stack, &profile, "after docker restart");
+    // The node kept flannel's subnet file: no pod waited out the kubelet's
+    // retry for want of it.
+    assert_eq!(
+        sandbox_failures_without_flannel_subnet(&stack, restarted),
+        Vec::<String>::new()
+    );
     let localstack = repairs
         .iter()
         .find(|r| r.starts_with("LocalStack restarted and lost its state"))

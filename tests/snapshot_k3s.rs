@@ -185,9 +185,15 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
     // Save -> down -> restore -> verify (the round trip includes rotation).
     first.run(&profile, &["down"]).ok();
     assert!(first.containers().is_empty());
+    let restoring = std::time::SystemTime::now();
     let restored = first.run(&profile, &["up", "--from-snapshot", "base", "--json"]);
     let report = restored.ok().json();
     assert_eq!(report["created"], true, "{report}");
+    // The restored node has flannel's subnet file from its first sandbox on.
+    assert_eq!(
+        sandbox_failures_without_flannel_subnet(&first, restoring),
+        Vec::<String>::new()
+    );
     assert_eq!(report["fromSnapshot"], "base", "{report}");
     assert_eq!(report["verify"]["passed"], true, "{report}");
     assert!(

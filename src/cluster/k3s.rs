@@ -53,6 +53,9 @@ pub const SHARED_DIRS: &[(&str, &str)] = &[
         "snapshots",
     ),
 ];
+/// Where flannel's subnet file lives across a node's restarts, in its K3s
+/// volume; `/run/flannel` points here (see [`node_entrypoint`]).
+const FLANNEL_RUN_IN_NODE: &str = "/var/lib/rancher/k3s/agent/flannel-run";
 /// The node's state, as named volumes so `down` can find them by label.
 const STATE_PATHS: &[(&str, &str)] = &[
     ("k3s", "/var/lib/rancher/k3s"),
@@ -60,6 +63,21 @@ const STATE_PATHS: &[(&str, &str)] = &[
     ("cni", "/var/lib/cni"),
     ("log", "/var/log"),
 ];
+
+/// Runs K3s with `/run/flannel` kept in the node's K3s volume. `/run` is a
+/// tmpfs, so a node that starts again (restarted, or restored from a
+/// snapshot) has lost flannel's `subnet.env`, and the kubelet, quicker than
+/// flannel, fails every pod's sandbox for want of it; each pod then waits
+/// for the kubelet's retry, 10 s or more for some. Kept, the file is there
+/// from the first sandbox on: a node's pod subnet is its own for life.
+/// The shell's `$0` is `k3s`; the node's arguments follow.
+fn node_entrypoint() -> Vec<String> {
+    let script = format!(
+        "mkdir -p {FLANNEL_RUN_IN_NODE} && rm -rf /run/flannel \
+         && ln -s {FLANNEL_RUN_IN_NODE} /run/flannel && exec /bin/k3s \"$@\""
+    );
+    vec!["/bin/sh".into(), "-c".into(), script, "k3s".into()]
+}
 
 fn node_labels(settings: &Settings, role: &str) -> HashMap<String, String> {
     docker::labels(&settings.name, role)
@@ -733,6 +751,7 @@ async fn create_node(
     }
     let body = ContainerCreateBody {
         image: Some(settings.cluster.image.clone()),
+        entrypoint: Some(node_entrypoint()),
         cmd: Some(args),
         env: Some(env),
         hostname: Some(identity.to_string()),

@@ -135,7 +135,8 @@ fn select_components(docs: Vec<Value>, components: &[String]) -> Vec<Value> {
 const LEADER_ELECTION_ARG: &str = "--enable-leader-election";
 
 /// Each controller runs as one replica that works from the moment it
-/// starts: without leader election, and replaced rather than rolled.
+/// starts: without leader election, and replaced rather than rolled; its
+/// readiness probed every second, its name lookups retried every second.
 ///
 /// With leader election, a controller whose node (or pod) was killed
 /// leaves its Lease behind, and its successor waits the Lease out (35 s)
@@ -144,13 +145,14 @@ const LEADER_ELECTION_ARG: &str = "--enable-leader-election";
 /// election, as long as two never run at once: hence `Recreate`, which
 /// stops the old pod before the new one starts (the source-controller's
 /// own manifest already asks for it).
-fn single_replica(docs: Vec<Value>) -> Vec<Value> {
+fn tuned_controllers(docs: Vec<Value>) -> Vec<Value> {
     docs.into_iter()
         .map(|mut doc| {
             if doc["kind"] != "Deployment" {
                 return doc;
             }
             doc["spec"]["strategy"] = serde_json::json!({"type": "Recreate"});
+            retry_name_lookups_every_second(&mut doc["spec"]["template"]["spec"]);
             if let Some(containers) = doc["spec"]["template"]["spec"]["containers"].as_array_mut() {
                 for container in containers {
                     if let Some(args) = container["args"].as_array_mut() {
@@ -165,6 +167,20 @@ fn single_replica(docs: Vec<Value>) -> Vec<Value> {
             doc
         })
         .collect()
+}
+
+/// A controller that starts before CoreDNS serves (a node that started
+/// again, a restored snapshot) sends its first lookups (the LocalStack
+/// bucket, the source-controller's artifacts) to a DNS pod that is not
+/// there yet; with the resolver's default 5 s time-out each, the source was
+/// fetched 5 s after CoreDNS served. One second per try keeps that to one.
+fn retry_name_lookups_every_second(pod_spec: &mut Value) {
+    if let Some(pod_spec) = pod_spec.as_object_mut() {
+        pod_spec.insert(
+            "dnsConfig".into(),
+            serde_json::json!({"options": [{"name": "timeout", "value": "1"}]}),
+        );
+    }
 }
 
 /// Flux's readiness probes keep the kubelet's default period, 10 s. A
@@ -227,7 +243,7 @@ pub async fn install(
     let started = Instant::now();
     let budget = Budget::since(started, settings.timeouts.flux.get(), "timeouts.flux");
     let (text, source) = manifests(settings).await?;
-    let docs = single_replica(select_components(
+    let docs = tuned_controllers(select_components(
         apply::parse_documents(&text, "Flux install manifests")?,
         &settings.flux.components,
     ));
@@ -269,7 +285,7 @@ mod tests {
                  "readinessProbe": {"httpGet": {"path": "/readyz", "port": "healthz"}}}]}}}}),
             json!({"kind": "Service", "metadata": {"name": "source-controller"}, "spec": {}}),
         ];
-        let tuned = single_replica(docs);
+        let tuned = tuned_controllers(docs);
         assert_eq!(
             tuned[0]["spec"]["template"]["spec"]["containers"][0]["args"],
             json!(["--watch-all-namespaces", "--log-level=info"])
@@ -278,6 +294,10 @@ mod tests {
         assert_eq!(
             tuned[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"],
             json!({"httpGet": {"path": "/readyz", "port": "healthz"}, "periodSeconds": 1})
+        );
+        assert_eq!(
+            tuned[0]["spec"]["template"]["spec"]["dnsConfig"],
+            json!({"options": [{"name": "timeout", "value": "1"}]})
         );
         assert_eq!(tuned[1]["spec"], json!({}));
     }

@@ -588,3 +588,47 @@ pub fn assert_webhook_certificate_issued_by_devstack(stack: &TestStack) {
         );
     }
 }
+
+/// Pod sandboxes the kubelet failed to create after `since` because
+/// flannel's subnet file was missing: what a node that starts again (a
+/// restart, a restore) must not wait out. Each as `pod: message`.
+pub fn sandbox_failures_without_flannel_subnet(
+    stack: &TestStack,
+    since: std::time::SystemTime,
+) -> Vec<String> {
+    use k8s_openapi::api::core::v1::Event;
+    let rt = runtime();
+    let client = kube_client(&rt, stack);
+    let events: kube::Api<Event> = kube::Api::all(client);
+    let list = rt
+        .block_on(
+            events.list(&kube::api::ListParams::default().fields("reason=FailedCreatePodSandBox")),
+        )
+        .unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| {
+            let last = e
+                .last_timestamp
+                .as_ref()
+                .map(|t| std::time::SystemTime::from(t.0))
+                .or_else(|| {
+                    e.event_time
+                        .as_ref()
+                        .map(|t| std::time::SystemTime::from(t.0))
+                });
+            last.is_some_and(|t| t >= since)
+                && e.message
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("subnet.env")
+        })
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.involved_object.name.unwrap_or_default(),
+                e.message.unwrap_or_default()
+            )
+        })
+        .collect()
+}
