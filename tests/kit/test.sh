@@ -213,7 +213,7 @@ out=$(kubectl -n "$NS" logs client 2>&1 || true)
 phase=$(kubectl -n "$NS" get pod client -o jsonpath='{.status.phase}' 2>/dev/null || true)
 svc_ip=$(kubectl -n default get svc kubernetes -o jsonpath='{.spec.clusterIP}')
 echo "$out" | sed 's/^/  | /' >&2
-if echo "$out" | sed -n '/nslookup/,/GET/p' | grep -q "Address.*$svc_ip"; then
+if sed -n '/nslookup/,/GET/p' <<<"$out" | grep "Address.*$svc_ip" >/dev/null; then
   ok "kubernetes.default.svc.cluster.local resolves to $svc_ip through CoreDNS"
 else
   bad "kubernetes.default.svc.cluster.local did not resolve to $svc_ip"

@@ -180,7 +180,8 @@ else
      -o "$BIN/external-secrets-$ESO_VERSION" "$build_pkg") \
     || die "go build external-secrets failed"
   log "go build external-secrets: $((SECONDS - t0))s"
-  "$BIN/external-secrets-$ESO_VERSION" --help 2>&1 | grep -q certcontroller \
+  # grep reads all of it: an early exit would fail the pipe under pipefail.
+  "$BIN/external-secrets-$ESO_VERSION" --help 2>&1 | grep certcontroller >/dev/null \
     || die "external-secrets $ESO_VERSION has no certcontroller subcommand"
   ctx=$(mktemp -d); cp "$BIN/external-secrets-$ESO_VERSION" "$ctx/external-secrets"
   cat >"$ctx/Dockerfile" <<DOCKERFILE

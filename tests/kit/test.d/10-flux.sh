@@ -10,15 +10,16 @@ set -euo pipefail
 BUNDLE=${KIT_BUNDLE:-${DEVSTACK_KIT_BUNDLE:-$HOME/.cache/devstack/kit/bundle}}
 TIMEOUT=${KIT_TEST_TIMEOUT:-300}; TIMEOUT=${TIMEOUT%s}s   # test.sh gives seconds
 log() { printf '[flux-test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+source "${KIT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/..}/kubectl-wait.sh"
 
 file=$(jq -r '.artifacts[] | select(.kind=="flux-install") | .file' "$BUNDLE/index.json")
 [ -n "$file" ] && [ -f "$BUNDLE/$file" ] || { echo "no flux-install artifact in $BUNDLE/index.json"; exit 1; }
 log "apply $file"
 t0=$SECONDS
 kubectl apply --server-side --force-conflicts -f "$BUNDLE/$file" >/dev/null
-kubectl wait --for=condition=Established --timeout=60s \
+kubectl_wait --for=condition=Established --timeout=60s \
   crd/gitrepositories.source.toolkit.fluxcd.io crd/kustomizations.kustomize.toolkit.fluxcd.io \
-  crd/helmreleases.helm.toolkit.fluxcd.io >/dev/null
+  crd/helmreleases.helm.toolkit.fluxcd.io
 if ! kubectl -n flux-system wait deploy/source-controller deploy/kustomize-controller deploy/helm-controller \
      --for=condition=Available --timeout="$TIMEOUT"; then
   kubectl -n flux-system get pods -o wide || true

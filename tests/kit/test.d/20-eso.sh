@@ -37,6 +37,7 @@ versions() { jq -r --arg r "$1" '[.artifacts[] | select(.kind=="image" and .role
 dump() { kubectl -n "$1" get pods -o wide || true; kubectl -n "$1" describe pods | tail -80 || true
          for p in $(kubectl -n "$1" get pods -o name); do kubectl -n "$1" logs "$p" --all-containers --tail=30 || true; done; }
 fail() { echo "FAIL $*"; exit 1; }
+source "${KIT_ROOT:-$(dirname "${BASH_SOURCE[0]}")/..}/kubectl-wait.sh"
 
 [ -f "$INDEX" ] || fail "no bundle index $INDEX"
 [ -x "$HELM" ] || fail "no helm at $HELM (components/eso.sh builds it)"
@@ -52,11 +53,15 @@ t0=$SECONDS
 
 # --- LocalStack pod ------------------------------------------------------------------
 # Asks the node's containerd when the node container is known (the node status
-# image list lags behind an import), else the node status.
+# image list lags behind an import), else the node status. The list is read
+# whole first: `ctr ... | grep -q` under pipefail fails when grep stops at the
+# match while ctr still writes (SIGPIPE), which failed a CI run.
 on_node() {
   if [ -n "${KIT_NODE_CONTAINER:-}" ]; then
-    docker exec "$KIT_NODE_CONTAINER" ctr --address /run/k3s/containerd/containerd.sock --namespace k8s.io \
-      images ls -q 2>/dev/null | grep -qxF "docker.io/$ls_image"
+    local listed
+    listed=$(docker exec "$KIT_NODE_CONTAINER" ctr --address /run/k3s/containerd/containerd.sock \
+      --namespace k8s.io images ls -q 2>/dev/null) || return 1
+    grep -qxF "docker.io/$ls_image" <<<"$listed"
   else
     grep -qxF "docker.io/$ls_image" <<<"$(kubectl get nodes -o jsonpath='{.items[*].status.images[*].names}' | tr ' ' '\n')"
   fi
@@ -133,8 +138,9 @@ for v in "${eso_versions[@]}"; do
 
   log "ESO $v: apply CRDs $crds (server-side)"
   kubectl apply --server-side --force-conflicts -f "$BUNDLE/$crds" >/dev/null
-  kubectl wait --for=condition=Established --timeout=60s crd/externalsecrets.external-secrets.io \
-    crd/clustersecretstores.external-secrets.io crd/pushsecrets.external-secrets.io >/dev/null
+  kubectl_wait --for=condition=Established --timeout=60s crd/externalsecrets.external-secrets.io \
+    crd/clustersecretstores.external-secrets.io crd/pushsecrets.external-secrets.io \
+    || fail "ESO $v: CRDs not Established"
   if [ -n "$prev" ]; then what="upgrade from $prev"; else what=install; fi
   log "ESO $v: helm $what $chart"
   HELM_CACHE_HOME=$(mktemp -d) HELM_CONFIG_HOME=$(mktemp -d) \
@@ -182,7 +188,7 @@ spec:
           accessKeyIDSecretRef: {name: aws-creds, key: id, namespace: $TNS}
           secretAccessKeySecretRef: {name: aws-creds, key: secret, namespace: $TNS}
 YAML
-  kubectl wait clustersecretstore/localstack --for=condition=Ready --timeout=120s >/dev/null \
+  kubectl_wait clustersecretstore/localstack --for=condition=Ready --timeout=120s \
     || { kubectl get clustersecretstore localstack -o yaml | grep -A8 'conditions:' || true; fail "ESO $v: ClusterSecretStore not Ready"; }
   log "ESO $v: ClusterSecretStore Ready"
   es=sync-${v//./-}
