@@ -149,7 +149,7 @@ fn k3s_cluster_end_to_end() {
         .success()
     );
     let restarted = stack.run(&profile, &["localstack", "up", "--json"]);
-    let _ = docker(&["rm", "-f", &squatter]);
+    let _ = docker(&["rm", "-f", "-v", &squatter]);
     assert_eq!(restarted.ok().json()["action"]["action"], "restarted");
     let new_ip = String::from_utf8_lossy(
         &docker(&[
@@ -202,7 +202,7 @@ fn k3s_cluster_end_to_end() {
     );
     assert!(!std::path::Path::new(&kubeconfig_path).exists());
     let lookalike_survives = docker(&["inspect", &similar]).status.success();
-    let _ = docker(&["rm", "-f", &similar]);
+    let _ = docker(&["rm", "-f", "-v", &similar]);
     assert!(
         lookalike_survives,
         "an unlabelled container with a similar name must be left alone"

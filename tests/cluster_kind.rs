@@ -206,7 +206,7 @@ fn a_foreign_kind_cluster_of_the_stack_name_is_refused_and_left_alone() {
     struct RemoveOnDrop(String);
     impl Drop for RemoveOnDrop {
         fn drop(&mut self) {
-            let _ = docker(&["rm", "-f", &self.0]);
+            let _ = docker(&["rm", "-f", "-v", &self.0]);
         }
     }
     let _foreign = RemoveOnDrop(id.clone());

@@ -46,7 +46,7 @@ fn down_all_removes_every_labelled_stack_and_nothing_else() {
     assert!(first.containers().is_empty() && second.containers().is_empty());
     assert!(first.networks().is_empty() && second.networks().is_empty());
     let bystander_left = docker(&["inspect", &bystander]).status.success();
-    let _ = docker(&["rm", "-f", &bystander]);
+    let _ = docker(&["rm", "-f", "-v", &bystander]);
     assert!(bystander_left, "an unlabelled container must be left alone");
 
     let again = first.run(&first_profile, &["down", "--all"]);

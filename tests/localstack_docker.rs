@@ -127,7 +127,7 @@ fn an_unlabelled_container_with_the_same_name_is_left_alone() {
     let up = stack.run(&profile, &["localstack", "up"]);
     let down = stack.run(&profile, &["localstack", "down"]);
     let still_there = docker(&["inspect", &name]).status.success();
-    let _ = docker(&["rm", "-f", &name]);
+    let _ = docker(&["rm", "-f", "-v", &name]);
     assert_eq!(up.code, 3, "{}", up.stderr);
     assert!(
         up.stderr.contains("devstack did not create it"),

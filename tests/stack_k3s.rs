@@ -126,7 +126,7 @@ fn up_verify_status_down_with_drift_repair() {
 
     // Drift: LocalStack removed.
     let localstack = format!("devstack-{}-localstack", stack.name);
-    assert!(docker(&["rm", "-f", &localstack]).status.success());
+    assert!(docker(&["rm", "-f", "-v", &localstack]).status.success());
     let fixed = stack.run(&profile, &["up", "--json"]);
     assert_no_secret(&fixed);
     let report = fixed.ok().json();

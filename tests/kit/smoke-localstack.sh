@@ -13,7 +13,7 @@ IMAGE=${1:-localstack/localstack:4.14.0}
 NAME=devstack-kit-smoke-localstack-$$
 PORT=${SMOKE_LOCALSTACK_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
 
-cleanup() { docker rm -f "$NAME" >/dev/null 2>&1 || true; }
+cleanup() { docker rm -f -v "$NAME" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
 PY=python3
