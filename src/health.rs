@@ -529,7 +529,7 @@ async fn cluster_rows(settings: &Settings) -> Vec<StatusRow> {
     ));
 
     let eso_api = format!("{ESO_GROUP}/{ESO_VERSION}");
-    let stores = dynamic_api(&client, &eso_api, "ClusterSecretStore", None);
+    let stores = crate::gitops::cluster_secret_stores(&client);
     rows.push(object_row(
         "clustersecretstore",
         CLUSTER_SECRET_STORE.to_string(),

@@ -756,12 +756,7 @@ impl Runner<'_> {
     }
 
     async fn check_store(&mut self) -> Outcome {
-        let api = dynamic_api(
-            &self.client,
-            &format!("{ESO_GROUP}/{ESO_VERSION}"),
-            "ClusterSecretStore",
-            None,
-        );
+        let api = crate::gitops::cluster_secret_stores(&self.client);
         let started = Instant::now();
         let wait = Wait::new(
             format!("ClusterSecretStore {CLUSTER_SECRET_STORE}"),

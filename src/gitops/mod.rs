@@ -39,6 +39,15 @@ pub const ESO_GROUP: &str = "external-secrets.io";
 pub const ESO_VERSION: &str = "v1";
 /// The ClusterSecretStore the shipped manifests create.
 pub const CLUSTER_SECRET_STORE: &str = "localstack";
+/// The cluster's ClusterSecretStores (cluster-scoped).
+pub fn cluster_secret_stores(client: &kube::Client) -> kube::Api<kube::api::DynamicObject> {
+    crate::k8s::dynamic_api(
+        client,
+        &format!("{ESO_GROUP}/{ESO_VERSION}"),
+        "ClusterSecretStore",
+        None,
+    )
+}
 /// ConfigMap in flux-system holding the stack facts for `postBuild.substituteFrom`.
 pub const STACK_FACTS_CONFIGMAP: &str = "devstack-stack-facts";
 
@@ -280,12 +289,7 @@ async fn sync(
 /// kustomize-controller on nearly every run), so what `sync` returns to is
 /// usable. Manifests from git that name no such store are not waited on.
 async fn wait_store_ready(client: &kube::Client, budget: Budget) -> Result<(), Error> {
-    let api = crate::k8s::dynamic_api(
-        client,
-        &format!("{ESO_GROUP}/{ESO_VERSION}"),
-        "ClusterSecretStore",
-        None,
-    );
+    let api = cluster_secret_stores(client);
     let exists = api.get_opt(CLUSTER_SECRET_STORE).await.map_err(|e| {
         Error::internal(format!(
             "read ClusterSecretStore {CLUSTER_SECRET_STORE}: {e}"
