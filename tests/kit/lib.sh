@@ -41,12 +41,16 @@ kit_base_image() {
   kit_rootfs_image "$KIT_BASE_IMAGE" "ca-certificates"
 }
 
-# kit_rootfs_image IMAGE "pkg1,pkg2,...": debootstrap a rootfs with these
-# packages and import it as IMAGE (cached by package list).
+# kit_rootfs_image IMAGE "pkg1,pkg2,..." ["path ..."]: debootstrap a rootfs
+# with these packages and import it as IMAGE (cached by package list). The
+# optional paths (relative to the rootfs, globs allowed) are left out of the
+# image: files an image's program never reads, whose unpacking every cluster
+# node would pay.
 kit_rootfs_image() {
-  local image=$1 packages=$2
+  local image=$1 packages=$2 drop=${3:-}
   local stamp
-  stamp=$(stamp_of "$KIT_DEBIAN_SUITE" "$packages" "rootfs-v1")
+  # An image without dropped paths keeps its stamp (and cache) of before.
+  stamp=$(stamp_of "$KIT_DEBIAN_SUITE" "$packages" "rootfs-v1" ${drop:+"$drop"})
   if image_exists "$image" && [ "$(image_label "$image" dev.devstack.kit.stamp)" = "$stamp" ]; then
     log "reuse $image"
     return 0
@@ -63,6 +67,13 @@ kit_rootfs_image() {
     # Slim the rootfs: docs, man pages and apt lists are dead weight in images.
     rm -rf "$dir"/usr/share/doc/* "$dir"/usr/share/man/* "$dir"/var/lib/apt/lists/* \
       "$dir"/var/cache/apt/archives/*.deb
+    if [ -n "$drop" ]; then
+      local path
+      # Word splitting and globbing are wanted here: one glob per word.
+      for path in $drop; do
+        (cd "$dir" && rm -rf -- $path)
+      done
+    fi
     touch "$dir.done"
   fi
   log "docker import $image"

@@ -69,8 +69,14 @@ done
 # --- controller binaries and images ------------------------------------------
 kit_static_image
 KUSTOMIZE_BASE=devstack-kit/flux-kustomize-base:$KIT_DEBIAN_SUITE
-# upstream kustomize-controller image: alpine + ca-certificates tini git openssh-client gnupg
-kit_rootfs_image "$KUSTOMIZE_BASE" "ca-certificates,tini,git,openssh-client,gnupg"
+# upstream kustomize-controller image: alpine + ca-certificates tini git openssh-client gnupg.
+# Alpine's git comes without Perl (its Perl commands are the separate git-perl)
+# and Alpine ships no translations; Debian's git pulls in Perl's modules and
+# every package its message catalogues. Dropping both (2,200 of the rootfs's
+# 6,100 files, 94 of its 237 MB) brings the image nearer upstream's size, and
+# a cold `up` here imports it into the node on its critical path.
+kit_rootfs_image "$KUSTOMIZE_BASE" "ca-certificates,tini,git,openssh-client,gnupg" \
+  "usr/share/locale/* usr/share/perl usr/lib/x86_64-linux-gnu/perl"
 
 for c in "${FLUX_COMPONENTS[@]}"; do
   v=${CVER[$c]}; ref=ghcr.io/fluxcd/$c:$v; dir="$SRC/$c-$v"
