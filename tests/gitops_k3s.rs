@@ -123,6 +123,25 @@ fn chain_installs_race_free_and_sync_applies_edits() {
     let store = store_object(&rt);
     let ready = devstack::gitops::chain::ready_condition(&store);
     assert!(ready.is_some_and(|c| c.is_true()), "{store}");
+    // The chain's wait ends the operator level's health check early
+    // through this gate; without it a reconcile request would not cancel
+    // the running check and the level would wait for Flux's next 5 s poll.
+    let controller = get_json(
+        &rt,
+        &client,
+        "apps/v1",
+        "Deployment",
+        Some("flux-system"),
+        "kustomize-controller",
+    )
+    .expect("kustomize-controller is installed");
+    let args = &controller["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        args.as_array().is_some_and(|args| args
+            .iter()
+            .any(|a| a == "--feature-gates=CancelHealthCheckOnNewRevision=true")),
+        "kustomize-controller runs with the health-check gate: {args}"
+    );
     let facts = get_json(
         &rt,
         &client,

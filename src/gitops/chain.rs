@@ -1,7 +1,9 @@
 //! Watches the chain (root -> CRDs -> operator -> CRs, plus the HelmRelease)
 //! until every level is Ready for its source's current revision, nudging
 //! each level the moment the one before it turns Ready, so no level sits in
-//! Flux's 30 s dependency requeue or a retry interval. Records every failure
+//! Flux's 30 s dependency requeue or a retry interval, and asking Flux to
+//! check a level's health again the moment what it checks is healthy, so
+//! no level waits for Flux's next 5 s health poll. Records every failure
 //! Flux reports on the way (Ready=False with a failure reason, and Warning
 //! events), which is how the race shows.
 
@@ -34,6 +36,9 @@ const WAITING_REASONS: &[&str] = &[
     "SourceNotReady",
     "Succeeded",
     "ReconciliationSucceeded",
+    // devstack's reconcile request ended a health check that would have
+    // passed at its next poll; Flux starts it over at once.
+    "HealthCheckCanceled",
 ];
 
 /// Whether a Ready=False condition (or Warning event) means "not yet" rather
@@ -81,6 +86,10 @@ pub fn helm_releases(client: &kube::Client) -> Api<DynamicObject> {
         "HelmRelease",
         Some(HELM_RELEASE.0),
     )
+}
+
+fn workloads(client: &kube::Client) -> Api<DynamicObject> {
+    dynamic_api(client, "apps/v1", "Deployment", Some(HELM_RELEASE.0))
 }
 
 fn source_api(client: &kube::Client, kind: &str, ns: &str) -> Api<DynamicObject> {
@@ -279,6 +288,8 @@ struct Level {
     /// Its span is on the step's timeline (recorded once, the first time
     /// it turned Ready).
     timed: bool,
+    /// devstack told Flux that its health checks pass (once per wait).
+    health_nudged: bool,
 }
 
 /// Whether Flux has finished the reconcile requested with `token` (none
@@ -291,6 +302,9 @@ pub fn handled(object: &Value, token: Option<&str>) -> bool {
 enum Change {
     Kustomization(Event<DynamicObject>),
     Release(Event<DynamicObject>),
+    /// The Deployments in the HelmRelease's namespace, which the operator
+    /// level checks the health of.
+    Workload(Event<DynamicObject>),
     /// A failure a Warning event records (none for other events).
     Warning(Option<Failure>),
 }
@@ -312,6 +326,9 @@ fn chain_changes(
         )
         .map_ok(Change::Release)
         .boxed(),
+        wait::watch(workloads(client), watcher::Config::default())
+            .map_ok(Change::Workload)
+            .boxed(),
     ];
     let mut namespaces = vec![FLUX_NAMESPACE, HELM_RELEASE.0];
     namespaces.dedup();
@@ -376,12 +393,14 @@ async fn watch_chain(
             ready_at: None,
             requested: None,
             timed: false,
+            health_nudged: false,
         })
         .collect();
     levels[0].requested = root_request;
     let mut failures = BTreeSet::new();
     let mut watched_kustomizations: Objects<DynamicObject> = Objects::default();
     let mut releases: Objects<DynamicObject> = Objects::default();
+    let mut deployments: Objects<DynamicObject> = Objects::default();
     let mut seen = Seen::default();
     let mut looked = false;
     loop {
@@ -394,6 +413,7 @@ async fn watch_chain(
             changed |= seen.record(change.map(|change| match change {
                 Change::Kustomization(event) => watched_kustomizations.apply(event),
                 Change::Release(event) => releases.apply(event),
+                Change::Workload(event) => deployments.apply(event),
                 Change::Warning(failure) => {
                     failures.extend(failure);
                     false
@@ -403,13 +423,15 @@ async fn watch_chain(
         }
         // As in `Wait::list`: a failing watch is followed by plain lists.
         if watch_failed
-            && let (Ok(listed_ks), Ok(listed_releases)) = (
+            && let (Ok(listed_ks), Ok(listed_releases), Ok(listed_deployments)) = (
                 ks.list(&Default::default()).await,
                 helm_releases(client).list(&Default::default()).await,
+                workloads(client).list(&Default::default()).await,
             )
         {
             watched_kustomizations.replace(listed_ks.items);
             releases.replace(listed_releases.items);
+            deployments.replace(listed_deployments.items);
             changed = true;
         }
         if !changed || !watched_kustomizations.listed() || !releases.listed() {
@@ -480,20 +502,22 @@ async fn watch_chain(
                             Some(true),
                         );
                     }
-                    let next_settled = match levels
+                    let leave_alone = match levels
                         .get(i + 1)
                         .and_then(|l| watched_kustomizations.get(l.name))
                     {
-                        Some(next) if !options.nudge_settled => {
+                        Some(next) => {
                             let next = serde_json::to_value(next).unwrap_or_default();
                             let current = source_revision(client, &next).await;
-                            settled(&next, current.as_deref())
-                                || applying_current(&next, current.as_deref())
+                            not_reconciled_yet(&next)
+                                || (!options.nudge_settled
+                                    && (settled(&next, current.as_deref())
+                                        || applying_current(&next, current.as_deref())))
                         }
-                        _ => false,
+                        None => false,
                     };
                     if options.nudge
-                        && !next_settled
+                        && !leave_alone
                         && let Some(next) = levels.get_mut(i + 1)
                         && next.requested.is_none()
                     {
@@ -504,6 +528,23 @@ async fn watch_chain(
                 }
             } else {
                 levels[i].ready_at = None;
+                if options.nudge
+                    && !levels[i].health_nudged
+                    && checking_health(&object)
+                    && health_checks_pass(&object, &releases, &deployments)
+                {
+                    // kustomize-controller polls health every 5 s; a
+                    // reconcile request cancels the running check (its
+                    // `CancelHealthCheckOnNewRevision` gate, set by
+                    // devstack's Flux install) and the new check polls at
+                    // once. Flux still decides. Once: should it not agree
+                    // yet, its own polls go on.
+                    levels[i].health_nudged = true;
+                    if let Ok(token) = request_reconcile(&ks, name).await {
+                        levels[i].requested = Some(token);
+                        step.progress(format!("{name}: health checks pass, Flux checks again"));
+                    }
+                }
                 let why = condition
                     .map(|c| c.summary())
                     .unwrap_or_else(|| "not reconciled yet".into());
@@ -588,6 +629,95 @@ fn applying_current(kustomization: &Value, current: Option<&str>) -> bool {
     }) && observed_current(kustomization)
 }
 
+/// A Kustomization Flux has not reported on yet: just created (by the
+/// level before it), which Flux reconciles anyway. A reconcile request
+/// would land in that first reconcile and, with the health-check gate
+/// devstack's Flux install sets, cancel its check: the CRD level then
+/// applied ESO's CRDs twice (4-5 s more).
+fn not_reconciled_yet(kustomization: &Value) -> bool {
+    kustomization["status"]["conditions"]
+        .as_array()
+        .is_none_or(Vec::is_empty)
+}
+
+/// Whether kustomize-controller is waiting on a Kustomization's health
+/// checks (it polls them every 5 s) for its current spec. The condition
+/// carries the generation it is about: `status.observedGeneration` is only
+/// written once the reconcile ends, so a new level has none while checking.
+fn checking_health(kustomization: &Value) -> bool {
+    kustomization["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["type"] == "Healthy"
+                && c["status"] == "Unknown"
+                && c["reason"] == "Progressing"
+                && c["observedGeneration"].as_i64().is_some()
+                && c["observedGeneration"].as_i64()
+                    == kustomization["metadata"]["generation"].as_i64()
+        })
+}
+
+/// Whether every object a Kustomization's `healthChecks` names is healthy
+/// as kstatus (Flux's health check) judges it, from what the chain watches:
+/// the HelmRelease (Ready for its current spec) and the Deployments in its
+/// namespace (rolled out and available). A check on anything else is not
+/// judged here: false.
+fn health_checks_pass(
+    kustomization: &Value,
+    releases: &Objects<DynamicObject>,
+    deployments: &Objects<DynamicObject>,
+) -> bool {
+    let Some(checks) = kustomization["spec"]["healthChecks"].as_array() else {
+        return false;
+    };
+    let own_namespace = kustomization["metadata"]["namespace"].as_str();
+    let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
+    !checks.is_empty()
+        && checks.iter().all(|check| {
+            let group = check["apiVersion"]
+                .as_str()
+                .and_then(|v| v.split_once('/'))
+                .map_or("", |(group, _)| group);
+            let name = check["name"].as_str().unwrap_or_default();
+            let namespace = check["namespace"].as_str().or(own_namespace);
+            match (group, check["kind"].as_str()) {
+                ("helm.toolkit.fluxcd.io", Some("HelmRelease"))
+                    if (namespace, name) == (Some(HELM_RELEASE.0), HELM_RELEASE.1) =>
+                {
+                    releases.get(name).map(value).is_some_and(|release| {
+                        ready_condition(&release).is_some_and(|c| c.is_true())
+                            && observed_current(&release)
+                    })
+                }
+                ("apps", Some("Deployment")) if namespace == Some(HELM_RELEASE.0) => deployments
+                    .get(name)
+                    .map(value)
+                    .is_some_and(|d| deployment_available(&d)),
+                _ => false,
+            }
+        })
+}
+
+/// kstatus's "Current" for a Deployment: its current spec rolled out, every
+/// wanted replica updated, ready and available, none left over.
+fn deployment_available(deployment: &Value) -> bool {
+    let status = &deployment["status"];
+    let wanted = deployment["spec"]["replicas"].as_i64().unwrap_or(1);
+    let count = |field: &str| status[field].as_i64().unwrap_or(0);
+    status["observedGeneration"].as_i64() >= deployment["metadata"]["generation"].as_i64()
+        && [
+            "replicas",
+            "updatedReplicas",
+            "readyReplicas",
+            "availableReplicas",
+        ]
+        .iter()
+        .all(|field| count(field) == wanted)
+        && conditions::condition(deployment, "Available").is_some_and(|c| c.is_true())
+}
+
 /// The artifact revision of the source a Kustomization reads.
 pub async fn source_revision(client: &kube::Client, kustomization: &Value) -> Option<String> {
     let source = &kustomization["spec"]["sourceRef"];
@@ -639,6 +769,94 @@ fn warning_failure(event: &CoreEvent, since: std::time::SystemTime) -> Option<Fa
 mod tests {
     use super::*;
 
+    fn objects(items: Vec<Value>) -> Objects<DynamicObject> {
+        let mut set = Objects::default();
+        set.replace(
+            items
+                .into_iter()
+                .map(|v| serde_json::from_value(v).expect("a Kubernetes object"))
+                .collect(),
+        );
+        set
+    }
+
+    fn deployment(name: &str, generation: i64, observed: i64, ready: i64) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "external-secrets", "generation": generation},
+            "spec": {"replicas": 1},
+            "status": {"observedGeneration": observed, "replicas": 1, "updatedReplicas": 1,
+                "readyReplicas": ready, "availableReplicas": ready,
+                "conditions": [{"type": "Available", "status": if ready == 1 { "True" } else { "False" }}]}})
+    }
+
+    fn operator_level(healthy: &str, reason: &str) -> Value {
+        json!({"metadata": {"name": "external-secrets-operator", "namespace": "flux-system", "generation": 1},
+            "spec": {
+                "healthChecks": [
+                    {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+                     "name": "external-secrets", "namespace": "external-secrets"},
+                    {"apiVersion": "apps/v1", "kind": "Deployment",
+                     "name": "external-secrets-webhook", "namespace": "external-secrets"}],
+},
+            "status": {"conditions": [
+                {"type": "Ready", "status": "Unknown", "reason": "Progressing", "message": "Running health checks", "observedGeneration": 1},
+                {"type": "Healthy", "status": healthy, "reason": reason, "message": "Running health checks", "observedGeneration": 1}]}})
+    }
+
+    #[test]
+    fn a_level_is_told_its_health_checks_pass_only_when_every_named_object_is_healthy() {
+        let release = |ready: &str| {
+            objects(vec![
+                json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+                "metadata": {"name": "external-secrets", "namespace": "external-secrets", "generation": 2},
+                "status": {"observedGeneration": 2, "conditions": [{"type": "Ready", "status": ready}]}}),
+            ])
+        };
+        let level = operator_level("Unknown", "Progressing");
+        assert!(checking_health(&level));
+        let available = objects(vec![deployment("external-secrets-webhook", 3, 3, 1)]);
+        assert!(health_checks_pass(&level, &release("True"), &available));
+        // Any named object not healthy, or not there: no.
+        assert!(!health_checks_pass(&level, &release("False"), &available));
+        assert!(!health_checks_pass(&level, &objects(vec![]), &available));
+        for not_yet in [
+            deployment("external-secrets-webhook", 3, 3, 0),
+            deployment("external-secrets-webhook", 4, 3, 1),
+            deployment("another", 3, 3, 1),
+        ] {
+            assert!(!health_checks_pass(
+                &level,
+                &release("True"),
+                &objects(vec![not_yet])
+            ));
+        }
+        // A check on a kind the chain does not watch is never judged passed.
+        let mut foreign = level.clone();
+        foreign["spec"]["healthChecks"][1] = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "x", "namespace": "external-secrets"});
+        assert!(!health_checks_pass(&foreign, &release("True"), &available));
+        // Nor are no checks at all (a `wait: true` level).
+        let mut none = level.clone();
+        none["spec"]["healthChecks"] = json!([]);
+        assert!(!health_checks_pass(&none, &release("True"), &available));
+    }
+
+    #[test]
+    fn only_a_running_health_check_for_the_current_spec_is_nudged() {
+        assert!(!checking_health(&operator_level("True", "Succeeded")));
+        assert!(!checking_health(&operator_level(
+            "False",
+            "HealthCheckFailed"
+        )));
+        let mut stale = operator_level("Unknown", "Progressing");
+        stale["metadata"]["generation"] = json!(2);
+        assert!(!checking_health(&stale));
+        // The canceled check's Ready=False is "not yet".
+        assert!(waiting(
+            "HealthCheckCanceled",
+            "New reconciliation triggered by ConfigMap/flux-system/x"
+        ));
+    }
+
     #[test]
     fn settled_means_ready_for_the_current_revision_and_spec() {
         let ks = |ready: &str, applied: &str, generation: i64| {
@@ -681,6 +899,14 @@ mod tests {
             &ks("False", "Succeeded", applying, 2),
             Some("sha256:a")
         ));
+    }
+
+    #[test]
+    fn a_level_flux_has_not_reported_on_is_not_nudged() {
+        assert!(not_reconciled_yet(&json!({"metadata": {"generation": 1}})));
+        assert!(not_reconciled_yet(&json!({"status": {"conditions": []}})));
+        assert!(!not_reconciled_yet(&json!({"status": {"conditions": [
+            {"type": "Ready", "status": "False", "reason": "DependencyNotReady"}]}})));
     }
 
     #[test]

@@ -152,6 +152,7 @@ fn tuned_controllers(docs: Vec<Value>) -> Vec<Value> {
                 return doc;
             }
             doc["spec"]["strategy"] = serde_json::json!({"type": "Recreate"});
+            let is_kustomize_controller = doc["metadata"]["name"] == "kustomize-controller";
             retry_name_lookups_every_second(&mut doc["spec"]["template"]["spec"]);
             if let Some(containers) = doc["spec"]["template"]["spec"]["containers"].as_array_mut() {
                 for container in containers {
@@ -162,6 +163,9 @@ fn tuned_controllers(docs: Vec<Value>) -> Vec<Value> {
                         });
                     }
                     probe_readiness_every_second(container);
+                    if is_kustomize_controller {
+                        cancel_health_checks_on_requeue(container);
+                    }
                 }
             }
             doc
@@ -196,6 +200,31 @@ fn probe_readiness_every_second(container: &mut Value) {
         .and_then(Value::as_object_mut)
     {
         probe.insert("periodSeconds".into(), serde_json::json!(1));
+    }
+}
+
+/// kustomize-controller checks a level's health every 5 s until it passes.
+/// With this gate, a reconcile request (or a new source revision) cancels
+/// the running check and starts a new one, which polls at once: the chain's
+/// wait asks for one as soon as what a level checks is healthy (see
+/// `chain::checking_health`). Upstream's purpose, a fix applied without
+/// waiting out a failing check, comes with it.
+fn cancel_health_checks_on_requeue(container: &mut Value) {
+    const GATE: &str = "CancelHealthCheckOnNewRevision=true";
+    let Some(args) = container["args"].as_array_mut() else {
+        return;
+    };
+    match args.iter_mut().find(|a| {
+        a.as_str()
+            .is_some_and(|a| a.starts_with("--feature-gates="))
+    }) {
+        Some(gates) => {
+            let listed = gates.as_str().unwrap_or_default().to_string();
+            if !listed.contains("CancelHealthCheckOnNewRevision") {
+                *gates = Value::String(format!("{listed},{GATE}"));
+            }
+        }
+        None => args.push(Value::String(format!("--feature-gates={GATE}"))),
     }
 }
 
@@ -300,6 +329,46 @@ mod tests {
             json!({"options": [{"name": "timeout", "value": "1"}]})
         );
         assert_eq!(tuned[1]["spec"], json!({}));
+    }
+
+    #[test]
+    fn only_kustomize_controller_cancels_health_checks_on_requeue() {
+        let deployment = |name: &str, args: Value| {
+            json!({"kind": "Deployment", "metadata": {"name": name}, "spec": {"template": {"spec": {"containers": [
+                {"name": "manager", "args": args}]}}}})
+        };
+        let tuned = tuned_controllers(vec![
+            deployment("kustomize-controller", json!(["--log-level=info"])),
+            deployment(
+                "kustomize-controller",
+                json!(["--feature-gates=StrictPostBuildSubstitutions=true"]),
+            ),
+            deployment(
+                "kustomize-controller",
+                json!(["--feature-gates=CancelHealthCheckOnNewRevision=false"]),
+            ),
+            deployment("helm-controller", json!(["--log-level=info"])),
+        ]);
+        let args = |i: usize| tuned[i]["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+        assert_eq!(
+            args(0),
+            json!([
+                "--log-level=info",
+                "--feature-gates=CancelHealthCheckOnNewRevision=true"
+            ])
+        );
+        assert_eq!(
+            args(1),
+            json!([
+                "--feature-gates=StrictPostBuildSubstitutions=true,CancelHealthCheckOnNewRevision=true"
+            ])
+        );
+        // A gate the install sets on purpose is left as it is.
+        assert_eq!(
+            args(2),
+            json!(["--feature-gates=CancelHealthCheckOnNewRevision=false"])
+        );
+        assert_eq!(args(3), json!(["--log-level=info"]));
     }
 
     #[test]
