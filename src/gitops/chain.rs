@@ -569,7 +569,7 @@ async fn watch_chain(
                         message: c.message.clone().unwrap_or_default(),
                     });
                 }
-                release_ready = c.is_true() && observed_current(release);
+                release_ready = release_is_ready(release);
                 release_state = c.summary();
             } else {
                 release_state = "not reconciled yet".into();
@@ -686,23 +686,30 @@ fn health_checks_pass(
                 ("helm.toolkit.fluxcd.io", Some("HelmRelease"))
                     if (namespace, name) == (Some(HELM_RELEASE.0), HELM_RELEASE.1) =>
                 {
-                    releases.get(name).map(value).is_some_and(|release| {
-                        ready_condition(&release).is_some_and(|c| c.is_true())
-                            && observed_current(&release)
-                    })
+                    releases
+                        .get(name)
+                        .map(value)
+                        .is_some_and(|release| release_is_ready(&release))
                 }
                 ("apps", Some("Deployment")) if namespace == Some(HELM_RELEASE.0) => deployments
                     .get(name)
                     .map(value)
-                    .is_some_and(|d| deployment_available(&d)),
+                    .is_some_and(|d| deployment_current(&d)),
                 _ => false,
             }
         })
 }
 
+/// The HelmRelease is Ready for its current spec.
+fn release_is_ready(release: &Value) -> bool {
+    conditions::is_ready(release) && observed_current(release)
+}
+
 /// kstatus's "Current" for a Deployment: its current spec rolled out, every
-/// wanted replica updated, ready and available, none left over.
-fn deployment_available(deployment: &Value) -> bool {
+/// wanted replica updated, ready and available, none left over. Stricter
+/// than `k8s::deployment_available` (Available with one pod serving), on
+/// purpose: a nudge must not come before Flux's own check would pass.
+fn deployment_current(deployment: &Value) -> bool {
     let status = &deployment["status"];
     let wanted = deployment["spec"]["replicas"].as_i64().unwrap_or(1);
     let count = |field: &str| status[field].as_i64().unwrap_or(0);
