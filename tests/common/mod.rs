@@ -407,13 +407,16 @@ pub async fn probe_localstack(client: &kube::Client, name: &str, node: Option<&s
 
 /// Ctrl-C during the round trip of `up` on an existing stack, whatever its
 /// provider: the run exits 130 after removing its probes, so no probe
-/// ExternalSecret, no probe Secret and no probe secret in LocalStack is left.
+/// ExternalSecret, no probe Secret and no probe secret in LocalStack is left,
+/// not even a probe Secret written again once its ExternalSecret is gone
+/// (as an ESO reconcile still in flight does; a stand-in writes it here).
 pub fn interrupted_verify_leaves_no_probe(stack: &TestStack, profile: &std::path::Path) {
     use kube::api::Api;
     use std::io::BufRead;
     let port = stack.run(profile, &["status", "--json"]).json()["ports"]["localstack"]
         .as_u64()
         .expect("LocalStack port") as u16;
+    let late_writer = late_probe_secret_writer(stack, profile);
     let mut child = stack.spawn(profile, &["up"]);
     let stderr = child.stderr.take().unwrap();
     let mut seen = Vec::new();
@@ -430,8 +433,13 @@ pub fn interrupted_verify_leaves_no_probe(stack: &TestStack, profile: &std::path
     }
     let status = child.wait().unwrap();
     let log = seen.join("\n");
+    let rewritten = late_writer.join().expect("late writer");
     assert_eq!(status.code(), Some(130), "{log}");
     assert!(log.contains("probe objects were removed"), "{log}");
+    assert!(
+        rewritten.is_some(),
+        "the stand-in never saw the probe ExternalSecret come and go:\n{log}"
+    );
 
     let rt = runtime();
     let client = kube_client(&rt, stack);
@@ -470,6 +478,75 @@ pub fn interrupted_verify_leaves_no_probe(stack: &TestStack, profile: &std::path
             "probe secrets left in LocalStack: {left:?}"
         );
     });
+}
+
+/// Watches (on its own thread) for the round trip's probe ExternalSecret
+/// to be created and removed, then writes a Secret of its name at once, as
+/// a reconcile of ESO's still in flight would; returns that name. Returns
+/// once its watch is established, so it sees an ExternalSecret that lives
+/// for milliseconds.
+fn late_probe_secret_writer(
+    stack: &TestStack,
+    profile: &std::path::Path,
+) -> std::thread::JoinHandle<Option<String>> {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, PostParams};
+    use kube::runtime::watcher::{self, Event};
+    let rt = runtime();
+    let client = kube_client(&rt, stack);
+    let namespace = settings(profile).verify.namespace.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let writer = std::thread::spawn(move || {
+        rt.block_on(async move {
+            let external_secrets = devstack::k8s::dynamic_api(
+                &client,
+                "external-secrets.io/v1",
+                "ExternalSecret",
+                Some(&namespace),
+            );
+            let mut events = watcher::watcher(external_secrets, watcher::Config::default()).boxed();
+            let is_probe = |o: &kube::api::DynamicObject| {
+                o.metadata
+                    .name
+                    .clone()
+                    .filter(|n| n.contains(devstack::verify::PROBE_PREFIX))
+            };
+            let mut created = None;
+            let watching = async {
+                while let Some(event) = events.next().await {
+                    match event {
+                        Ok(Event::InitDone) => {
+                            let _ = ready_tx.send(());
+                        }
+                        Ok(Event::Apply(o)) if created.is_none() => created = is_probe(&o),
+                        Ok(Event::Delete(o)) if created.is_some() && is_probe(&o) == created => {
+                            return created.clone();
+                        }
+                        _ => {}
+                    }
+                }
+                None
+            };
+            let name = tokio::time::timeout(std::time::Duration::from_secs(120), watching)
+                .await
+                .ok()
+                .flatten()?;
+            let secrets: Api<Secret> = Api::namespaced(client, &namespace);
+            let late: Secret = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": namespace},
+                "stringData": {"value": "written-late"},
+            }))
+            .unwrap();
+            // Already there (ESO's own late write) serves as well.
+            let _ = secrets.create(&PostParams::default(), &late).await;
+            Some(name)
+        })
+    });
+    ready_rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the stand-in's watch of ExternalSecrets");
+    writer
 }
 
 /// The image the stack's ESO operator Deployment runs.
