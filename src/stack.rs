@@ -439,16 +439,20 @@ impl Stack {
         }
 
         let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
-        // Lives until `up` returns.
-        let _crashed_pods = if restore.is_some() {
+        if restore.is_some() {
             let engine = docker::shared(docker);
             crate::snapshot::correct_node_addresses(engine.as_ref(), settings, &client).await?;
-            Some(AbortOnDrop(tokio::spawn(recreate_crashed_pods(
+        }
+        // A node that starts again (restored, or its container restarted)
+        // crashes its pods the same way; on a node that did not, there is
+        // nothing to find. Lives until `up` returns.
+        let recreated_pods = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let _crashed_pods = (restore.is_some() || existed).then(|| {
+            AbortOnDrop(tokio::spawn(recreate_crashed_pods(
                 client.clone(),
-            ))))
-        } else {
-            None
-        };
+                recreated_pods.clone(),
+            )))
+        });
         runner
             .step("LocalStack route for pods", None, |_| async {
                 let routed =
@@ -497,6 +501,14 @@ impl Stack {
         } else {
             None
         };
+        if existed {
+            let recreated = recreated_pods.lock().map(|p| p.clone()).unwrap_or_default();
+            repaired.extend(
+                recreated
+                    .into_iter()
+                    .map(|pod| format!("pod {pod} crashed as its node started: recreated it")),
+            );
+        }
         for repair in &repaired {
             self.ui.info(format!("  repaired: {repair}"));
         }
@@ -782,11 +794,15 @@ async fn missing_flux_objects(client: &kube::Client) -> BTreeSet<String> {
     missing
 }
 
-/// Gives the restored cluster's own pods that crashed while the API server
-/// did not yet serve its certificate a fresh start (see
+/// Gives the cluster's own pods that crashed while a node that started
+/// again (restored, or its container restarted) did not yet serve its API
+/// certificate a fresh start (see
 /// [`crate::k8s::sandbox::recreate_crashed_pods`]): otherwise the Flux
-/// controllers come back only after kubelet's 10 + 20 s back-off.
-async fn recreate_crashed_pods(client: kube::Client) {
+/// controllers and ESO come back only after kubelet's 10 + 20 s back-off.
+async fn recreate_crashed_pods(
+    client: kube::Client,
+    recreated: Arc<std::sync::Mutex<Vec<String>>>,
+) {
     let namespaces = [
         "kube-system",
         crate::gitops::FLUX_NAMESPACE,
@@ -796,7 +812,12 @@ async fn recreate_crashed_pods(client: kube::Client) {
         client,
         &namespaces,
         Duration::from_secs(120),
-        |pod| tracing::info!("recreated pod {pod}: it crashed as the restored node started"),
+        |pod| {
+            tracing::info!("recreated pod {pod}: it crashed as its node started");
+            if let Ok(mut pods) = recreated.lock() {
+                pods.push(pod.to_string());
+            }
+        },
     )
     .await
 }

@@ -69,8 +69,9 @@ pub async fn recreate_pods_whose_sandbox_failed(
 
 /// For `limit`, deletes each pod in `namespaces` that is waiting to restart
 /// a container that failed, once per pod (its controller replaces it at
-/// once), and calls `recreated` with its namespace and name. A restored K3s
-/// node starts its pods before its API server serves its own certificate:
+/// once), and calls `recreated` with its namespace and name. A K3s node
+/// that starts again (restored, or its container restarted) starts its
+/// pods before its API server serves its own certificate:
 /// controllers that talk to the API server exit at once ("certificate ...
 /// doesn't contain any IP SANs") and kubelet restarts them only after 10 s,
 /// then 20 s. Start it once the API server serves.
