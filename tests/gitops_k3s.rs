@@ -142,6 +142,53 @@ fn chain_installs_race_free_and_sync_applies_edits() {
             .any(|a| a == "--feature-gates=CancelHealthCheckOnNewRevision=true")),
         "kustomize-controller runs with the health-check gate: {args}"
     );
+    // Flux's downloads need no cluster DNS: artifacts are advertised at the
+    // source-controller Service's cluster IP, and the Bucket reaches
+    // LocalStack at its Service's.
+    let cluster_ip = |namespace: &str, name: &str| {
+        get_json(&rt, &client, "v1", "Service", Some(namespace), name)
+            .unwrap_or_else(|| panic!("Service {namespace}/{name}"))["spec"]["clusterIP"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let source_ip = cluster_ip("flux-system", "source-controller");
+    let source = get_json(
+        &rt,
+        &client,
+        "apps/v1",
+        "Deployment",
+        Some("flux-system"),
+        "source-controller",
+    )
+    .unwrap();
+    let args = &source["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        args.as_array().is_some_and(|args| args
+            .iter()
+            .any(|a| *a == format!("--storage-adv-addr={source_ip}"))),
+        "the source-controller advertises {source_ip}: {args}"
+    );
+    let bucket = get_json(
+        &rt,
+        &client,
+        "source.toolkit.fluxcd.io/v1",
+        "Bucket",
+        Some("flux-system"),
+        "devstack",
+    )
+    .unwrap();
+    let url = bucket["status"]["artifact"]["url"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        url.starts_with(&format!("http://{source_ip}/")),
+        "the Bucket's artifact is served at the cluster IP: {url}"
+    );
+    assert_eq!(
+        bucket["spec"]["endpoint"],
+        format!("{}:4566", cluster_ip("localstack", "localstack"))
+    );
     let facts = get_json(
         &rt,
         &client,

@@ -228,6 +228,41 @@ fn cancel_health_checks_on_requeue(container: &mut Value) {
     }
 }
 
+const SOURCE_CONTROLLER: &str = "source-controller";
+
+/// The source-controller advertises its artifacts at its Service's DNS
+/// name, so every download by kustomize-controller and helm-controller
+/// first asks CoreDNS. On a node that starts again (a restart, a restore)
+/// every pod starts at once: their first downloads met a CoreDNS not yet
+/// serving ("connection refused"), and Flux's fetcher waits 5 s before it
+/// tries again (fluxcd/pkg/http/fetch). Its cluster IP needs no DNS and
+/// lasts as long as the Service.
+fn advertise_artifacts_at(docs: &mut [Value], host: &str) {
+    const FLAG: &str = "--storage-adv-addr";
+    let wanted = Value::String(format!("{FLAG}={host}"));
+    for doc in docs
+        .iter_mut()
+        .filter(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == SOURCE_CONTROLLER)
+    {
+        let Some(containers) = doc["spec"]["template"]["spec"]["containers"].as_array_mut() else {
+            continue;
+        };
+        for args in containers
+            .iter_mut()
+            .filter(|c| c["name"] == "manager")
+            .filter_map(|c| c["args"].as_array_mut())
+        {
+            match args.iter_mut().find(|a| {
+                a.as_str()
+                    .is_some_and(|a| a.split('=').next() == Some(FLAG))
+            }) {
+                Some(arg) => *arg = wanted.clone(),
+                None => args.push(wanted.clone()),
+            }
+        }
+    }
+}
+
 /// A Deployment made by an earlier install rolls its pods (both run for a
 /// while); switching it to `Recreate` must drop the rolling-update
 /// parameters in the same change, which server-side apply cannot do (it
@@ -278,8 +313,17 @@ pub async fn install(
     ));
     let span = step.span(format!("{} install objects applied", docs.len()));
     let applied = async {
-        switch_to_recreate(client, &docs).await?;
-        apply::apply_all(client, &docs, budget).await
+        // The controllers go last: the source-controller's arguments need
+        // the cluster IP its Service is given.
+        let (mut controllers, rest): (Vec<Value>, Vec<Value>) =
+            docs.into_iter().partition(|d| d["kind"] == "Deployment");
+        switch_to_recreate(client, &controllers).await?;
+        let mut applied = apply::apply_all(client, &rest, budget).await?;
+        if let Some(host) = crate::k8s::service_host(client, NAMESPACE, SOURCE_CONTROLLER).await? {
+            advertise_artifacts_at(&mut controllers, &host);
+        }
+        applied += apply::apply_all(client, &controllers, budget).await?;
+        Ok::<_, Error>(applied)
     };
     let objects = span.finish(applied.await)?;
     let span = step.span("controllers Available");
@@ -369,6 +413,43 @@ mod tests {
             json!(["--feature-gates=CancelHealthCheckOnNewRevision=false"])
         );
         assert_eq!(args(3), json!(["--log-level=info"]));
+    }
+
+    #[test]
+    fn the_source_controller_advertises_artifacts_at_its_cluster_ip() {
+        let deployment = |name: &str, args: Value| {
+            json!({"kind": "Deployment", "metadata": {"name": name}, "spec": {"template": {"spec": {"containers": [
+                {"name": "manager", "args": args}]}}}})
+        };
+        let mut docs = vec![
+            deployment(
+                "source-controller",
+                json!([
+                    "--events-addr=",
+                    "--storage-adv-addr=source-controller.$(RUNTIME_NAMESPACE).svc.cluster.local.",
+                    "--storage-path=/data"
+                ]),
+            ),
+            deployment("source-controller", json!(["--log-level=info"])),
+            deployment("kustomize-controller", json!(["--log-level=info"])),
+            json!({"kind": "Service", "metadata": {"name": "source-controller"}, "spec": {}}),
+        ];
+        advertise_artifacts_at(&mut docs, "10.43.7.9");
+        let args = |i: usize| docs[i]["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+        assert_eq!(
+            args(0),
+            json!([
+                "--events-addr=",
+                "--storage-adv-addr=10.43.7.9",
+                "--storage-path=/data"
+            ])
+        );
+        assert_eq!(
+            args(1),
+            json!(["--log-level=info", "--storage-adv-addr=10.43.7.9"])
+        );
+        assert_eq!(args(2), json!(["--log-level=info"]));
+        assert_eq!(docs[3]["spec"], json!({}));
     }
 
     #[test]

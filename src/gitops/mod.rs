@@ -181,7 +181,8 @@ async fn sync(
                 // fact may be substituted there.
                 let used = |key: &str| !local || source::substitutes(objects, key);
                 let facts_changed = source::facts_differ(client, &facts, &used).await;
-                let flux_objects = source::flux_objects(settings, &facts);
+                let bucket_endpoint = crate::k8s::localstack_in_cluster_address(client).await;
+                let flux_objects = source::flux_objects(settings, &facts, &bucket_endpoint);
                 let span = step.span("source, facts and root Kustomization applied");
                 span.finish(apply::apply_all(client, &flux_objects, budget).await)?;
                 if refill {

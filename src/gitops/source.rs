@@ -356,9 +356,12 @@ pub async fn secret_arns(settings: &Settings) -> BTreeMap<String, String> {
 /// The Flux objects that make the source and the root Kustomization: the
 /// bucket's credentials, the source itself, the facts ConfigMap, the ESO
 /// values ConfigMap, and the root Kustomization applying the manifests.
+/// `bucket_endpoint`: where the source-controller reaches LocalStack
+/// (`host:port`, see [`crate::k8s::localstack_in_cluster_address`]).
 pub fn flux_objects(
     settings: &Settings,
     facts: &BTreeMap<String, String>,
+    bucket_endpoint: &str,
 ) -> Vec<serde_json::Value> {
     let ns = super::FLUX_NAMESPACE;
     let labels =
@@ -373,14 +376,13 @@ pub fn flux_objects(
     })];
     // The bucket also carries offline ESO artifacts, so it exists for git
     // sources too; it is only the manifests' source when `source: local`.
-    let endpoint = crate::k8s::localstack_in_cluster_url();
     objects.push(json!({
         "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "Bucket",
         "metadata": {"name": SOURCE_NAME, "namespace": ns, "labels": labels},
         "spec": {
             "provider": "generic",
             "bucketName": BUCKET,
-            "endpoint": endpoint.trim_start_matches("http://"),
+            "endpoint": bucket_endpoint,
             "insecure": true,
             "region": settings.localstack.region,
             "interval": interval,

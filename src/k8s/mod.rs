@@ -194,6 +194,44 @@ pub fn localstack_in_cluster_url() -> String {
     )
 }
 
+/// The cluster IP of Service `namespace/name` as a URL host (IPv6 in
+/// brackets); `None` for a headless Service or one not given an IP yet.
+pub async fn service_host(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<String>, Error> {
+    use k8s_openapi::api::core::v1::Service;
+    let api: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let service = api
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::internal(format!("read Service {namespace}/{name}: {e}")))?;
+    let ip = service
+        .and_then(|s| s.spec)
+        .and_then(|s| s.cluster_ip)
+        .filter(|ip| !ip.is_empty() && ip != "None");
+    Ok(ip.map(|ip| {
+        if ip.contains(':') {
+            format!("[{ip}]")
+        } else {
+            ip
+        }
+    }))
+}
+
+/// LocalStack's address for pods by its Service's cluster IP, which needs
+/// no cluster DNS: a pod that starts with its node (a restart, a restore)
+/// reaches it before CoreDNS serves. The DNS name when the IP is unknown.
+pub async fn localstack_in_cluster_address(client: &kube::Client) -> String {
+    match service_host(client, LOCALSTACK_NAMESPACE, LOCALSTACK_SERVICE).await {
+        Ok(Some(host)) => format!("{host}:{LOCALSTACK_PORT}"),
+        _ => localstack_in_cluster_url()
+            .trim_start_matches("http://")
+            .to_string(),
+    }
+}
+
 /// Points the selectorless `localstack` Service at the container's address
 /// on the stack network. Re-run whenever that address may have changed.
 pub async fn route_localstack(client: &kube::Client, container_ip: &str) -> Result<(), Error> {
