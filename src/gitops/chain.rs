@@ -502,24 +502,28 @@ async fn watch_chain(
                             Some(true),
                         );
                     }
-                    let leave_alone = match levels
+                    let (leave_alone, requeued) = match levels
                         .get(i + 1)
                         .and_then(|l| watched_kustomizations.get(l.name))
                     {
                         Some(next) => {
                             let next = serde_json::to_value(next).unwrap_or_default();
                             let current = source_revision(client, &next).await;
-                            not_reconciled_yet(&next)
+                            let requeued =
+                                dependency_requeued(&next, levels[i + 1].requested.as_deref());
+                            let leave_alone = not_reconciled_yet(&next)
                                 || (!options.nudge_settled
+                                    && !requeued
                                     && (settled(&next, current.as_deref())
-                                        || applying_current(&next, current.as_deref())))
+                                        || applying_current(&next, current.as_deref())));
+                            (leave_alone, requeued)
                         }
-                        None => false,
+                        None => (false, false),
                     };
                     if options.nudge
                         && !leave_alone
                         && let Some(next) = levels.get_mut(i + 1)
-                        && next.requested.is_none()
+                        && (next.requested.is_none() || requeued)
                     {
                         // The next level may not exist until this one applied
                         // it; then Flux reconciles it on creation anyway.
@@ -528,8 +532,14 @@ async fn watch_chain(
                 }
             } else {
                 levels[i].ready_at = None;
+                // Only once the level it depends on is Ready: the new
+                // reconcile checks the dependency again first, and one not
+                // Ready (after a restart every level reconciles at once)
+                // sends it to Flux's 30 s dependency requeue.
+                let dependency_ready = i == 0 || levels[i - 1].ready_at.is_some();
                 if options.nudge
                     && !levels[i].health_nudged
+                    && dependency_ready
                     && checking_health(&object)
                     && health_checks_pass(&object, &releases, &deployments)
                 {
@@ -638,6 +648,16 @@ fn not_reconciled_yet(kustomization: &Value) -> bool {
     kustomization["status"]["conditions"]
         .as_array()
         .is_none_or(Vec::is_empty)
+}
+
+/// Whether Flux handled the reconcile requested with `token` by finding a
+/// dependency not Ready: it then waits its 30 s dependency requeue, which a
+/// new request, once the dependency is Ready, cuts short.
+fn dependency_requeued(kustomization: &Value, token: Option<&str>) -> bool {
+    token.is_some()
+        && handled(kustomization, token)
+        && ready_condition(kustomization)
+            .is_some_and(|c| !c.is_true() && c.reason.as_deref() == Some("DependencyNotReady"))
 }
 
 /// Whether kustomize-controller is waiting on a Kustomization's health
@@ -905,6 +925,35 @@ mod tests {
         assert!(!applying_current(
             &ks("False", "Succeeded", applying, 2),
             Some("sha256:a")
+        ));
+    }
+
+    #[test]
+    fn a_request_flux_sent_to_its_dependency_requeue_is_asked_again() {
+        let ks = |handled: &str, status: &str, reason: &str| {
+            json!({"status": {"lastHandledReconcileAt": handled, "conditions": [
+                {"type": "Ready", "status": status, "reason": reason, "message": "dependency not ready"}]}})
+        };
+        assert!(dependency_requeued(
+            &ks("t1", "False", "DependencyNotReady"),
+            Some("t1")
+        ));
+        // Not our request, none of ours, or another outcome.
+        assert!(!dependency_requeued(
+            &ks("t0", "False", "DependencyNotReady"),
+            Some("t1")
+        ));
+        assert!(!dependency_requeued(
+            &ks("t1", "False", "DependencyNotReady"),
+            None
+        ));
+        assert!(!dependency_requeued(
+            &ks("t1", "True", "ReconciliationSucceeded"),
+            Some("t1")
+        ));
+        assert!(!dependency_requeued(
+            &ks("t1", "False", "HealthCheckFailed"),
+            Some("t1")
         ));
     }
 
