@@ -420,26 +420,34 @@ async fn bounded(
 
 /// Deletes an object and returns once it is gone: an accepted delete is not
 /// yet a removal (a finalizer, or a controller still holding it, keeps it
-/// listed), and a caller told "removed" must not find it right after.
+/// listed), and a caller told "removed" must not find it right after. An
+/// object written again after the delete (listed, not being deleted) is
+/// deleted again rather than waited on: it would never go by itself.
 /// The caller bounds the whole of it.
 async fn delete_object<K>(api: Api<K>, name: String) -> Result<(), String>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    match api.delete(&name, &DeleteParams::background()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
-        Err(e) => return Err(e.to_string()),
+    loop {
+        match api.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+        }
+        let budget = Budget::new(CLEANUP_REQUEST_TIMEOUT, "timeouts.verify");
+        let left = Wait::new(name.clone(), "gone", budget)
+            .object(api.clone(), &name, |object| match object {
+                None => Verdict::Done,
+                Some(o) if kube::Resource::meta(o).deletion_timestamp.is_none() => Verdict::Done,
+                Some(_) => Verdict::Waiting("still listed".into()),
+            })
+            .await
+            .map_err(|e| e.message().to_string())?;
+        if left.is_none() {
+            return Ok(());
+        }
+        tracing::debug!("{name} is listed again after its delete; deleting it again");
     }
-    let budget = Budget::new(CLEANUP_REQUEST_TIMEOUT, "timeouts.verify");
-    Wait::new(name.clone(), "gone", budget)
-        .object(api, &name, |object| match object {
-            None => Verdict::Done,
-            Some(_) => Verdict::Waiting("still listed".into()),
-        })
-        .await
-        .map(|_| ())
-        .map_err(|e| e.message().to_string())
 }
 
 /// How long an interrupted round trip's cleanup watches for a probe Secret
