@@ -230,6 +230,19 @@ fn cancel_health_checks_on_requeue(container: &mut Value) {
 
 const SOURCE_CONTROLLER: &str = "source-controller";
 
+/// The objects the source-controller's Service needs to exist: itself and
+/// its Namespace.
+fn is_artifact_service_or_namespace(doc: &Value) -> bool {
+    match doc["kind"].as_str() {
+        Some("Namespace") => doc["metadata"]["name"] == NAMESPACE,
+        Some("Service") => {
+            doc["metadata"]["name"] == SOURCE_CONTROLLER
+                && doc["metadata"]["namespace"] == NAMESPACE
+        }
+        _ => false,
+    }
+}
+
 /// The source-controller advertises its artifacts at its Service's DNS
 /// name, so every download by kustomize-controller and helm-controller
 /// first asks CoreDNS. On a node that starts again (a restart, a restore)
@@ -313,17 +326,24 @@ pub async fn install(
     ));
     let span = step.span(format!("{} install objects applied", docs.len()));
     let applied = async {
-        // The controllers go last: the source-controller's arguments need
-        // the cluster IP its Service is given.
-        let (mut controllers, rest): (Vec<Value>, Vec<Value>) =
-            docs.into_iter().partition(|d| d["kind"] == "Deployment");
-        switch_to_recreate(client, &controllers).await?;
-        let mut applied = apply::apply_all(client, &rest, budget).await?;
-        if let Some(host) = crate::k8s::service_host(client, NAMESPACE, SOURCE_CONTROLLER).await? {
-            advertise_artifacts_at(&mut controllers, &host);
+        let mut docs = docs;
+        switch_to_recreate(client, &docs).await?;
+        // The source-controller's arguments need the cluster IP its Service
+        // is given: an existing cluster has it; a new one gets the Service
+        // (and its Namespace) first, applied alone.
+        let host = match crate::k8s::service_host(client, NAMESPACE, SOURCE_CONTROLLER).await? {
+            Some(host) => Some(host),
+            None => {
+                for doc in docs.iter().filter(|d| is_artifact_service_or_namespace(d)) {
+                    crate::k8s::apply(client, doc).await?;
+                }
+                crate::k8s::service_host(client, NAMESPACE, SOURCE_CONTROLLER).await?
+            }
+        };
+        if let Some(host) = host {
+            advertise_artifacts_at(&mut docs, &host);
         }
-        applied += apply::apply_all(client, &controllers, budget).await?;
-        Ok::<_, Error>(applied)
+        apply::apply_all(client, &docs, budget).await
     };
     let objects = span.finish(applied.await)?;
     let span = step.span("controllers Available");
@@ -450,6 +470,19 @@ mod tests {
         );
         assert_eq!(args(2), json!(["--log-level=info"]));
         assert_eq!(docs[3]["spec"], json!({}));
+    }
+
+    #[test]
+    fn a_new_cluster_gets_the_artifact_service_and_its_namespace_first() {
+        let docs = [
+            json!({"kind": "Namespace", "metadata": {"name": "flux-system"}}),
+            json!({"kind": "Namespace", "metadata": {"name": "other"}}),
+            json!({"kind": "Service", "metadata": {"name": "source-controller", "namespace": "flux-system"}}),
+            json!({"kind": "Service", "metadata": {"name": "webhook-receiver", "namespace": "flux-system"}}),
+            json!({"kind": "Deployment", "metadata": {"name": "source-controller", "namespace": "flux-system"}}),
+        ];
+        let first: Vec<bool> = docs.iter().map(is_artifact_service_or_namespace).collect();
+        assert_eq!(first, [true, false, true, false, false]);
     }
 
     #[test]
