@@ -52,13 +52,39 @@ const WAITING_REASONS: &[&str] = &[
 /// before, so the custom resources' level applies while the webhook's pod
 /// is coming back; Flux retries it. A webhook that answers and denies is a
 /// failure.
+///
+/// A download the artifact server refused waits as well: devstack asks a
+/// level again, helm-controller retries by itself (see
+/// `artifact_server_not_serving`).
 fn waiting(reason: &str, message: &str) -> bool {
     WAITING_REASONS.contains(&reason)
         || (reason == "ArtifactFailed"
             && (message.starts_with("Source artifact not found")
-                || (message.starts_with("Source '") && message.ends_with("' not found"))))
+                || (message.starts_with("Source '") && message.ends_with("' not found"))
+                || artifact_server_not_serving(message)))
         || (reason == "ReconciliationFailed" && webhook_not_serving(message))
 }
+
+/// A Flux controller's download of a source's artifact met the
+/// source-controller not serving yet. After a restart (or a restore) the
+/// controllers start together and the first downloads race the artifact
+/// server; Flux's fetchers would wait 5 s before trying again, so
+/// devstack's Flux install makes a download fail at once (`--http-retry=0`)
+/// and the chain asks for the level again (`REFUSED_DOWNLOAD_PAUSE`).
+///
+/// The message is Flux's HTTP client's (`GET URL giving up after 1
+/// attempt(s): ...`), in kustomize-controller's "failed to download
+/// archive" and helm-controller's "Could not load chart" alike.
+fn artifact_server_not_serving(message: &str) -> bool {
+    message.contains(" giving up after ")
+        && ["connection refused", "no route to host"]
+            .iter()
+            .any(|m| message.contains(m))
+}
+
+/// Between a download the artifact server refused and the request to try
+/// again: a server that starts within it is not asked many times over.
+const REFUSED_DOWNLOAD_PAUSE: Duration = Duration::from_millis(300);
 
 fn webhook_not_serving(message: &str) -> bool {
     const UNREACHABLE: &[&str] = &[
@@ -438,6 +464,7 @@ async fn watch_chain(
             continue;
         }
         let mut blocking: Option<String> = None;
+        let mut refused_downloads = Vec::new();
         for i in 0..levels.len() {
             let name = levels[i].name;
             let object = watched_kustomizations.get(name);
@@ -532,6 +559,15 @@ async fn watch_chain(
                 }
             } else {
                 levels[i].ready_at = None;
+                if options.nudge
+                    && condition.as_ref().is_some_and(|c| {
+                        c.status == "False"
+                            && artifact_server_not_serving(c.message.as_deref().unwrap_or_default())
+                    })
+                    && handled(&object, levels[i].requested.as_deref())
+                {
+                    refused_downloads.push(i);
+                }
                 // Only once the level it depends on is Ready: the new
                 // reconcile checks the dependency again first, and one not
                 // Ready (after a restart every level reconciles at once)
@@ -559,6 +595,14 @@ async fn watch_chain(
                     .map(|c| c.summary())
                     .unwrap_or_else(|| "not reconciled yet".into());
                 blocking.get_or_insert(format!("Kustomization {FLUX_NAMESPACE}/{name}: {why}"));
+            }
+        }
+        if !refused_downloads.is_empty() {
+            tokio::time::sleep(REFUSED_DOWNLOAD_PAUSE).await;
+            for i in refused_downloads {
+                if let Ok(token) = request_reconcile(&ks, levels[i].name).await {
+                    levels[i].requested = Some(token);
+                }
             }
         }
         let release = releases
@@ -720,9 +764,18 @@ fn health_checks_pass(
         })
 }
 
-/// The HelmRelease is Ready for its current spec.
+/// The HelmRelease is Ready for its current spec and no reconcile of it is
+/// under way: kstatus (Flux's health check) reads `Reconciling` as in
+/// progress, whatever Ready says. After a restart the release keeps Ready
+/// from before while helm-controller fetches its chart again; a health
+/// nudge sent then found Flux's check not passing and its next poll came
+/// 5 s later.
 fn release_is_ready(release: &Value) -> bool {
-    conditions::is_ready(release) && observed_current(release)
+    let underway = |type_: &str| conditions::condition(release, type_).is_some_and(|c| c.is_true());
+    conditions::is_ready(release)
+        && observed_current(release)
+        && !underway("Reconciling")
+        && !underway("Stalled")
 }
 
 /// kstatus's "Current" for a Deployment: its current spec rolled out, every
@@ -845,6 +898,21 @@ mod tests {
         assert!(health_checks_pass(&level, &release("True"), &available));
         // Any named object not healthy, or not there: no.
         assert!(!health_checks_pass(&level, &release("False"), &available));
+        // Ready from before while helm-controller reconciles it again (a
+        // restart): not yet, as kstatus reads it.
+        for underway in ["Reconciling", "Stalled"] {
+            let mut again = release("True");
+            let mut object = serde_json::to_value(again.get("external-secrets").unwrap()).unwrap();
+            object["status"]["conditions"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"type": underway, "status": "True", "reason": "Progressing"}));
+            again = objects(vec![object]);
+            assert!(
+                !health_checks_pass(&level, &again, &available),
+                "{underway}"
+            );
+        }
         assert!(!health_checks_pass(&level, &objects(vec![]), &available));
         for not_yet in [
             deployment("external-secrets-webhook", 3, 3, 0),
@@ -1054,7 +1122,25 @@ mod tests {
             "Source 'Bucket/flux-system/devstack' not found"
         ));
         assert!(waiting("DependencyNotReady", "dependency not ready"));
-        // A download that failed is a failure, as is anything else.
+        // A download the artifact server refused (kustomize-controller
+        // v1.9.5 with `--http-retry=0`, its source-controller starting):
+        // devstack asks again.
+        assert!(waiting(
+            "ArtifactFailed",
+            "failed to download archive: GET http://10.43.150.30/bucket/flux-system/devstack/050d.tar.gz giving up after 1 attempt(s): Get \"http://10.43.150.30/bucket/flux-system/devstack/050d.tar.gz\": dial tcp 10.43.150.30:80: connect: connection refused"
+        ));
+        // helm-controller v1.6.4's, loading the chart (condition, event).
+        let chart = "GET http://10.43.150.30/helmchart/flux-system/external-secrets/external-secrets-2.9.0.tgz giving up after 1 attempt(s): Get \"http://10.43.150.30/helmchart/flux-system/external-secrets/external-secrets-2.9.0.tgz\": dial tcp 10.43.150.30:80: connect: connection refused";
+        assert!(waiting(
+            "ArtifactFailed",
+            &format!("Could not load chart: {chart}")
+        ));
+        assert!(waiting("ArtifactFailed", chart));
+        // A download that failed otherwise is a failure, as is anything else.
+        assert!(!waiting(
+            "ArtifactFailed",
+            "failed to download archive from http://10.43.150.30/x.tar.gz (status: 500 Internal Server Error)"
+        ));
         assert!(!waiting(
             "ArtifactFailed",
             "failed to download artifact: HTTP status 500"

@@ -153,6 +153,8 @@ fn tuned_controllers(docs: Vec<Value>) -> Vec<Value> {
             }
             doc["spec"]["strategy"] = serde_json::json!({"type": "Recreate"});
             let is_kustomize_controller = doc["metadata"]["name"] == "kustomize-controller";
+            let downloads_artifacts =
+                is_kustomize_controller || doc["metadata"]["name"] == "helm-controller";
             retry_name_lookups_every_second(&mut doc["spec"]["template"]["spec"]);
             if let Some(containers) = doc["spec"]["template"]["spec"]["containers"].as_array_mut() {
                 for container in containers {
@@ -165,6 +167,9 @@ fn tuned_controllers(docs: Vec<Value>) -> Vec<Value> {
                     probe_readiness_every_second(container);
                     if is_kustomize_controller {
                         cancel_health_checks_on_requeue(container);
+                    }
+                    if downloads_artifacts {
+                        download_artifacts_once(container);
                     }
                 }
             }
@@ -226,6 +231,23 @@ fn cancel_health_checks_on_requeue(container: &mut Value) {
         }
         None => args.push(Value::String(format!("--feature-gates={GATE}"))),
     }
+}
+
+/// One download per attempt. Flux's fetchers wait 5 s (then 10 s, 20 s,
+/// ...) before trying a refused download again; after a restart the first
+/// downloads race the artifact server that starts beside them and all of
+/// them paid that wait. Failed at once, a level is asked again by the
+/// chain within a moment (`chain::artifact_server_not_serving`; without
+/// devstack Flux tries again at the level's `retryInterval`), and
+/// helm-controller retries the HelmRelease itself within a second (its
+/// failure back-off starts at 750 ms).
+fn download_artifacts_once(container: &mut Value) {
+    const FLAG: &str = "--http-retry";
+    let Some(args) = container["args"].as_array_mut() else {
+        return;
+    };
+    args.retain(|a| a.as_str().is_none_or(|a| a.split('=').next() != Some(FLAG)));
+    args.push(Value::String(format!("{FLAG}=0")));
 }
 
 const SOURCE_CONTROLLER: &str = "source-controller";
@@ -381,7 +403,11 @@ mod tests {
         let tuned = tuned_controllers(docs);
         assert_eq!(
             tuned[0]["spec"]["template"]["spec"]["containers"][0]["args"],
-            json!(["--watch-all-namespaces", "--log-level=info"])
+            json!([
+                "--watch-all-namespaces",
+                "--log-level=info",
+                "--http-retry=0"
+            ])
         );
         assert_eq!(tuned[0]["spec"]["strategy"], json!({"type": "Recreate"}));
         assert_eq!(
@@ -396,7 +422,7 @@ mod tests {
     }
 
     #[test]
-    fn only_kustomize_controller_cancels_health_checks_on_requeue() {
+    fn only_kustomize_controller_cancels_health_checks_on_requeue_and_flux_downloads_once() {
         let deployment = |name: &str, args: Value| {
             json!({"kind": "Deployment", "metadata": {"name": name}, "spec": {"template": {"spec": {"containers": [
                 {"name": "manager", "args": args}]}}}})
@@ -405,7 +431,10 @@ mod tests {
             deployment("kustomize-controller", json!(["--log-level=info"])),
             deployment(
                 "kustomize-controller",
-                json!(["--feature-gates=StrictPostBuildSubstitutions=true"]),
+                json!([
+                    "--feature-gates=StrictPostBuildSubstitutions=true",
+                    "--http-retry=9"
+                ]),
             ),
             deployment(
                 "kustomize-controller",
@@ -418,21 +447,26 @@ mod tests {
             args(0),
             json!([
                 "--log-level=info",
-                "--feature-gates=CancelHealthCheckOnNewRevision=true"
+                "--feature-gates=CancelHealthCheckOnNewRevision=true",
+                "--http-retry=0"
             ])
         );
         assert_eq!(
             args(1),
             json!([
-                "--feature-gates=StrictPostBuildSubstitutions=true,CancelHealthCheckOnNewRevision=true"
+                "--feature-gates=StrictPostBuildSubstitutions=true,CancelHealthCheckOnNewRevision=true",
+                "--http-retry=0"
             ])
         );
         // A gate the install sets on purpose is left as it is.
         assert_eq!(
             args(2),
-            json!(["--feature-gates=CancelHealthCheckOnNewRevision=false"])
+            json!([
+                "--feature-gates=CancelHealthCheckOnNewRevision=false",
+                "--http-retry=0"
+            ])
         );
-        assert_eq!(args(3), json!(["--log-level=info"]));
+        assert_eq!(args(3), json!(["--log-level=info", "--http-retry=0"]));
     }
 
     #[test]
