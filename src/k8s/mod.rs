@@ -179,6 +179,17 @@ pub async fn apply(client: &kube::Client, object: &serde_json::Value) -> Result<
     .map_err(|e| Error::internal(format!("apply {kind}/{name}: {e}")))
 }
 
+/// Whether the API server reaches node `name`'s kubelet, verifying its
+/// certificate as it does for `kubectl logs` (`nodes/NAME/proxy/healthz`).
+pub async fn kubelet_reachable(client: &kube::Client, name: &str) -> bool {
+    let Ok(request) =
+        http::Request::get(format!("/api/v1/nodes/{name}/proxy/healthz")).body(Vec::new())
+    else {
+        return false;
+    };
+    client.request_text(request).await.is_ok()
+}
+
 pub const FIELD_MANAGER: &str = "devstack";
 
 /// The in-cluster name pods use for LocalStack, on either provider.

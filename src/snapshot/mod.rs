@@ -823,14 +823,16 @@ pub async fn restore_nodes(
 /// network. A node that could not keep its address is registered with the
 /// old one until K3s's cloud controller next updates it (minutes later),
 /// and the API server reaches kubelets by it: `kubectl logs` and `exec`
-/// would fail on the kubelet's certificate until then.
+/// would fail on the kubelet's certificate until then. Returns the nodes
+/// whose address changed.
 pub async fn correct_node_addresses(
     engine: &dyn Engine,
     settings: &Settings,
     client: &kube::Client,
-) -> Result<(), Error> {
+) -> Result<Vec<String>, Error> {
     use k8s_openapi::api::core::v1::Node;
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    let mut corrected = Vec::new();
     for node in k3s::saved_cluster(engine, settings).await?.nodes {
         let Some(ip) = node.ip else { continue };
         let registered = nodes
@@ -861,8 +863,40 @@ pub async fn correct_node_addresses(
                 Error::internal(format!("update the address of node {}", node.identity))
                     .with_source(e)
             })?;
+        corrected.push(node.identity);
     }
-    Ok(())
+    Ok(corrected)
+}
+
+/// How long a restore waits for the kubelets of nodes that moved to serve
+/// a certificate for their new address.
+pub const KUBELET_CERTIFICATE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Waits until the API server reaches each of `nodes`' kubelets (what
+/// `kubectl logs` and `exec` need). A node that moved starts its kubelet
+/// with the certificate it had, for its old address, and K3s issues one
+/// for the new address moments later; a restore that returned before that
+/// left `kubectl logs` failing on the certificate. A kubelet still not
+/// reached after `limit` is only reported: the stack itself works.
+pub async fn wait_kubelets_reachable(
+    client: kube::Client,
+    nodes: Vec<String>,
+    limit: std::time::Duration,
+) {
+    let deadline = tokio::time::Instant::now() + limit;
+    for node in nodes {
+        while !crate::k8s::kubelet_reachable(&client, &node).await {
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(
+                    "the API server does not reach node {node}'s kubelet yet (its certificate \
+                     is for the node's old address): `kubectl logs` and `exec` on it fail until \
+                     K3s issues a new one"
+                );
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    }
 }
 
 impl Manifest {
