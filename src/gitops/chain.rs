@@ -70,16 +70,29 @@ fn waiting(reason: &str, message: &str) -> bool {
 /// controllers start together and the first downloads race the artifact
 /// server; Flux's fetchers would wait 5 s before trying again, so
 /// devstack's Flux install makes a download fail at once (`--http-retry=0`)
-/// and the chain asks for the level again (`REFUSED_DOWNLOAD_PAUSE`).
+/// and the chain asks for the level (or the HelmRelease) again
+/// (`REFUSED_DOWNLOAD_PAUSE`).
 ///
-/// The message is Flux's HTTP client's (`GET URL giving up after 1
-/// attempt(s): ...`), in kustomize-controller's "failed to download
-/// archive" and helm-controller's "Could not load chart" alike.
+/// Refused, the message is Flux's HTTP client's (`GET URL giving up after
+/// 1 attempt(s): ...`), in kustomize-controller's "failed to download
+/// archive" and helm-controller's "Could not load chart" alike. Answered
+/// 404, each controller says the source is not ready and waits its 30 s
+/// dependency requeue, which no new source revision cuts short: seen on a
+/// restore whose downloads left the node before its kube-proxy had
+/// programmed the artifact Service (something outside answered them), and
+/// the chain then sat 30 s.
 fn artifact_server_not_serving(message: &str) -> bool {
-    message.contains(" giving up after ")
+    const ANSWERED_NOT_FOUND: &[&str] = &[
+        // kustomize-controller v1.9.5
+        "Source is not ready, artifact not found",
+        // helm-controller v1.6.4
+        "Source not ready: artifact not found",
+    ];
+    (message.contains(" giving up after ")
         && ["connection refused", "no route to host"]
             .iter()
-            .any(|m| message.contains(m))
+            .any(|m| message.contains(m)))
+        || ANSWERED_NOT_FOUND.iter().any(|m| message.starts_with(m))
 }
 
 /// Between a download the artifact server refused and the request to try
@@ -429,6 +442,9 @@ async fn watch_chain(
     let mut deployments: Objects<DynamicObject> = Objects::default();
     let mut seen = Seen::default();
     let mut looked = false;
+    // The last reconcile devstack asked of the HelmRelease, after a
+    // download its artifact server refused.
+    let mut release_requested: Option<String> = None;
     loop {
         let mut next = Some(wait.next(&mut changes, looked, &seen).await?);
         let mut changed = false;
@@ -597,36 +613,45 @@ async fn watch_chain(
                 blocking.get_or_insert(format!("Kustomization {FLUX_NAMESPACE}/{name}: {why}"));
             }
         }
-        if !refused_downloads.is_empty() {
+        let release = releases
+            .get(HELM_RELEASE.1)
+            .map(|o| serde_json::to_value(o).unwrap_or_default());
+        let mut release_ready = false;
+        let mut release_refused_download = false;
+        let mut release_state = "does not exist yet".to_string();
+        if let Some(release) = &release {
+            let condition = ready_condition(release);
+            if let Some(c) = &condition {
+                let reason = c.reason.clone().unwrap_or_default();
+                let message = c.message.as_deref().unwrap_or_default();
+                if c.status == "False" && !waiting(&reason, message) {
+                    failures.insert(Failure {
+                        object: format!("HelmRelease {}/{}", HELM_RELEASE.0, HELM_RELEASE.1),
+                        reason,
+                        message: message.to_string(),
+                    });
+                }
+                release_refused_download = options.nudge
+                    && c.status == "False"
+                    && artifact_server_not_serving(message)
+                    && handled(release, release_requested.as_deref());
+                release_ready = release_is_ready(release);
+                release_state = c.summary();
+            } else {
+                release_state = "not reconciled yet".into();
+            }
+        }
+        if !refused_downloads.is_empty() || release_refused_download {
             tokio::time::sleep(REFUSED_DOWNLOAD_PAUSE).await;
             for i in refused_downloads {
                 if let Ok(token) = request_reconcile(&ks, levels[i].name).await {
                     levels[i].requested = Some(token);
                 }
             }
-        }
-        let release = releases
-            .get(HELM_RELEASE.1)
-            .map(|o| serde_json::to_value(o).unwrap_or_default());
-        let mut release_ready = false;
-        let mut release_state = "does not exist yet".to_string();
-        if let Some(release) = &release {
-            let condition = ready_condition(release);
-            if let Some(c) = &condition {
-                let reason = c.reason.clone().unwrap_or_default();
-                if c.status == "False"
-                    && !waiting(&reason, c.message.as_deref().unwrap_or_default())
-                {
-                    failures.insert(Failure {
-                        object: format!("HelmRelease {}/{}", HELM_RELEASE.0, HELM_RELEASE.1),
-                        reason,
-                        message: c.message.clone().unwrap_or_default(),
-                    });
-                }
-                release_ready = release_is_ready(release);
-                release_state = c.summary();
-            } else {
-                release_state = "not reconciled yet".into();
+            if release_refused_download
+                && let Ok(token) = request_reconcile(&helm_releases(client), HELM_RELEASE.1).await
+            {
+                release_requested = Some(token);
             }
         }
         if blocking.is_none() && release_ready {
@@ -1136,6 +1161,18 @@ mod tests {
             &format!("Could not load chart: {chart}")
         ));
         assert!(waiting("ArtifactFailed", chart));
+        // Answered 404 (a restore's downloads that left the node before its
+        // kube-proxy knew the artifact Service): both controllers wait 30 s.
+        assert!(artifact_server_not_serving(
+            "Source is not ready, artifact not found, retrying in 30s"
+        ));
+        assert!(artifact_server_not_serving(
+            "Source not ready: artifact not found. Retrying in 30s"
+        ));
+        assert!(waiting(
+            "ArtifactFailed",
+            "Source not ready: artifact not found. Retrying in 30s"
+        ));
         // A download that failed otherwise is a failure, as is anything else.
         assert!(!waiting(
             "ArtifactFailed",
