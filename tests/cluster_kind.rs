@@ -146,6 +146,20 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
         assert!(logs.contains("secretsmanager"), "{node}: {logs}");
     }
 
+    // CoreDNS, created by kubeadm, probed every second (see
+    // `probe_coredns_readiness_every_second`).
+    let coredns: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(client.clone(), "kube-system");
+    let coredns = rt.block_on(coredns.get("coredns")).unwrap();
+    let period = coredns
+        .spec
+        .template
+        .spec
+        .and_then(|s| s.containers.into_iter().find(|c| c.name == "coredns"))
+        .and_then(|c| c.readiness_probe)
+        .and_then(|p| p.period_seconds);
+    assert_eq!(period, Some(1), "CoreDNS's readiness period");
+
     let pushed = stack.run(&profile, &["verify", "--push-secret", "--json"]);
     let report = pushed.ok().json();
     assert_push_verified(&report);

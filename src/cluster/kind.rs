@@ -1122,6 +1122,9 @@ async fn converge(
     step.progress(format!("waiting for {} node(s) Ready", nodes.len()));
     let client = crate::k8s::client_from_kubeconfig(&kubeconfig).await?;
     let budget = crate::k8s::Budget::new(settings.timeouts.cluster.get(), "timeouts.cluster");
+    if created {
+        probe_coredns_readiness_every_second(&client).await;
+    }
     crate::k8s::wait_nodes_ready(&client, nodes.len(), budget, step).await?;
     crate::k8s::wait_node_networking_ready(&client, budget, step).await?;
 
@@ -1134,6 +1137,51 @@ async fn converge(
         repaired,
         images_loaded: false,
     })
+}
+
+/// kubeadm's CoreDNS probes readiness at the kubelet's default period,
+/// 10 s, and its first probe comes as the container starts, before CoreDNS
+/// has read the cluster's Services: a CoreDNS pod of a new cluster was
+/// Ready 8-10 s after it ran, and Flux's step waited on it (its pods are
+/// often recreated, their first sandbox failing on a worker whose pod
+/// network is not up yet). Done as the cluster is created, while the pods
+/// are still pending, so the rollout it causes replaces no serving pod; a
+/// cluster `up` finds again is left as it is. K3s's own CoreDNS probes
+/// every 2 s already. Best effort: a cluster without kubeadm's CoreDNS
+/// keeps what it has.
+async fn probe_coredns_readiness_every_second(client: &kube::Client) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Patch, PatchParams};
+    let api: kube::Api<Deployment> = kube::Api::namespaced(client.clone(), "kube-system");
+    let period = |deployment: &Deployment| {
+        deployment
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.iter().find(|c| c.name == "coredns"))
+            .and_then(|c| c.readiness_probe.as_ref())
+            .map(|p| p.period_seconds.unwrap_or(10))
+    };
+    match api.get_opt("coredns").await {
+        Ok(Some(deployment)) if period(&deployment).is_some_and(|p| p > 1) => {
+            let patch = serde_json::json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "coredns", "readinessProbe": {"periodSeconds": 1}}
+            ]}}}});
+            if let Err(e) = api
+                .patch(
+                    "coredns",
+                    &PatchParams::default(),
+                    &Patch::Strategic(&patch),
+                )
+                .await
+            {
+                tracing::debug!("probe CoreDNS's readiness every second: {e}");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::debug!("read Deployment kube-system/coredns: {e}"),
+    }
 }
 
 /// Deletes what a failed `up` created, unless `--retain`, and says which.

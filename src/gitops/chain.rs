@@ -50,12 +50,11 @@ const WAITING_REASONS: &[&str] = &[
 /// An apply whose dry-run could not reach an admission webhook waits too:
 /// after a restart (or a restore) the operator level still reads Ready from
 /// before, so the custom resources' level applies while the webhook's pod
-/// is coming back; Flux retries it. A webhook that answers and denies is a
-/// failure.
+/// is coming back; devstack asks for it again (`WEBHOOK_NOT_SERVING_PAUSE`).
+/// A webhook that answers and denies is a failure.
 ///
-/// A download the artifact server refused waits as well: devstack asks a
-/// level again, helm-controller retries by itself (see
-/// `artifact_server_not_serving`).
+/// A download the artifact server refused waits as well: devstack asks the
+/// level (or the HelmRelease) again (see `artifact_server_not_serving`).
 fn waiting(reason: &str, message: &str) -> bool {
     WAITING_REASONS.contains(&reason)
         || (reason == "ArtifactFailed"
@@ -98,6 +97,25 @@ fn artifact_server_not_serving(message: &str) -> bool {
 /// Between a download the artifact server refused and the request to try
 /// again: a server that starts within it is not asked many times over.
 const REFUSED_DOWNLOAD_PAUSE: Duration = Duration::from_millis(300);
+
+/// Between an apply whose admission webhook did not answer and the request
+/// to try again. Flux itself tries again at the level's `retryInterval`
+/// (1 min): seen on Kind, where the API server reached the webhook's new
+/// pod a moment after the pod was Ready and the custom resources' level sat
+/// 60 s.
+const WEBHOOK_NOT_SERVING_PAUSE: Duration = Duration::from_secs(1);
+
+/// How long to wait before asking again for a level whose reconcile failed
+/// on something about to serve; `None` for any other failure.
+fn retry_pause(message: &str) -> Option<Duration> {
+    if artifact_server_not_serving(message) {
+        Some(REFUSED_DOWNLOAD_PAUSE)
+    } else if webhook_not_serving(message) {
+        Some(WEBHOOK_NOT_SERVING_PAUSE)
+    } else {
+        None
+    }
+}
 
 fn webhook_not_serving(message: &str) -> bool {
     const UNREACHABLE: &[&str] = &[
@@ -480,7 +498,10 @@ async fn watch_chain(
             continue;
         }
         let mut blocking: Option<String> = None;
-        let mut refused_downloads = Vec::new();
+        // Levels whose reconcile met something not serving yet, asked
+        // again after the longest of their pauses.
+        let mut ask_again = Vec::new();
+        let mut pause_before_asking = Duration::ZERO;
         for i in 0..levels.len() {
             let name = levels[i].name;
             let object = watched_kustomizations.get(name);
@@ -576,13 +597,20 @@ async fn watch_chain(
             } else {
                 levels[i].ready_at = None;
                 if options.nudge
-                    && condition.as_ref().is_some_and(|c| {
-                        c.status == "False"
-                            && artifact_server_not_serving(c.message.as_deref().unwrap_or_default())
-                    })
+                    && let Some(pause) = condition
+                        .as_ref()
+                        .filter(|c| {
+                            c.status == "False"
+                                && waiting(
+                                    c.reason.as_deref().unwrap_or_default(),
+                                    c.message.as_deref().unwrap_or_default(),
+                                )
+                        })
+                        .and_then(|c| retry_pause(c.message.as_deref().unwrap_or_default()))
                     && handled(&object, levels[i].requested.as_deref())
                 {
-                    refused_downloads.push(i);
+                    ask_again.push(i);
+                    pause_before_asking = pause_before_asking.max(pause);
                 }
                 // Only once the level it depends on is Ready: the new
                 // reconcile checks the dependency again first, and one not
@@ -635,15 +663,18 @@ async fn watch_chain(
                     && c.status == "False"
                     && artifact_server_not_serving(message)
                     && handled(release, release_requested.as_deref());
+                if release_refused_download {
+                    pause_before_asking = pause_before_asking.max(REFUSED_DOWNLOAD_PAUSE);
+                }
                 release_ready = release_is_ready(release);
                 release_state = c.summary();
             } else {
                 release_state = "not reconciled yet".into();
             }
         }
-        if !refused_downloads.is_empty() || release_refused_download {
-            tokio::time::sleep(REFUSED_DOWNLOAD_PAUSE).await;
-            for i in refused_downloads {
+        if !ask_again.is_empty() || release_refused_download {
+            tokio::time::sleep(pause_before_asking).await;
+            for i in ask_again {
                 if let Ok(token) = request_reconcile(&ks, levels[i].name).await {
                     levels[i].requested = Some(token);
                 }
@@ -1210,6 +1241,29 @@ mod tests {
             "BuildFailed",
             "failed calling webhook: no endpoints available for service"
         ));
+    }
+
+    #[test]
+    fn a_level_that_met_something_not_serving_is_asked_again_soon() {
+        assert_eq!(
+            retry_pause("Source is not ready, artifact not found, retrying in 30s"),
+            Some(REFUSED_DOWNLOAD_PAUSE)
+        );
+        assert_eq!(
+            retry_pause(
+                "ClusterSecretStore/localstack dry-run failed: failed calling webhook \
+                 \"validate.clustersecretstore.external-secrets.io\": ... connect: connection refused"
+            ),
+            Some(WEBHOOK_NOT_SERVING_PAUSE)
+        );
+        // A webhook that answers and denies waits for a fix, not a retry.
+        assert_eq!(
+            retry_pause(
+                "admission webhook \"validate.clustersecretstore.external-secrets.io\" denied \
+                 the request: spec.provider: Required value"
+            ),
+            None
+        );
     }
 
     #[test]
