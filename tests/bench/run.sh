@@ -6,6 +6,9 @@
 #   BENCH_STACK_RUNS   repetitions of the whole-stack figures (default BENCH_RUNS;
 #                      each takes minutes, the naive script over ten)
 #   BENCH_NAIVE        0 leaves out the naive sequential script (over ten minutes)
+#   BENCH_KEEP         where each whole-stack run's `--json` (its timeline) is
+#                      kept (default ~/.cache/devstack/bench/<start time>), so a
+#                      figure far from the others can be read step by step
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${BENCH_RUNS:-5}
@@ -16,6 +19,8 @@ bin=${CARGO_TARGET_DIR:-$PWD/target}/release/devstack
 # Versions from the binary's own matrix (`devstack version --json`).
 default_of() { "$bin" version --json | jq -r --arg id "$1" '.components[] | select(.id == $id) | .default'; }
 work=$(mktemp -d)
+keep=${BENCH_KEEP:-$HOME/.cache/devstack/bench/$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$keep"
 stack=bench-$$
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cleanup() {
@@ -127,6 +132,7 @@ fi
 # GitOps and the main job (needs the whole kit: node image, Flux, ESO).
 k3s_mem=(); eso_ready=(); prev_cold=(); prev_eso=(); prev_mem=(); kind_cold=(); kind_warm=(); kind_mem=(); kind_flux=(); flux_nudge=(); flux_plain=(); up_cold=(); up_warm=(); verify_sync=(); verify_rotate=(); verify_recreate=(); down_ms=(); naive_script=(); up_restart=(); snap_save=(); up_restore=()
 ms_of() { jq -r "$1" "$work/out.json"; }
+kept() { cp "$work/out.json" "$keep/$1.json"; }
 if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' "$bundle/index.json" >/dev/null; then
   main_profile() { # $1 = layout
     # The naive layout only recovers at Flux's retry interval (10m here):
@@ -141,13 +147,13 @@ if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' 
     for mode in nudge plain; do
       ds localstack up; ds cluster up
       flag=; [ $mode = plain ] && flag=--no-nudge
-      ds sync $flag --json >"$work/out.json"
+      ds sync $flag --json >"$work/out.json"; kept "flux-$mode-$r"
       v=$(ms_of .elapsedMs)
       if [ $mode = nudge ]; then flux_nudge+=("$v"); else flux_plain+=("$v"); fi
       ds down
     done
     # The main job: cold up to a verified round trip, warm up, verify latencies, down.
-    t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); up_cold+=($((t1 - t0)))
+    t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); up_cold+=($((t1 - t0))); kept up-cold-$r
     k3s_mem+=("$(stack_mem_mib)")
     eso_ready+=("$(ms_of '.timings[] | select(.name == "level external-secrets-operator Ready") | .endMs')")
     verify_sync+=("$(ms_of '.verify.checks[] | select(.name=="sync") | .latencyMs')")
@@ -158,11 +164,11 @@ if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' 
     # the K3s node restarts every pod): up back to a verified round trip.
     # shellcheck disable=SC2046
     docker restart -t 5 $(docker ps -q --filter "label=dev.devstack.stack=$stack") >/dev/null
-    t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); up_restart+=($((t1 - t0)))
+    t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); up_restart+=($((t1 - t0))); kept up-restart-$r
     # A snapshot of the verified stack; the stack removed and created from it.
     t0=$(now_ms); ds snapshot save bench; t1=$(now_ms); snap_save+=($((t1 - t0)))
     ds down
-    t0=$(now_ms); ds up --from-snapshot bench --json >"$work/out.json"; t1=$(now_ms); up_restore+=($((t1 - t0)))
+    t0=$(now_ms); ds up --from-snapshot bench --json >"$work/out.json"; t1=$(now_ms); up_restore+=($((t1 - t0))); kept up-restore-$r
     ds snapshot rm bench
     t0=$(now_ms); ds down; t1=$(now_ms); down_ms+=($((t1 - t0)))
     # The same stack by a plain sequential script with the naive layout: one
@@ -171,7 +177,7 @@ if [ ${#k3s_up[@]} -gt 0 ] && jq -e '.artifacts[] | select(.kind=="eso-chart")' 
     # pinned in the same profile: the before of the version upgrade.
     sed -i -e "s|^localstack:$|localstack:\n  image: localstack/localstack:4.3.0|" "$work/profile.yaml"
     printf 'eso:\n  chartVersion: 0.19.2\n' >>"$work/profile.yaml"
-    t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); prev_cold+=($((t1 - t0)))
+    t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); prev_cold+=($((t1 - t0))); kept previous-cold-$r
     prev_mem+=("$(stack_mem_mib)")
     prev_eso+=("$(ms_of '.timings[] | select(.name == "level external-secrets-operator Ready") | .endMs')")
     ds down
@@ -196,7 +202,7 @@ if [ ${#kind_up[@]} -gt 0 ] && [ ${#up_cold[@]} -gt 0 ]; then
   for r in $(seq 1 "${BENCH_STACK_RUNS:-$runs}"); do
     sed -e "s/^name: dev$/name: $stack/" -e "s/hostPort: 8080/hostPort: $((port + 1))/" -e "s/    merge: true/    merge: false/" \
         -e "s|^secrets:|images:\n  bundle: $bundle\nsecrets:|" profiles/dev.yaml >"$work/profile.yaml"
-    t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); kind_cold+=($((t1 - t0)))
+    t0=$(now_ms); ds up --json >"$work/out.json"; t1=$(now_ms); kind_cold+=($((t1 - t0))); kept kind-cold-$r
     kind_mem+=("$(stack_mem_mib)")
     kind_flux+=("$(ms_of '.timings[] | select(.name | startswith("Flux ")) | .endMs')")
     t0=$(now_ms); ds up --no-verify; t1=$(now_ms); kind_warm+=($((t1 - t0)))
@@ -263,3 +269,4 @@ if [ ${#up_cold[@]} -gt 0 ]; then
 else
   echo "gitops and up: SKIPPED (the bundle lacks Flux or ESO; run make kit)"
 fi
+echo "each whole-stack run's --json (its timeline): $keep"
