@@ -117,6 +117,16 @@ fn retry_pause(message: &str) -> Option<Duration> {
     }
 }
 
+/// `retry_pause` of a Ready=False condition whose failure counts as
+/// waiting; `None` for any other condition.
+fn retry_pause_of(condition: &Condition) -> Option<Duration> {
+    let message = condition.message.as_deref().unwrap_or_default();
+    (condition.status == "False"
+        && waiting(condition.reason.as_deref().unwrap_or_default(), message))
+    .then(|| retry_pause(message))
+    .flatten()
+}
+
 fn webhook_not_serving(message: &str) -> bool {
     const UNREACHABLE: &[&str] = &[
         "no endpoints available for service",
@@ -461,7 +471,7 @@ async fn watch_chain(
     let mut seen = Seen::default();
     let mut looked = false;
     // The last reconcile devstack asked of the HelmRelease, after a
-    // download its artifact server refused.
+    // failure on something not serving yet.
     let mut release_requested: Option<String> = None;
     loop {
         let mut next = Some(wait.next(&mut changes, looked, &seen).await?);
@@ -597,16 +607,7 @@ async fn watch_chain(
             } else {
                 levels[i].ready_at = None;
                 if options.nudge
-                    && let Some(pause) = condition
-                        .as_ref()
-                        .filter(|c| {
-                            c.status == "False"
-                                && waiting(
-                                    c.reason.as_deref().unwrap_or_default(),
-                                    c.message.as_deref().unwrap_or_default(),
-                                )
-                        })
-                        .and_then(|c| retry_pause(c.message.as_deref().unwrap_or_default()))
+                    && let Some(pause) = condition.as_ref().and_then(retry_pause_of)
                     && handled(&object, levels[i].requested.as_deref())
                 {
                     ask_again.push(i);
@@ -645,7 +646,7 @@ async fn watch_chain(
             .get(HELM_RELEASE.1)
             .map(|o| serde_json::to_value(o).unwrap_or_default());
         let mut release_ready = false;
-        let mut release_refused_download = false;
+        let mut release_pause = None;
         let mut release_state = "does not exist yet".to_string();
         if let Some(release) = &release {
             let condition = ready_condition(release);
@@ -659,12 +660,10 @@ async fn watch_chain(
                         message: message.to_string(),
                     });
                 }
-                release_refused_download = options.nudge
-                    && c.status == "False"
-                    && artifact_server_not_serving(message)
-                    && handled(release, release_requested.as_deref());
-                if release_refused_download {
-                    pause_before_asking = pause_before_asking.max(REFUSED_DOWNLOAD_PAUSE);
+                release_pause = retry_pause_of(c)
+                    .filter(|_| options.nudge && handled(release, release_requested.as_deref()));
+                if let Some(pause) = release_pause {
+                    pause_before_asking = pause_before_asking.max(pause);
                 }
                 release_ready = release_is_ready(release);
                 release_state = c.summary();
@@ -672,14 +671,14 @@ async fn watch_chain(
                 release_state = "not reconciled yet".into();
             }
         }
-        if !ask_again.is_empty() || release_refused_download {
+        if !ask_again.is_empty() || release_pause.is_some() {
             tokio::time::sleep(pause_before_asking).await;
             for i in ask_again {
                 if let Ok(token) = request_reconcile(&ks, levels[i].name).await {
                     levels[i].requested = Some(token);
                 }
             }
-            if release_refused_download
+            if release_pause.is_some()
                 && let Ok(token) = request_reconcile(&helm_releases(client), HELM_RELEASE.1).await
             {
                 release_requested = Some(token);
@@ -1256,6 +1255,17 @@ mod tests {
             ),
             Some(WEBHOOK_NOT_SERVING_PAUSE)
         );
+        // Only a Ready=False whose failure counts as waiting is asked again.
+        let not_found = "Source not ready: artifact not found. Retrying in 30s";
+        let ready = |status: &str, reason: &str| {
+            Condition::new("Ready", status, Some(reason), Some(not_found))
+        };
+        assert_eq!(
+            retry_pause_of(&ready("False", "ArtifactFailed")),
+            Some(REFUSED_DOWNLOAD_PAUSE)
+        );
+        assert_eq!(retry_pause_of(&ready("Unknown", "ArtifactFailed")), None);
+        assert_eq!(retry_pause_of(&ready("False", "InstallFailed")), None);
         // A webhook that answers and denies waits for a fix, not a retry.
         assert_eq!(
             retry_pause(
