@@ -88,8 +88,8 @@ fn a_taken_port_is_a_clear_error_and_leaves_nothing_behind() {
         return;
     }
     require_image(LOCALSTACK_IMAGE);
-    let stack = TestStack::new("port");
-    let listener = std::net::TcpListener::bind(("127.0.0.1", stack.port)).unwrap();
+    let mut stack = TestStack::new("port");
+    let listener = stack.hold_its_port();
     let profile = stack.profile("");
     let run = stack.run(&profile, &["localstack", "up"]);
     assert_eq!(run.code, 3, "{}", run.stderr);
@@ -188,8 +188,8 @@ fn doctor_reports_the_real_engine_and_a_dead_socket() {
 
 #[test]
 fn doctor_names_the_holder_of_a_taken_port() {
-    let stack = TestStack::new("docport");
-    let listener = std::net::TcpListener::bind(("127.0.0.1", stack.port)).unwrap();
+    let mut stack = TestStack::new("docport");
+    let listener = stack.hold_its_port();
     let profile = stack.profile("");
     let run = stack.run_env(&profile, &["doctor", "--json"], &[]);
     let report = run.json();

@@ -38,12 +38,19 @@ pub fn require_image(image: &str) {
     );
 }
 
+/// A port that is free now, drawn below Linux's ephemeral range (32768-60999):
+/// a port asked of the kernel (`bind(0)`) is released before the test uses it,
+/// and devstack's `port: auto` or Docker, asking the kernel in a parallel
+/// test, could be handed that very port in between (CI once failed on it).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    const BELOW_EPHEMERAL: std::ops::Range<u32> = 20000..32000;
+    for _ in 0..200 {
+        let port = (BELOW_EPHEMERAL.start + rand_u32() % BELOW_EPHEMERAL.len() as u32) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {BELOW_EPHEMERAL:?} after 200 tries");
 }
 
 /// A uniquely named stack whose labelled resources are removed on drop,
@@ -63,6 +70,15 @@ impl TestStack {
             port: free_port(),
             dir: tempfile::tempdir().unwrap(),
         }
+    }
+
+    /// Takes this stack's port and keeps it taken until the listener drops:
+    /// the port is held from the moment it is chosen, so no parallel test can
+    /// be handed it in between.
+    pub fn hold_its_port(&mut self) -> std::net::TcpListener {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        self.port = listener.local_addr().unwrap().port();
+        listener
     }
 
     /// Writes a profile for this stack with extra YAML appended.
