@@ -55,6 +55,19 @@ kit_rootfs_image() {
     log "reuse $image"
     return 0
   fi
+  local dir
+  dir=$(kit_rootfs_dir "$stamp" "$packages" "$drop")
+  log "docker import $image"
+  tar -C "$dir" -c . | docker import \
+    --change "LABEL dev.devstack.kit.stamp=$stamp" \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    - "$image" >/dev/null
+}
+
+# kit_rootfs_dir STAMP "pkg1,..." ["path ..."]: the debootstrapped rootfs
+# (cached under STAMP), printed as its directory.
+kit_rootfs_dir() {
+  local stamp=$1 packages=$2 drop=${3:-}
   local dir="$KIT_CACHE/rootfs/$stamp"
   if [ ! -f "$dir.done" ]; then
     log "debootstrap $KIT_DEBIAN_SUITE (+$packages) -> $dir"
@@ -76,11 +89,72 @@ kit_rootfs_image() {
     fi
     touch "$dir.done"
   fi
-  log "docker import $image"
-  tar -C "$dir" -c . | docker import \
+  echo "$dir"
+}
+
+# kit_closure_image IMAGE "pkg1,..." "path ...": an image holding, of a
+# rootfs debootstrapped with these packages, only the given paths (files, or
+# directories whole), every shared library their programs load (ldd, run in
+# the rootfs), and the top-level symlinks, users, name-service, loader and
+# TLS configuration, and /tmp. For an upstream image built on Alpine: the
+# same programs without the rest of a Debian system, so the stand-in is
+# about upstream's size, and so is its unpacking into every cluster node.
+kit_closure_image() {
+  local image=$1 packages=$2 keep=$3
+  local stamp
+  stamp=$(stamp_of "$KIT_DEBIAN_SUITE" "$packages" "closure-v1" "$keep")
+  if image_exists "$image" && [ "$(image_label "$image" dev.devstack.kit.stamp)" = "$stamp" ]; then
+    log "reuse $image"
+    return 0
+  fi
+  local dir list
+  dir=$(kit_rootfs_dir "$(stamp_of "$KIT_DEBIAN_SUITE" "$packages" "rootfs-v1")" "$packages")
+  list=$(mktemp)
+  # Inside the rootfs, so ldd and symlinks resolve against its own files.
+  # Every path is written with its directory resolved: a path through a
+  # symlinked directory (/lib -> usr/lib) would become a real directory in
+  # the image and hide the link.
+  chroot "$dir" /bin/bash -s -- $keep >"$list" <<'CLOSURE' || die "closure of $image failed"
+set -euo pipefail
+canonical() { local d; d=$(readlink -f "$(dirname "$1")"); echo "${d%/}/$(basename "$1")"; }
+emit() {
+  local path=$1 target
+  canonical "$path"
+  while [ -L "$path" ]; do
+    target=$(readlink "$path")
+    case $target in /*) path=$target ;; *) path=$(dirname "$path")/$target ;; esac
+    canonical "$path"
+  done
+}
+base=(/bin /sbin /lib /lib64 /etc/passwd /etc/group /etc/nsswitch.conf /etc/ld.so.cache
+  /etc/ld.so.conf /etc/ld.so.conf.d /etc/ssl /usr/lib/ssl /usr/share/ca-certificates
+  /etc/ca-certificates.conf /tmp)
+for top in "${base[@]}"; do [ -e "$top" ] || [ -L "$top" ] && echo "${top#/}"; done
+files=$(for p in "$@"; do find "$p" \( -type f -o -type l \); done | sort -u)
+{
+  for f in $files /etc/ssl/certs/ca-certificates.crt; do emit "$f"; done
+  for f in $files; do
+    [ -f "$f" ] && [ "$(head -c4 "$f" | tr -d '\0' | tail -c3)" = ELF ] || continue
+    ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' |
+      while read -r lib; do emit "$lib"; done
+  done
+} | sed 's#^/##' | sort -u
+CLOSURE
+  local out
+  out=$(mktemp -d)
+  # --no-recursion for files; the base directories (ssl, ld.so.conf.d) whole.
+  tar -C "$dir" --no-recursion -c -T <(grep -vxE 'etc/ssl|usr/lib/ssl|usr/share/ca-certificates|etc/ld.so.conf.d' "$list") \
+    | tar -C "$out" -x
+  for d in etc/ssl usr/lib/ssl usr/share/ca-certificates etc/ld.so.conf.d; do
+    [ -e "$dir/$d" ] && tar -C "$dir" -c "$d" | tar -C "$out" -x
+  done
+  mkdir -p "$out/tmp" && chmod 1777 "$out/tmp"
+  log "docker import $image ($(du -sm "$out" | cut -f1) MB of $(du -sm "$dir" | cut -f1) MB, $(wc -l <"$list") paths)"
+  tar -C "$out" --numeric-owner -c . | docker import \
     --change "LABEL dev.devstack.kit.stamp=$stamp" \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     - "$image" >/dev/null
+  rm -rf "$out" "$list"
 }
 
 # bundle_add_image IMAGE_REF FILE_BASENAME VERSION ROLE
