@@ -44,6 +44,21 @@ for l in source-controller-leader-election kustomize-controller-leader-election 
   done
   [ -n "$ok" ] || { echo "FAIL lease $l not acquired"; fail=1; }
 done
+# the kit's kustomize-controller image is built from a program list, not a
+# whole system: what upstream's image offers SOPS (gpg and its agent) and
+# kustomize's remote bases (git, its https helper, ssh) must run in the pod
+kx() { kubectl -n flux-system exec deploy/kustomize-controller -c manager -- "$@"; }
+for cmd in "git --version" "ssh -V" "tini --version" \
+    "gpg --batch --passphrase= --quick-gen-key kit@example.invalid ed25519 default never" \
+    "git ls-remote https://kit-test.invalid/repo.git"; do
+  out=$(kx $cmd 2>&1) && rc=0 || rc=$?
+  # git's https helper must load and fail on name resolution, not on a library
+  if [[ $cmd == "git ls-remote"* ]]; then
+    [[ $out == *"Could not resolve host"* ]] || { echo "FAIL kustomize-controller image: $cmd: $out"; fail=1; }
+  elif [ $rc != 0 ]; then
+    echo "FAIL kustomize-controller image: $cmd: $out"; fail=1
+  fi
+done
 # reconcile round trip: a Kustomization whose source does not exist goes Ready=False
 kubectl apply -f - >/dev/null <<'YAML'
 apiVersion: kustomize.toolkit.fluxcd.io/v1
