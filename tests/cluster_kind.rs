@@ -1,7 +1,8 @@
 //! Cluster tier: the Kind provider end to end with the kit's kind CLI and
 //! node image, from the offline bundle. The dev profile's shape (one control
 //! plane, one worker): `up` -> `verify --push-secret` -> `status` -> warm `up`
-//! -> Ctrl-C during the round trip -> `down`; a foreign kind cluster of the
+//! -> Ctrl-C during the round trip -> `down` (with a process frozen in a node,
+//! as a killed `runc create` leaves one); a foreign kind cluster of the
 //! stack's name refused and left alone; kind missing named with its fix.
 //! Shape drift and Ctrl-C during create are in tests/providers.rs, one body
 //! for both providers. Where the bundle has no kind CLI or node image, each test prints
@@ -181,6 +182,11 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
     // body as the K3s stack test's).
     interrupted_verify_leaves_no_probe(&stack, &profile);
 
+    // A process frozen in a node, as a `runc create` killed mid-way leaves
+    // its `runc init` (cgroup v1, runc's systemd driver; seen in a bench
+    // run): a frozen process cannot die, so neither could its node.
+    freeze_a_process_in(&format!("{}-control-plane", kind_cluster(&stack)));
+
     let started = Instant::now();
     stack.run(&profile, &["down"]).ok();
     eprintln!("kind: down: {:?}", started.elapsed());
@@ -189,6 +195,31 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
     assert!(stack.networks().is_empty(), "{:?}", stack.networks());
     assert!(!path.exists(), "the kubeconfig outlived down");
     stack.run(&profile, &["down"]).ok();
+}
+
+/// Starts a process in its own cgroup in `node` and freezes that cgroup
+/// (cgroup v1's freezer, or v2's `cgroup.freeze`).
+fn freeze_a_process_in(node: &str) {
+    let script = r#"set -e
+if [ -d /sys/fs/cgroup/freezer ]; then
+  d=/sys/fs/cgroup/freezer/devstack-test-frozen; state=freezer.state; frozen=FROZEN
+else
+  d=/sys/fs/cgroup/devstack-test-frozen; state=cgroup.freeze; frozen=1
+fi
+mkdir -p "$d"
+sh -c "echo \$\$ >$d/cgroup.procs && exec sleep 3600" </dev/null >/dev/null 2>&1 &
+sleep 0.5
+echo $frozen >"$d/$state"
+sleep 0.5
+if [ -f "$d/cgroup.events" ]; then grep -q '^frozen 1' "$d/cgroup.events"; else grep -qx FROZEN "$d/freezer.state"; fi
+echo frozen"#;
+    let out = docker(&["exec", node, "sh", "-c", script]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "frozen",
+        "freezing a process in {node}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A kind cluster named like the stack's that devstack did not create: `up`

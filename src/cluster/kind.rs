@@ -504,6 +504,10 @@ impl KindNode {
     fn is_kubernetes_node(&self) -> bool {
         self.role == ROLE_CONTROL_PLANE || self.role == ROLE_WORKER
     }
+
+    fn is_running(&self) -> bool {
+        self.state == Some(ContainerSummaryStateEnum::RUNNING)
+    }
 }
 
 /// Control planes first, then workers, then anything else (the HA load
@@ -1351,6 +1355,38 @@ pub async fn down(engine: &dyn Engine, settings: &Settings) -> Result<bool, Erro
     }
 }
 
+/// Thaws every frozen cgroup in a node, printing each one it thawed. On
+/// cgroup v1, runc's systemd driver (kind's) freezes a container while it
+/// sets its device rules; a `runc create` killed in between (a timeout on a
+/// loaded machine) leaves its `runc init` frozen for good. Harmless while the
+/// cluster runs, but a frozen process cannot die: the node's init, killed,
+/// waits for it, and `docker rm -f` gives up ("tried to kill container, but
+/// did not receive an exit event"), leaving the node behind. Once the
+/// node's init is dying nothing can enter it any more, so this runs before.
+const THAW_FROZEN_CGROUPS: &str = r#"if [ -d /sys/fs/cgroup/freezer ]; then
+  for f in $(find /sys/fs/cgroup/freezer -name freezer.state); do
+    case $(cat "$f") in FROZEN|FREEZING) echo THAWED >"$f" && echo "$f" ;; esac
+  done
+fi
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+  for f in $(find /sys/fs/cgroup -name cgroup.freeze); do
+    [ "$(cat "$f")" = 1 ] && echo 0 >"$f" && echo "$f"
+  done
+fi
+true"#;
+
+/// Best effort: a node that cannot run it is deleted as it is.
+async fn thaw_frozen_cgroups(engine: &dyn Engine, node: &str) {
+    match exec_in(engine, node, &["sh", "-c", THAW_FROZEN_CGROUPS]).await {
+        Ok((0, thawed)) if !thawed.trim().is_empty() => tracing::info!(
+            "node {node}: thawed frozen cgroup(s) so that it can be removed: {}",
+            thawed.split_whitespace().collect::<Vec<_>>().join(", ")
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::debug!("node {node}: looking for frozen cgroups failed: {e}"),
+    }
+}
+
 /// How long a rollback keeps deleting the nodes of a `kind create` it
 /// stopped: the engine finishes a container whose `docker run` was killed
 /// mid-request, seconds later on a loaded machine.
@@ -1398,6 +1434,9 @@ async fn delete_ours(
                     // after a pause rather than in a tight loop.
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 } else {
+                    for node in nodes.iter().filter(|n| n.is_running()) {
+                        thaw_frozen_cgroups(engine, &node.name).await;
+                    }
                     delete_cluster(kind, &name).await?;
                 }
                 deleted = true;

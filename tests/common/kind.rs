@@ -2,7 +2,7 @@
 //! node image, the nodes of a test stack's kind cluster, and a guard that
 //! deletes that cluster (never another) when a test ends.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::*;
 
@@ -85,13 +85,35 @@ impl Drop for KindGuard {
             return;
         }
         let filter = format!("label=io.x-k8s.kind.cluster={}", self.cluster);
-        if docker_lines(&["ps", "-aq", "--filter", &filter]).is_empty() {
+        let nodes = docker_lines(&["ps", "-aq", "--no-trunc", "--filter", &filter]);
+        if nodes.is_empty() {
             return;
+        }
+        // A node with a frozen process in it cannot be removed (the test
+        // that freezes one checks that `down` copes): thawed from the host
+        // when the test runs as root with cgroup v1 and the cgroupfs driver.
+        for id in &nodes {
+            thaw_below(&Path::new("/sys/fs/cgroup/freezer/docker").join(id));
         }
         let scratch = tempfile::tempdir().unwrap();
         let _ = std::process::Command::new(&self.kind)
             .args(["delete", "cluster", "--name", &self.cluster, "--kubeconfig"])
             .arg(scratch.path().join("kubeconfig"))
             .output();
+    }
+}
+
+fn thaw_below(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let state = dir.join("freezer.state");
+    if std::fs::read_to_string(&state).is_ok_and(|s| s.trim() != "THAWED") {
+        let _ = std::fs::write(&state, "THAWED");
+    }
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            thaw_below(&entry.path());
+        }
     }
 }
