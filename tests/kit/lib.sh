@@ -31,6 +31,8 @@ die() { printf '[kit] error: %s\n' "$*" >&2; exit 1; }
 stamp_of() { printf '%s\n' "$@" | sha256sum | cut -c1-16; }
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 image_label() { docker image inspect -f "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
+# kit_image_current IMAGE STAMP: IMAGE exists and was built from STAMP's inputs.
+kit_image_current() { image_exists "$1" && [ "$(image_label "$1" dev.devstack.kit.stamp)" = "$2" ]; }
 
 # kit_base_image: a minimal Debian rootfs imported as $KIT_BASE_IMAGE.
 # Extra packages for a particular image are installed by that image's own
@@ -51,17 +53,22 @@ kit_rootfs_image() {
   local stamp
   # An image without dropped paths keeps its stamp (and cache) of before.
   stamp=$(stamp_of "$KIT_DEBIAN_SUITE" "$packages" "rootfs-v1" ${drop:+"$drop"})
-  if image_exists "$image" && [ "$(image_label "$image" dev.devstack.kit.stamp)" = "$stamp" ]; then
+  if kit_image_current "$image" "$stamp"; then
     log "reuse $image"
     return 0
   fi
   local dir
   dir=$(kit_rootfs_dir "$stamp" "$packages" "$drop")
   log "docker import $image"
-  tar -C "$dir" -c . | docker import \
-    --change "LABEL dev.devstack.kit.stamp=$stamp" \
+  kit_import_rootfs "$dir" "$image" "$stamp"
+}
+
+# kit_import_rootfs DIR IMAGE STAMP: DIR's tree as IMAGE, labelled with STAMP.
+kit_import_rootfs() {
+  tar -C "$1" --numeric-owner -c . | docker import \
+    --change "LABEL dev.devstack.kit.stamp=$3" \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    - "$image" >/dev/null
+    - "$2" >/dev/null
 }
 
 # kit_rootfs_dir STAMP "pkg1,..." ["path ..."]: the debootstrapped rootfs
@@ -103,7 +110,7 @@ kit_closure_image() {
   local image=$1 packages=$2 keep=$3
   local stamp
   stamp=$(stamp_of "$KIT_DEBIAN_SUITE" "$packages" "closure-v1" "$keep")
-  if image_exists "$image" && [ "$(image_label "$image" dev.devstack.kit.stamp)" = "$stamp" ]; then
+  if kit_image_current "$image" "$stamp"; then
     log "reuse $image"
     return 0
   fi
@@ -150,10 +157,7 @@ CLOSURE
   done
   mkdir -p "$out/tmp" && chmod 1777 "$out/tmp"
   log "docker import $image ($(du -sm "$out" | cut -f1) MB of $(du -sm "$dir" | cut -f1) MB, $(wc -l <"$list") paths)"
-  tar -C "$out" --numeric-owner -c . | docker import \
-    --change "LABEL dev.devstack.kit.stamp=$stamp" \
-    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    - "$image" >/dev/null
+  kit_import_rootfs "$out" "$image" "$stamp"
   rm -rf "$out" "$list"
 }
 

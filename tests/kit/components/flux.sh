@@ -84,11 +84,11 @@ kit_closure_image "$KUSTOMIZE_BASE" "ca-certificates,tini,git,openssh-client,gnu
 for c in "${FLUX_COMPONENTS[@]}"; do
   v=${CVER[$c]}; ref=ghcr.io/fluxcd/$c:$v; dir="$SRC/$c-$v"
   case $c in
-    kustomize-controller) base=$KUSTOMIZE_BASE; pre=
+    kustomize-controller) base=$KUSTOMIZE_BASE
       # Debian's tini is /usr/bin/tini (Alpine's /sbin/tini); the base has no ln.
       extra='ENV GNUPGHOME=/tmp
 ENTRYPOINT ["/usr/bin/tini", "--", "kustomize-controller"]' ;;
-    *) base=$KIT_STATIC_IMAGE; pre=; extra="ENTRYPOINT [\"$c\"]" ;;
+    *) base=$KIT_STATIC_IMAGE; extra="ENTRYPOINT [\"$c\"]" ;;
   esac
   stamp=$(stamp_of "$c" "$v" "$(go env GOVERSION)" "$(docker image inspect -f '{{.Id}}' "$base")" \
     "${GO_FIXUPS[$c@$v]:-}" "$IMAGE_RECIPE")
@@ -101,8 +101,8 @@ ENTRYPOINT ["/usr/bin/tini", "--", "kustomize-controller"]' ;;
     (cd "$dir" && gobuild "" -o "$BIN/$c-$v" .) || die "go build $c failed"
     log "go build $c: $((SECONDS - t0))s"
     ctx=$(mktemp -d); cp "$BIN/$c-$v" "$ctx/$c"
-    printf 'FROM %s\nCOPY %s /usr/local/bin/%s\n%s\nUSER 65534:65534\n%s\nLABEL org.opencontainers.image.version=%s org.opencontainers.image.source=https://github.com/fluxcd/%s\n' \
-      "$base" "$c" "$c" "$pre" "$extra" "$v" "$c" >"$ctx/Dockerfile"
+    printf 'FROM %s\nCOPY %s /usr/local/bin/%s\nUSER 65534:65534\n%s\nLABEL org.opencontainers.image.version=%s org.opencontainers.image.source=https://github.com/fluxcd/%s\n' \
+      "$base" "$c" "$c" "$extra" "$v" "$c" >"$ctx/Dockerfile"
     DOCKER_BUILDKIT=0 docker build --label "dev.devstack.kit.stamp=$stamp" -t "$ref" "$ctx" >"$ctx.log" 2>&1 \
       || { tail -20 "$ctx.log" >&2; die "docker build $ref failed"; }
     rm -f "$ctx.log"
