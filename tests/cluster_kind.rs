@@ -184,8 +184,27 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
 
     // A process frozen in a node, as a `runc create` killed mid-way leaves
     // its `runc init` (cgroup v1, runc's systemd driver; seen in a bench
-    // run): a frozen process cannot die, so neither could its node.
-    freeze_a_process_in(&format!("{}-control-plane", kind_cluster(&stack)));
+    // run): a frozen process cannot die, so neither could its node. `down`
+    // thaws it from inside the node.
+    let cluster = kind_cluster(&stack);
+    freeze_a_process_in(&format!("{cluster}-control-plane"));
+    // The same in a node already killed, as when the freeze comes with the
+    // kill (seen in CI: a node deleted while its kubelet started pods after
+    // a restart): nothing enters a dying node, so `down` thaws it from the
+    // host. Docker gives up the kill after ~10 s, the node left running.
+    let worker = format!("{cluster}-worker");
+    freeze_a_process_in(&worker);
+    let killed = docker(&["kill", &worker]);
+    assert!(
+        !killed.status.success(),
+        "a node with a frozen process died when killed: {}",
+        String::from_utf8_lossy(&killed.stdout)
+    );
+    assert_ne!(
+        docker(&["exec", &worker, "true"]).status.code(),
+        Some(0),
+        "the dying node still runs commands"
+    );
 
     let started = Instant::now();
     stack.run(&profile, &["down"]).ok();

@@ -490,6 +490,8 @@ fn scratch_dir() -> Result<tempfile::TempDir, Error> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct KindNode {
     name: String,
+    /// The container's full id.
+    id: String,
     /// The node image the container was created from.
     image: String,
     /// `control-plane`, `worker` or `external-load-balancer`.
@@ -531,6 +533,7 @@ async fn list_nodes(engine: &dyn Engine, cluster: &str) -> Result<Vec<KindNode>,
         .iter()
         .map(|c| KindNode {
             name: docker::container_name_of(c),
+            id: c.id.clone().unwrap_or_default(),
             image: c.image.clone().unwrap_or_default(),
             role: c
                 .labels
@@ -1355,36 +1358,149 @@ pub async fn down(engine: &dyn Engine, settings: &Settings) -> Result<bool, Erro
     }
 }
 
-/// Thaws every frozen cgroup in a node, printing each one it thawed. On
-/// cgroup v1, runc's systemd driver (kind's) freezes a container while it
-/// sets its device rules; a `runc create` killed in between (a timeout on a
-/// loaded machine) leaves its `runc init` frozen for good. Harmless while the
-/// cluster runs, but a frozen process cannot die: the node's init, killed,
-/// waits for it, and `docker rm -f` gives up ("tried to kill container, but
-/// did not receive an exit event"), leaving the node behind. Once the
-/// node's init is dying nothing can enter it any more, so this runs before.
-const THAW_FROZEN_CGROUPS: &str = r#"if [ -d /sys/fs/cgroup/freezer ]; then
-  for f in $(find /sys/fs/cgroup/freezer -name freezer.state); do
-    case $(cat "$f") in FROZEN|FREEZING) echo THAWED >"$f" && echo "$f" ;; esac
-  done
+/// Readies a node for deletion: no container may be half-created when its
+/// processes are killed. On cgroup v1, runc's systemd driver (kind's)
+/// freezes a container while it sets its device rules; a `runc create`
+/// killed in between (a timeout on a loaded machine, or the node's own
+/// removal while its kubelet starts pods, as after a restart) leaves its
+/// `runc init` frozen for good. A frozen process cannot die: the node's
+/// init, killed, waits for it, and `docker rm -f` gives up ("tried to kill
+/// container, but did not receive an exit event"), leaving the node behind.
+/// So: stop the kubelet (nothing new gets created), let runc calls already
+/// under way end (each takes well under a second), then thaw every frozen
+/// cgroup, printing each. Once the node's init is dying nothing can enter
+/// it any more, so this runs before the delete.
+const QUIESCE_NODE: &str = r#"if command -v systemctl >/dev/null 2>&1; then
+  timeout 5 systemctl stop kubelet >/dev/null 2>&1 || true
 fi
-if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
-  for f in $(find /sys/fs/cgroup -name cgroup.freeze); do
-    [ "$(cat "$f")" = 1 ] && echo 0 >"$f" && echo "$f"
+i=0
+while [ $i -lt 30 ]; do
+  busy=
+  for c in /proc/[0-9]*/comm; do
+    [ "$(cat "$c" 2>/dev/null)" = runc ] && busy=1 && break
   done
-fi
-true"#;
+  [ -z "$busy" ] && break
+  sleep 0.1
+  i=$((i + 1))
+done
+thaw_below /sys/fs/cgroup
+"#;
+
+/// A shell function that thaws every frozen cgroup below a directory (cgroup
+/// v1's `freezer.state`, v2's `cgroup.freeze`), printing each. A thawed node
+/// may die at once and its cgroups vanish under the loops: their complaints
+/// are dropped.
+const THAW_BELOW: &str = r#"thaw_below() {
+  for f in $(find "$1" -name freezer.state 2>/dev/null); do
+    case $(cat "$f" 2>/dev/null) in
+      FROZEN|FREEZING) echo THAWED 2>/dev/null >"$f" && echo "$f" ;;
+    esac
+  done
+  for f in $(find "$1" -name cgroup.freeze 2>/dev/null); do
+    [ "$(cat "$f" 2>/dev/null)" = 1 ] && echo 0 2>/dev/null >"$f" && echo "$f"
+  done
+  true
+}
+"#;
 
 /// Best effort: a node that cannot run it is deleted as it is.
-async fn thaw_frozen_cgroups(engine: &dyn Engine, node: &str) {
-    match exec_in(engine, node, &["sh", "-c", THAW_FROZEN_CGROUPS]).await {
+async fn quiesce_for_deletion(engine: &dyn Engine, node: &str) {
+    let script = format!("{THAW_BELOW}{QUIESCE_NODE}");
+    match exec_in(engine, node, &["sh", "-c", &script]).await {
         Ok((0, thawed)) if !thawed.trim().is_empty() => tracing::info!(
             "node {node}: thawed frozen cgroup(s) so that it can be removed: {}",
             thawed.split_whitespace().collect::<Vec<_>>().join(", ")
         ),
         Ok(_) => {}
-        Err(e) => tracing::debug!("node {node}: looking for frozen cgroups failed: {e}"),
+        Err(e) => tracing::debug!("node {node}: readying it for deletion failed: {e}"),
     }
+}
+
+/// Thaws, from the host's side, the frozen cgroups of the nodes named (by
+/// container id): what [`QUIESCE_NODE`] cannot reach once a node is dying.
+/// A privileged container of the node image (present, since the nodes run
+/// it) sees the host's cgroup trees; the node's own tree is the directory
+/// whose name holds its id (cgroupfs `docker/ID`, systemd `docker-ID.scope`).
+const THAW_FROM_HOST: &str = r#"for id in "$@"; do
+  for d in $(find /sys/fs/cgroup -type d -name "*$id*" 2>/dev/null); do
+    thaw_below "$d"
+  done
+done
+"#;
+
+/// How long the host-side thaw may take, its helper container included.
+const THAW_FROM_HOST_LIMIT: Duration = Duration::from_secs(30);
+
+/// Runs [`THAW_FROM_HOST`] for `node_ids` in a short-lived helper container,
+/// removed afterwards; its output (the cgroups thawed) on success.
+async fn thaw_from_host(
+    engine: &dyn Engine,
+    settings: &Settings,
+    image: &str,
+    node_ids: &[String],
+) -> Result<String, Error> {
+    use bollard::models::{ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum};
+    let helper = format!("{}-thaw", cluster_name(settings));
+    let _ = engine.remove_container(&helper).await;
+    let mut cmd = vec![
+        "-c".to_string(),
+        format!("{THAW_BELOW}{THAW_FROM_HOST}"),
+        "thaw".to_string(),
+    ];
+    cmd.extend(node_ids.iter().cloned());
+    let body = ContainerCreateBody {
+        image: Some(image.to_string()),
+        entrypoint: Some(vec!["sh".into()]),
+        cmd: Some(cmd),
+        labels: Some(crate::docker::labels(&settings.name, "kind-thaw")),
+        host_config: Some(HostConfig {
+            privileged: Some(true),
+            cgroupns_mode: Some(HostConfigCgroupnsModeEnum::HOST),
+            binds: Some(vec!["/sys/fs/cgroup:/sys/fs/cgroup:rw".into()]),
+            network_mode: Some("none".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let run = async {
+        engine
+            .create_container(&helper, body)
+            .await
+            .map_err(|e| crate::docker::engine_error(format!("create container {helper}"), e))?;
+        engine
+            .start_container(&helper)
+            .await
+            .map_err(|e| crate::docker::engine_error(format!("start container {helper}"), e))?;
+        loop {
+            let state = engine
+                .inspect_container(&helper)
+                .await
+                .map_err(|e| crate::docker::engine_error(format!("inspect {helper}"), e))?
+                .state
+                .unwrap_or_default();
+            if state.running != Some(true) {
+                let output = engine.logs_tail(&helper, 200).await;
+                return match state.exit_code {
+                    Some(0) => Ok(output),
+                    code => Err(Error::internal(format!(
+                        "{helper} exited with {code:?}: {}",
+                        tail_lines(&output, STDERR_TAIL_LINES)
+                    ))),
+                };
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let outcome = tokio::time::timeout(THAW_FROM_HOST_LIMIT, run)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::timeout(format!(
+                "{helper} did not finish within {}",
+                HumanDuration(THAW_FROM_HOST_LIMIT)
+            )))
+        });
+    let _ = engine.remove_container(&helper).await;
+    outcome
 }
 
 /// How long a rollback keeps deleting the nodes of a `kind create` it
@@ -1434,10 +1550,39 @@ async fn delete_ours(
                     // after a pause rather than in a tight loop.
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 } else {
-                    for node in nodes.iter().filter(|n| n.is_running()) {
-                        thaw_frozen_cgroups(engine, &node.name).await;
+                    futures::future::join_all(
+                        nodes
+                            .iter()
+                            .filter(|n| n.is_running())
+                            .map(|n| quiesce_for_deletion(engine, &n.name)),
+                    )
+                    .await;
+                    if let Err(failed) = delete_cluster(kind, &name).await {
+                        // kind could not remove a node: a process in it that
+                        // cannot die, frozen while the node was being killed.
+                        // Thawed from the host, the next round removes it.
+                        let left = match find_cluster(engine, settings).await? {
+                            Found::Ours(left) => left,
+                            _ => Vec::new(),
+                        };
+                        if !left.is_empty() {
+                            let ids: Vec<String> = left.iter().map(|n| n.id.clone()).collect();
+                            match thaw_from_host(engine, settings, &left[0].image, &ids).await {
+                                Ok(thawed) => tracing::info!(
+                                    "kind could not remove {}; thawed from the host: {}",
+                                    left.iter()
+                                        .map(|n| n.name.as_str())
+                                        .collect::<Vec<_>>()
+                                        .join(", "),
+                                    thawed.split_whitespace().collect::<Vec<_>>().join(", ")
+                                ),
+                                Err(e) => {
+                                    tracing::debug!("thawing the nodes from the host: {e}");
+                                    return Err(failed);
+                                }
+                            }
+                        }
                     }
-                    delete_cluster(kind, &name).await?;
                 }
                 deleted = true;
                 quiet_since = None;
@@ -1822,6 +1967,7 @@ containerdConfigPatches:
     fn node(name: &str, role: &str) -> KindNode {
         KindNode {
             name: name.into(),
+            id: String::new(),
             image: String::new(),
             role: role.into(),
             state: None,
