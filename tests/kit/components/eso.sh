@@ -171,7 +171,7 @@ tree_inputs=()
 [ "$ESO_SOURCE" = tree ] && tree_inputs=("$ESO_COMMIT" "$(sha256sum <"$KIT_ROOT/eso/register-generators.sh")")
 stamp=$(stamp_of "$ESO_VERSION" "$ESO_PROVIDERS" "$ESO_GENERATORS" "$(go env GOVERSION)" \
   "$(docker image inspect -f '{{.Id}}' "$KIT_STATIC_IMAGE")" "$IMAGE_RECIPE" ${tree_inputs[@]+"${tree_inputs[@]}"})
-if image_exists "$ESO_IMAGE" && [ "$(image_label "$ESO_IMAGE" dev.devstack.kit.stamp)" = "$stamp" ]; then
+if kit_image_current "$ESO_IMAGE" "$stamp"; then
   log "reuse $ESO_IMAGE"
 else
   log "go build external-secrets $ESO_VERSION (providers: $ESO_PROVIDERS)"

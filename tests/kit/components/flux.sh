@@ -92,7 +92,7 @@ ENTRYPOINT ["/usr/bin/tini", "--", "kustomize-controller"]' ;;
   esac
   stamp=$(stamp_of "$c" "$v" "$(go env GOVERSION)" "$(docker image inspect -f '{{.Id}}' "$base")" \
     "${GO_FIXUPS[$c@$v]:-}" "$IMAGE_RECIPE")
-  if image_exists "$ref" && [ "$(image_label "$ref" dev.devstack.kit.stamp)" = "$stamp" ]; then
+  if kit_image_current "$ref" "$stamp"; then
     log "reuse $ref"
   else
     writable_copy "github.com/fluxcd/$c" "$v" "$dir"

@@ -56,7 +56,7 @@ docker run --rm "$LOCALSTACK_BASE" python3 -c 'import sys; print("%d.%d" % sys.v
 
 stamp=$(stamp_of "$LOCALSTACK_VERSION" "$(docker image inspect -f '{{.Id}}' "$LOCALSTACK_BASE")" \
   "$(cat "$CTX_SRC/Dockerfile" "$CTX_SRC/docker-entrypoint.sh" "$REQS" "${BASH_SOURCE[0]}" | sha256sum)")
-if image_exists "$LOCALSTACK_IMAGE" && [ "$(image_label "$LOCALSTACK_IMAGE" dev.devstack.kit.stamp)" = "$stamp" ]; then
+if kit_image_current "$LOCALSTACK_IMAGE" "$stamp"; then
   log "reuse $LOCALSTACK_IMAGE"
 else
   # 2. wheels on the host (the pins are a full closure; pip wheel also builds

@@ -9,7 +9,7 @@ kit_static_image() {
   local base_id stamp dir
   base_id=$(docker image inspect -f '{{.Id}}' "$KIT_BASE_IMAGE")
   stamp=$(stamp_of "$base_id" "static-v1")
-  if image_exists "$KIT_STATIC_IMAGE" && [ "$(image_label "$KIT_STATIC_IMAGE" dev.devstack.kit.stamp)" = "$stamp" ]; then
+  if kit_image_current "$KIT_STATIC_IMAGE" "$stamp"; then
     log "reuse $KIT_STATIC_IMAGE"; return 0
   fi
   dir=$(mktemp -d)

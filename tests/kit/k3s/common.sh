@@ -27,7 +27,7 @@ host_packages() {
 # (KIT_FORCE=1: never, so the image is rebuilt; build outputs cached in
 # KIT_CACHE are still reused: point DEVSTACK_KIT_CACHE elsewhere for a cold build).
 image_stamp_ok() {
-  [ "${KIT_FORCE:-}" != 1 ] && image_exists "$1" && [ "$(image_label "$1" dev.devstack.kit.stamp)" = "$2" ]
+  [ "${KIT_FORCE:-}" != 1 ] && kit_image_current "$1" "$2"
 }
 
 # go_module_src MODULE VERSION DEST: the module's source (from the Go module
