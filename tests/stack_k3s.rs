@@ -154,6 +154,20 @@ fn up_verify_status_down_with_drift_repair() {
         "{report}"
     );
 
+    // Drift: the webhook's certificate Secret emptied and its pod
+    // restarted. The new pod finds no certificate and sleeps 10 s before it
+    // looks again; `up` fills the Secret, puts the CA into the webhooks and
+    // replaces that pod, so the round trip passes at once.
+    let waiting = webhook_pod_waiting_for_certificate(&stack);
+    let report = stack.run(&profile, &["up", "--json"]).ok().json();
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+    let pods = webhook_pods(&stack);
+    assert!(
+        !pods.contains(&waiting),
+        "webhook pod {waiting} was left in its wait: {pods:?}"
+    );
+    common::assert_webhook_certificate_issued_by_devstack(&stack);
+
     // Drift: the node stopped.
     let node = format!("devstack-{}-server-0", stack.name);
     assert!(docker(&["stop", "-t", "2", &node]).status.success());
@@ -306,4 +320,63 @@ fn two_stacks_side_by_side_through_the_library() {
     );
     first.run(&first_profile, &["status"]).ok();
     first.run(&first_profile, &["down"]).ok();
+}
+
+fn webhook_pods(stack: &TestStack) -> Vec<String> {
+    use k8s_openapi::api::core::v1::Pod;
+    let rt = runtime();
+    let client = kube_client(&rt, stack);
+    let pods = rt
+        .block_on(
+            kube::Api::<Pod>::namespaced(client, "external-secrets").list(
+                &kube::api::ListParams::default()
+                    .labels("app.kubernetes.io/name=external-secrets-webhook"),
+            ),
+        )
+        .unwrap();
+    pods.items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+/// Empties the webhook's certificate Secret and deletes its pods; returns
+/// the replacement once its log shows it found no certificate.
+fn webhook_pod_waiting_for_certificate(stack: &TestStack) -> String {
+    use k8s_openapi::api::core::v1::{Pod, Secret};
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    let rt = runtime();
+    let client = kube_client(&rt, stack);
+    let pods = kube::Api::<Pod>::namespaced(client.clone(), "external-secrets");
+    let before = webhook_pods(stack);
+    rt.block_on(async {
+        kube::Api::<Secret>::namespaced(client.clone(), "external-secrets")
+            .patch(
+                "external-secrets-webhook",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"data": null})),
+            )
+            .await
+            .unwrap();
+        for pod in &before {
+            pods.delete(pod, &DeleteParams::default()).await.unwrap();
+        }
+    });
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        for pod in webhook_pods(stack).iter().filter(|p| !before.contains(p)) {
+            let log = rt
+                .block_on(pods.logs(pod, &Default::default()))
+                .unwrap_or_default();
+            if log.contains("invalid certs") {
+                return pod.clone();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new webhook pod waiting for its certificate within 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
 }

@@ -427,15 +427,21 @@ fn chain_changes(
 ///
 /// The chain is looked at again after every change its watches report.
 /// Meanwhile the ESO webhook's certificate is made ready for its pods
-/// (see [`super::webhook`]).
+/// (see [`super::webhook`]); the wait ends once the webhook also serves.
 pub async fn wait_ready(
     client: &kube::Client,
     options: WaitOptions,
     root_request: Option<String>,
     step: &Step,
 ) -> Result<ChainReport, Error> {
+    let budget = options.budget;
+    let ready_and_serving = async {
+        let report = watch_chain(client, options, root_request, step).await?;
+        super::webhook::wait_serving(client, budget).await?;
+        Ok(report)
+    };
     tokio::select! {
-        report = watch_chain(client, options, root_request, step) => report,
+        report = ready_and_serving => report,
         never = super::webhook::keep_certificate_ready(client) => match never {},
     }
 }

@@ -10,22 +10,32 @@
 //! the operator level of the chain waits for, used to become Ready 10-70 s
 //! after its pod.
 //!
-//! Two things close that gap, for as long as the chain is awaited:
+//! Three things close that gap, for as long as the chain is awaited:
 //! - devstack fills the empty Secret itself, with a CA and a serving
 //!   certificate made the way the cert-controller makes them, so the
 //!   webhook finds its certificate at its first look. The cert-controller
-//!   then judges the certificate valid, keeps it, and injects its CA.
+//!   then judges the certificate valid, keeps it, and injects its CA. The
+//!   certificate is issued before the chart creates the Secret: the pods
+//!   mount it about a second after it appears, and an RSA key takes a
+//!   good part of that on a busy machine (a race lost 1 in ~15 times).
 //! - should a webhook pod still have mounted the Secret empty, it is
 //!   annotated once the Secret holds a certificate: an update of the pod
-//!   makes kubelet sync its volumes at once.
+//!   makes kubelet sync its volumes at once, in time if its container has
+//!   not started yet.
+//! - a webhook whose process already found no certificate sleeps 10 s
+//!   before it looks again, whatever its volume holds by then; once the
+//!   Secret holds a certificate such a pod is deleted, and its replacement
+//!   starts with the certificate in 1-2 s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use base64::Engine as _;
 use futures::StreamExt;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, Preconditions};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use serde_json::json;
@@ -34,6 +44,7 @@ use sha2::{Digest, Sha256};
 use super::HELM_RELEASE;
 use crate::error::Error;
 use crate::k8s::wait;
+use crate::k8s::{Budget, Verdict, Wait};
 
 /// Label of the Secret the ESO chart creates (empty) for the webhook's
 /// certificate.
@@ -59,13 +70,123 @@ const SERVER_KEY: &str = "tls.key";
 
 /// Keeps the webhook's certificate ready for its pods; never returns.
 pub async fn keep_certificate_ready(client: &kube::Client) -> std::convert::Infallible {
-    let filled = issue_when_empty(client);
-    let refreshed = refresh_pods_when_filled(client);
-    futures::pin_mut!(filled, refreshed);
-    futures::future::select(filled, refreshed)
+    tokio::select! {
+        never = issue_when_empty(client) => never,
+        never = refresh_pods_when_filled(client) => never,
+        never = replace_pods_waiting_for_certificate(client) => never,
+    }
+}
+
+/// Waits until the webhook's Service has a Ready endpoint: every
+/// ExternalSecret written is validated by it. The operator level's health
+/// checks vouch for that only when the level reconciles, and an `up` of a
+/// stack whose levels are Ready for the current revision leaves them
+/// alone: a webhook pod restarting meanwhile made the profile's
+/// ExternalSecrets fail ("no endpoints available"). Manifests that run ESO
+/// without its webhook (no Service) have nothing to wait for.
+pub async fn wait_serving(client: &kube::Client, budget: Budget) -> Result<(), Error> {
+    let (namespace, release) = HELM_RELEASE;
+    let service = format!("{release}-webhook");
+    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let exists = services
+        .get_opt(&service)
         .await
-        .factor_first()
-        .0
+        .map_err(|e| Error::internal(format!("read Service {namespace}/{service}: {e}")))?;
+    if exists.is_none() {
+        return Ok(());
+    }
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
+    Wait::new(
+        format!("the ESO webhook Service {namespace}/{service}"),
+        "served by a Ready pod",
+        budget,
+    )
+    .advice(format!(
+        "`kubectl -n {namespace} get pods -l {WEBHOOK_POD_SELECTOR}` shows the webhook's pods"
+    ))
+    .list(
+        slices,
+        watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}")),
+        |slices| {
+            let serving = slices
+                .iter()
+                .filter_map(|s| s.endpoints.as_ref())
+                .flatten()
+                .any(|endpoint| {
+                    // An endpoint without a ready condition counts as ready (the API's rule).
+                    endpoint
+                        .conditions
+                        .as_ref()
+                        .and_then(|c| c.ready)
+                        .unwrap_or(true)
+                });
+            if serving {
+                Verdict::Done
+            } else {
+                Verdict::Waiting("no Ready endpoint".into())
+            }
+        },
+    )
+    .await?;
+    wait_ca_injected(client, &service, budget).await
+}
+
+/// Waits until every validating webhook that calls the Service trusts the
+/// CA in the certificate Secret. When the Secret gets a new certificate
+/// (filled again, or rotated by the cert-controller) the webhook serves it
+/// at once, but the webhooks trust it only once the cert-controller has
+/// injected its CA; until then the API server refuses every ExternalSecret
+/// ("certificate signed by unknown authority").
+async fn wait_ca_injected(
+    client: &kube::Client,
+    service: &str,
+    budget: Budget,
+) -> Result<(), Error> {
+    let namespace = HELM_RELEASE.0;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let ca = secrets
+        .list(&ListParams::default().labels(WEBHOOK_SECRET_SELECTOR))
+        .await
+        .map_err(|e| Error::internal(format!("read the ESO webhook certificate Secret: {e}")))?
+        .items
+        .into_iter()
+        .filter(|s| s.metadata.name.as_deref() == Some(service))
+        .find_map(|s| s.data?.remove(CA_CERT))
+        .filter(|ca| !ca.0.is_empty());
+    let Some(ca) = ca else {
+        // Certificates from elsewhere (cert-manager): not ours to check.
+        return Ok(());
+    };
+    let configurations: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    Wait::new(
+        format!("the ESO webhooks calling {namespace}/{service}"),
+        "trusting its certificate's CA",
+        budget,
+    )
+    .advice(format!(
+        "the cert-controller injects the CA: `kubectl -n {namespace} logs deploy/{}-cert-controller`",
+        HELM_RELEASE.1
+    ))
+    .list(configurations, watcher::Config::default(), |configurations| {
+        let stale = configurations
+            .iter()
+            .flat_map(|c| c.webhooks.iter().flatten())
+            .filter(|w| {
+                w.client_config
+                    .service
+                    .as_ref()
+                    .is_some_and(|s| s.namespace == namespace && s.name == service)
+            })
+            .filter(|w| w.client_config.ca_bundle.as_ref() != Some(&ca))
+            .count();
+        if stale == 0 {
+            Verdict::Done
+        } else {
+            Verdict::Waiting(format!("{stale} webhook(s) without the CA"))
+        }
+    })
+    .await
+    .map(|_| ())
 }
 
 /// A CA and a serving certificate for `dns_name`, as PEM, keyed as the
@@ -187,6 +308,22 @@ fn pkcs8_rsa_private_key(pkcs8: &[u8]) -> Option<&[u8]> {
     Some(key)
 }
 
+/// The webhook Service's name, which its certificate is for: the chart names
+/// the Service and the Secret `<fullname>-webhook`, and the release's name
+/// is its fullname.
+fn expected_dns_name() -> String {
+    let (namespace, release) = HELM_RELEASE;
+    format!("{release}-webhook.{namespace}.svc")
+}
+
+type Issuing = tokio::task::JoinHandle<Result<CertificateBundle, Error>>;
+
+fn issue_in_background(dns_name: String) -> (String, Issuing) {
+    let for_name = dns_name.clone();
+    let issuing = tokio::task::spawn_blocking(move || CertificateBundle::issue(&dns_name));
+    (for_name, issuing)
+}
+
 fn has_certificate(secret: &Secret) -> bool {
     secret
         .data
@@ -202,6 +339,15 @@ fn has_certificate(secret: &Secret) -> bool {
 async fn issue_when_empty(client: &kube::Client) -> std::convert::Infallible {
     let namespace = HELM_RELEASE.0;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    // Issued ahead only when no certificate is there yet (a first install),
+    // not on every `up` of a stack that has one.
+    let mut ahead = match secrets
+        .list(&ListParams::default().labels(WEBHOOK_SECRET_SELECTOR))
+        .await
+    {
+        Ok(listed) if listed.items.iter().any(has_certificate) => None,
+        _ => Some(issue_in_background(expected_dns_name())),
+    };
     let mut empty = wait::watch(
         secrets.clone(),
         watcher::Config::default().labels(WEBHOOK_SECRET_SELECTOR),
@@ -222,7 +368,11 @@ async fn issue_when_empty(client: &kube::Client) -> std::convert::Infallible {
         // The webhook Service is named like its Secret (the chart's
         // `<fullname>-webhook`); the cert-controller checks this name.
         let dns_name = format!("{name}.{namespace}.svc");
-        let issued = tokio::task::spawn_blocking(move || CertificateBundle::issue(&dns_name)).await;
+        let issuing = match ahead.take() {
+            Some((for_name, issuing)) if for_name == dns_name => issuing,
+            _ => issue_in_background(dns_name).1,
+        };
+        let issued = issuing.await;
         let bundle = match issued {
             Ok(Ok(bundle)) => bundle,
             Ok(Err(e)) => {
@@ -251,10 +401,50 @@ async fn issue_when_empty(client: &kube::Client) -> std::convert::Infallible {
             .await
         {
             Ok(_) => {
-                tracing::debug!("filled the ESO webhook certificate Secret {namespace}/{name}")
+                tracing::debug!("filled the ESO webhook certificate Secret {namespace}/{name}");
+                inject_ca(client, &name, &bundle.files[CA_CERT]).await;
             }
             // 409: the cert-controller got there first, which is as good.
             Err(e) => tracing::debug!("filling the ESO webhook certificate Secret {name}: {e}"),
+        }
+    }
+}
+
+/// Puts the CA devstack issued into the existing webhooks that call the
+/// Service, as the cert-controller does on its next pass, minutes away when
+/// the webhooks already exist (a Secret filled again). Webhooks the chart
+/// has yet to create get the CA from the cert-controller when they appear.
+async fn inject_ca(client: &kube::Client, service: &str, ca_pem: &str) {
+    let namespace = HELM_RELEASE.0;
+    let ca = ByteString(ca_pem.as_bytes().to_vec());
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let Ok(listed) = api.list(&ListParams::default()).await else {
+        return;
+    };
+    for configuration in listed.items {
+        let stale: Vec<serde_json::Value> = configuration
+            .webhooks
+            .iter()
+            .flatten()
+            .filter(|w| {
+                w.client_config
+                    .service
+                    .as_ref()
+                    .is_some_and(|s| s.namespace == namespace && s.name == service)
+                    && w.client_config.ca_bundle.as_ref() != Some(&ca)
+            })
+            .map(|w| json!({"name": w.name, "clientConfig": {"caBundle": ca}}))
+            .collect();
+        let Some(name) = configuration.metadata.name.filter(|_| !stale.is_empty()) else {
+            continue;
+        };
+        // Strategic merge: webhooks are merged by name, the rest is kept.
+        let patch = json!({"webhooks": stale});
+        if let Err(e) = api
+            .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+        {
+            tracing::debug!("injecting the ESO webhook CA into {name}: {e}");
         }
     }
 }
@@ -282,18 +472,11 @@ async fn refresh_pods_when_filled(client: &kube::Client) -> std::convert::Infall
             // kubelet sync still gets there.
             return futures::future::pending().await;
         };
-        let Ok(listed) = pods
-            .list(&ListParams::default().labels(WEBHOOK_POD_SELECTOR))
-            .await
-        else {
+        let Some(listed) = webhook_pods(&pods).await else {
             continue;
         };
-        for pod in listed.items {
-            let ready = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .is_some_and(|c| !c.is_empty() && c.iter().all(|c| c.ready));
+        for pod in listed {
+            let ready = pod_is_ready(&pod);
             let annotated = pod
                 .metadata
                 .annotations
@@ -312,6 +495,123 @@ async fn refresh_pods_when_filled(client: &kube::Client) -> std::convert::Infall
             }
         }
     }
+}
+
+/// What ESO's webhook logs when it found no certificate, before its 10 s
+/// sleep, and what it logs each time it looks (`waitForCerts`).
+const NO_CERTIFICATE_LOG: &str = "invalid certs. retrying";
+const LOOKING_LOG: &str = "validating certs";
+
+/// True when the webhook's log ends in its wait for a certificate: it found
+/// none at its last look.
+fn waiting_for_certificate(log: &str) -> bool {
+    match (log.rfind(NO_CERTIFICATE_LOG), log.rfind(LOOKING_LOG)) {
+        (Some(no_certificate), Some(looking)) => no_certificate > looking,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+async fn webhook_pods(pods: &Api<Pod>) -> Option<Vec<Pod>> {
+    let listed = pods
+        .list(&ListParams::default().labels(WEBHOOK_POD_SELECTOR))
+        .await;
+    listed.ok().map(|l| l.items)
+}
+
+fn pod_is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|c| !c.is_empty() && c.iter().all(|c| c.ready))
+}
+
+/// Deletes each webhook pod whose process waits for a certificate the
+/// Secret already holds; looked at whenever a webhook pod or the Secret
+/// changes. The Deployment's replacement mounts the filled Secret.
+async fn replace_pods_waiting_for_certificate(client: &kube::Client) -> std::convert::Infallible {
+    let namespace = HELM_RELEASE.0;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod_changes = wait::watch(
+        pods.clone(),
+        watcher::Config::default().labels(WEBHOOK_POD_SELECTOR),
+    )
+    .applied_objects()
+    .map(|_| ());
+    let secret_changes = wait::watch(
+        secrets.clone(),
+        watcher::Config::default().labels(WEBHOOK_SECRET_SELECTOR),
+    )
+    .applied_objects()
+    .map(|_| ());
+    let mut changes = futures::stream::select(pod_changes, secret_changes).boxed();
+    let mut replaced: HashSet<String> = HashSet::new();
+    while changes.next().await.is_some() {
+        let filled = secrets
+            .list(&ListParams::default().labels(WEBHOOK_SECRET_SELECTOR))
+            .await
+            .is_ok_and(|listed| listed.items.iter().any(has_certificate));
+        if !filled {
+            continue;
+        }
+        let Some(listed) = webhook_pods(&pods).await else {
+            continue;
+        };
+        for pod in listed {
+            let running = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                });
+            let (Some(name), Some(uid)) = (pod.metadata.name.clone(), pod.metadata.uid.clone())
+            else {
+                continue;
+            };
+            if !running
+                || pod_is_ready(&pod)
+                || pod.metadata.deletion_timestamp.is_some()
+                || replaced.contains(&uid)
+            {
+                continue;
+            }
+            let container = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers.first())
+                .map(|c| c.name.clone());
+            let params = LogParams {
+                container,
+                tail_lines: Some(50),
+                ..LogParams::default()
+            };
+            let Ok(log) = pods.logs(&name, &params).await else {
+                continue;
+            };
+            if !waiting_for_certificate(&log) {
+                continue;
+            }
+            // Only the pod as looked at: one that has since looked again
+            // and found its certificate (a new status, a new version) stays.
+            let as_looked_at = DeleteParams::default().preconditions(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: pod.metadata.resource_version.clone(),
+            });
+            match pods.delete(&name, &as_looked_at).await {
+                Ok(_) => {
+                    tracing::debug!(
+                        "replaced ESO webhook pod {name}: it waited 10 s for a certificate the Secret holds"
+                    );
+                    replaced.insert(uid);
+                }
+                Err(e) => tracing::debug!("replacing ESO webhook pod {name}: {e}"),
+            }
+        }
+    }
+    futures::future::pending().await
 }
 
 #[cfg(test)]
@@ -396,5 +696,36 @@ mod tests {
         assert!(der_element(&long[..100]).is_none(), "truncated");
         assert!(der_element(&[0x30, 0x80]).is_none(), "indefinite length");
         assert!(pkcs8_rsa_private_key(&[0x30, 0x03, 0x02, 0x01, 0x00]).is_none());
+    }
+
+    /// Lines as ESO 2.9.0's webhook writes them (from a Kind run whose
+    /// webhook mounted its Secret empty).
+    #[test]
+    fn a_webhook_waits_for_a_certificate_until_it_looks_again() {
+        let looking = r#"{"level":"info","logger":"setup","msg":"validating certs"}"#;
+        let none = r#"{"level":"error","logger":"setup","msg":"invalid certs. retrying...","error":"stat /tmp/certs/tls.crt: no such file or directory"}"#;
+        let serving = r#"{"level":"info","logger":"controller-runtime.webhook","msg":"Serving webhook server","port":10250}"#;
+        assert!(waiting_for_certificate(&format!("{looking}\n{none}\n")));
+        assert!(
+            waiting_for_certificate(&format!("{looking}\n{none}\n{looking}\n{none}\n")),
+            "still none at its second look"
+        );
+        assert!(
+            waiting_for_certificate(&format!("{none}\n")),
+            "the looking line fell out of the tail"
+        );
+        assert!(!waiting_for_certificate(&format!(
+            "{looking}\n{none}\n{looking}\n{serving}\n"
+        )));
+        assert!(!waiting_for_certificate(&format!("{looking}\n{serving}\n")));
+        assert!(!waiting_for_certificate(""), "not started yet");
+    }
+
+    #[test]
+    fn the_certificate_issued_ahead_is_for_the_charts_webhook_service() {
+        assert_eq!(
+            expected_dns_name(),
+            "external-secrets-webhook.external-secrets.svc"
+        );
     }
 }

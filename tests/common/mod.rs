@@ -623,7 +623,7 @@ pub fn assert_running_versions_match_the_matrix(stack: &TestStack, node_image: &
 /// conversion webhook that calls ESO's webhook Service.
 pub fn assert_webhook_certificate_issued_by_devstack(stack: &TestStack) {
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::api::core::v1::{Pod, Secret};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::Api;
     use sha2::Digest;
@@ -665,6 +665,31 @@ pub fn assert_webhook_certificate_issued_by_devstack(stack: &TestStack) {
         }
     }
     assert!(injected >= 2, "no ESO validating webhook found");
+    // A webhook process that found no certificate sleeps 10 s before it
+    // looks again; devstack either fills the Secret before the pod mounts
+    // it or replaces the pod.
+    let pods = rt
+        .block_on(
+            Api::<Pod>::namespaced(client.clone(), "external-secrets").list(
+                &kube::api::ListParams::default()
+                    .labels("app.kubernetes.io/name=external-secrets-webhook"),
+            ),
+        )
+        .unwrap();
+    assert!(!pods.items.is_empty(), "no ESO webhook pod");
+    for pod in pods.items {
+        let name = pod.metadata.name.unwrap();
+        let log = rt
+            .block_on(
+                Api::<Pod>::namespaced(client.clone(), "external-secrets")
+                    .logs(&name, &Default::default()),
+            )
+            .unwrap();
+        assert!(
+            !log.contains("invalid certs"),
+            "webhook pod {name} started without its certificate:\n{log}"
+        );
+    }
     let crd = rt
         .block_on(
             Api::<CustomResourceDefinition>::all(client).get("externalsecrets.external-secrets.io"),
