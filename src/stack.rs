@@ -192,8 +192,9 @@ impl Stack {
         self.timeline.restart();
         let docker = docker::connect().await?;
         let interrupts = Interrupts::watch(options.handle_interrupt);
-        self.up_locked(&docker, options, None, &interrupts.cancel, &interrupts.stop)
-            .await
+        // Boxed, so that what the caller polls is small whatever `up` awaits
+        // (a test thread has a 2 MiB stack; debug builds' futures are large).
+        Box::pin(self.up_locked(&docker, options, None, &interrupts.cancel, &interrupts.stop)).await
     }
 
     /// Creates the stack from snapshot `name` ([`Stack::snapshot_save`]):
@@ -211,13 +212,13 @@ impl Stack {
         let snapshot = crate::snapshot::open(&self.settings, name)?;
         let docker = docker::connect().await?;
         let interrupts = Interrupts::watch(options.handle_interrupt);
-        self.up_locked(
+        Box::pin(self.up_locked(
             &docker,
             options,
             Some(&snapshot),
             &interrupts.cancel,
             &interrupts.stop,
-        )
+        ))
         .await
     }
 

@@ -230,7 +230,10 @@ async fn sync(
     };
     let chain_report = runner
         .step(title, None, |step| async move {
-            let report = chain::wait_ready(client, wait, Some(root_request), &step).await?;
+            // On the heap: the chain's watches make a large future, and a
+            // library caller may poll `up` on a test thread's 2 MiB stack.
+            let report =
+                Box::pin(chain::wait_ready(client, wait, Some(root_request), &step)).await?;
             let span = step.span(format!("ClusterSecretStore {CLUSTER_SECRET_STORE} Ready"));
             span.finish(wait_store_ready(client, budget).await)?;
             record_pod_starts(client, HELM_RELEASE.0, &step).await;
