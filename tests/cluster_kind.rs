@@ -93,6 +93,9 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
 
     assert_running_versions_match_the_matrix(&stack, devstack::versions::KIND_NODE_IMAGE);
     common::assert_webhook_certificate_issued_by_devstack(&stack);
+    for node in &nodes {
+        common::assert_kube_proxy_min_sync_period(node, "100ms");
+    }
 
     // The kubeconfig: devstack's state, 0600, context devstack-<name>.
     let path = PathBuf::from(cluster["kubeconfigPath"].as_str().unwrap());

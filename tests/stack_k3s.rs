@@ -86,6 +86,7 @@ fn up_verify_status_down_with_drift_repair() {
         "{spans:?}"
     );
     common::assert_webhook_certificate_issued_by_devstack(&stack);
+    common::assert_kube_proxy_min_sync_period(&format!("devstack-{}-server-0", stack.name), "0s");
     for step in [
         "Preflight",
         "LocalStack",

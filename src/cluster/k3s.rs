@@ -310,6 +310,15 @@ async fn cluster_token(engine: &dyn Engine, settings: &Settings) -> Result<Strin
         })
 }
 
+/// kube-proxy programs a Service's new endpoint at once instead of at most
+/// once a second (its default `iptables-min-sync-period`, made for clusters
+/// with thousands of Services). While a node starts, pods turn Ready one
+/// after another, and the source-controller's Service was reachable up to a
+/// second after its pod was Ready: every Flux download waited for it, after
+/// a restart or restore, and so did the API server's calls to ESO's webhook.
+/// A sync of a cluster this size takes milliseconds.
+const KUBE_PROXY_SYNC_AT_ONCE: &str = "--kube-proxy-arg=iptables-min-sync-period=0s";
+
 /// devstack's own arguments of the server (recorded as LABEL_FIXED_ARGS,
 /// which `plan` skips). `identity` is its Kubernetes node name: the
 /// container's name, or for a node restored from a snapshot the name it had
@@ -321,6 +330,7 @@ fn own_server_args(settings: &Settings, identity: &str) -> Vec<String> {
         "--disable=traefik,servicelb,metrics-server,local-storage".into(),
         "--tls-san=127.0.0.1".into(),
         format!("--tls-san={server}"),
+        KUBE_PROXY_SYNC_AT_ONCE.into(),
     ];
     if identity != server {
         args.push(format!("--tls-san={identity}"));
@@ -341,6 +351,7 @@ fn server_args(settings: &Settings, identity: &str) -> Vec<String> {
 fn agent_args(settings: &Settings, identity: &str) -> Vec<String> {
     vec![
         "agent".to_string(),
+        KUBE_PROXY_SYNC_AT_ONCE.into(),
         format!("--node-name={identity}"),
         format!(
             "--server=https://{}:{API_PORT}",
@@ -1504,10 +1515,9 @@ mod tests {
         assert!(args.contains(&"--tls-san=devstack-old-server-0".to_string()));
         assert!(args.contains(&format!("--tls-san={}", node_name(&settings, "server", 0))));
         let own = own_server_args(&settings, &node_name(&settings, "server", 0));
-        assert_eq!(
-            own.len(),
-            FIXED_ARGS_UNLABELLED,
-            "a new cluster's arguments are unchanged"
+        assert!(
+            own.contains(&KUBE_PROXY_SYNC_AT_ONCE.to_string()),
+            "{own:?}"
         );
     }
 
@@ -1678,9 +1688,14 @@ mod engine_tests {
         fn add_server(&self, running: bool) {
             let mut labels = node_labels(&self.settings, ROLE_SERVER);
             labels.insert(LABEL_API_PORT.into(), "6550".into());
+            let identity = node_name(&self.settings, "server", 0);
+            labels.insert(
+                LABEL_FIXED_ARGS.into(),
+                own_server_args(&self.settings, &identity).len().to_string(),
+            );
             let server = FakeContainer {
                 image: self.settings.cluster.image.clone(),
-                cmd: server_args(&self.settings, &node_name(&self.settings, "server", 0)),
+                cmd: server_args(&self.settings, &identity),
                 env: vec!["K3S_TOKEN=secret-token".into()],
                 labels,
                 running,

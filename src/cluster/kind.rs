@@ -117,6 +117,16 @@ struct PortMapping<'a> {
 /// node image, not only the kit's (which also passes the kubelet flag).
 const KUBELET_CGROUP_V1_PATCH: &str = "kind: KubeletConfiguration\nfailCgroupV1: false\n";
 
+/// kube-proxy programs a Service's new endpoint within 0.1 s instead of at
+/// most once a second (kind's `minSyncPeriod: 1s`): Flux's downloads from
+/// the source-controller and the API server's calls to ESO's webhook go
+/// through Services whose pods have just turned Ready (see the K3s
+/// provider, where it was measured). Not 0: kube-proxy reads a zero in its
+/// config file as unset and makes it 1 s. A sync of a cluster this size
+/// takes milliseconds.
+const KUBE_PROXY_SYNC_AT_ONCE_PATCH: &str =
+    "kind: KubeProxyConfiguration\niptables:\n  minSyncPeriod: 100ms\n";
+
 /// The directory whose bind mount marks a kind cluster as this stack's.
 /// Absolute but not canonicalized: Docker records the source as given, and
 /// the same settings must compute the same path on every run.
@@ -178,7 +188,7 @@ pub fn config_yaml(settings: &Settings, api_port: u16) -> String {
             api_server_port: api_port,
         },
         nodes,
-        kubeadm_config_patches: vec![KUBELET_CGROUP_V1_PATCH],
+        kubeadm_config_patches: vec![KUBELET_CGROUP_V1_PATCH, KUBE_PROXY_SYNC_AT_ONCE_PATCH],
         containerd_config_patches: patches,
     };
     serde_saphyr::to_string(&config).expect("the kind config is plain strings and numbers")
@@ -1651,7 +1661,10 @@ mod tests {
                         "readOnly": true,
                     }],
                 }],
-                "kubeadmConfigPatches": ["kind: KubeletConfiguration\nfailCgroupV1: false\n"],
+                "kubeadmConfigPatches": [
+                    "kind: KubeletConfiguration\nfailCgroupV1: false\n",
+                    "kind: KubeProxyConfiguration\niptables:\n  minSyncPeriod: 100ms\n",
+                ],
             })
         );
         assert_eq!(
@@ -1707,6 +1720,10 @@ kubeadmConfigPatches:
 - |
   kind: KubeletConfiguration
   failCgroupV1: false
+- |
+  kind: KubeProxyConfiguration
+  iptables:
+    minSyncPeriod: 100ms
 containerdConfigPatches:
 - |-
   [plugins."io.containerd.grpc.v1.cri".registry]

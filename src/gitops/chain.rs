@@ -479,8 +479,38 @@ async fn watch_chain(
     // The last reconcile devstack asked of the HelmRelease, after a
     // failure on something not serving yet.
     let mut release_requested: Option<String> = None;
+    // Requests to try again that wait out their pause, by level index
+    // (`None`: the HelmRelease); the watch goes on meanwhile, so one
+    // level's pause does not hold back what another level reports.
+    let mut asks: Asks = Asks::default();
     loop {
-        let mut next = Some(wait.next(&mut changes, looked, &seen).await?);
+        let change = match asks.next_due() {
+            Some(due) => tokio::select! {
+                change = wait.next(&mut changes, looked, &seen) => Some(change?),
+                () = tokio::time::sleep_until(due.into()) => None,
+            },
+            None => Some(wait.next(&mut changes, looked, &seen).await?),
+        };
+        let Some(change) = change else {
+            for target in asks.take_due() {
+                match target {
+                    Some(i) => {
+                        if let Ok(token) = request_reconcile(&ks, levels[i].name).await {
+                            levels[i].requested = Some(token);
+                        }
+                    }
+                    None => {
+                        if let Ok(token) =
+                            request_reconcile(&helm_releases(client), HELM_RELEASE.1).await
+                        {
+                            release_requested = Some(token);
+                        }
+                    }
+                }
+            }
+            continue;
+        };
+        let mut next = Some(change);
         let mut changed = false;
         let mut watch_failed = false;
         // A burst (a relist, a reconcile's status updates) is looked at once.
@@ -514,10 +544,6 @@ async fn watch_chain(
             continue;
         }
         let mut blocking: Option<String> = None;
-        // Levels whose reconcile met something not serving yet, asked
-        // again after the longest of their pauses.
-        let mut ask_again = Vec::new();
-        let mut pause_before_asking = Duration::ZERO;
         for i in 0..levels.len() {
             let name = levels[i].name;
             let object = watched_kustomizations.get(name);
@@ -616,8 +642,7 @@ async fn watch_chain(
                     && let Some(pause) = condition.as_ref().and_then(retry_pause_of)
                     && handled(&object, levels[i].requested.as_deref())
                 {
-                    ask_again.push(i);
-                    pause_before_asking = pause_before_asking.max(pause);
+                    asks.add(Some(i), pause);
                 }
                 // Only once the level it depends on is Ready: the new
                 // reconcile checks the dependency again first, and one not
@@ -652,7 +677,6 @@ async fn watch_chain(
             .get(HELM_RELEASE.1)
             .map(|o| serde_json::to_value(o).unwrap_or_default());
         let mut release_ready = false;
-        let mut release_pause = None;
         let mut release_state = "does not exist yet".to_string();
         if let Some(release) = &release {
             let condition = ready_condition(release);
@@ -666,28 +690,15 @@ async fn watch_chain(
                         message: message.to_string(),
                     });
                 }
-                release_pause = retry_pause_of(c)
-                    .filter(|_| options.nudge && handled(release, release_requested.as_deref()));
-                if let Some(pause) = release_pause {
-                    pause_before_asking = pause_before_asking.max(pause);
+                if let Some(pause) = retry_pause_of(c)
+                    .filter(|_| options.nudge && handled(release, release_requested.as_deref()))
+                {
+                    asks.add(None, pause);
                 }
                 release_ready = release_is_ready(release);
                 release_state = c.summary();
             } else {
                 release_state = "not reconciled yet".into();
-            }
-        }
-        if !ask_again.is_empty() || release_pause.is_some() {
-            tokio::time::sleep(pause_before_asking).await;
-            for i in ask_again {
-                if let Ok(token) = request_reconcile(&ks, levels[i].name).await {
-                    levels[i].requested = Some(token);
-                }
-            }
-            if release_pause.is_some()
-                && let Ok(token) = request_reconcile(&helm_releases(client), HELM_RELEASE.1).await
-            {
-                release_requested = Some(token);
             }
         }
         if blocking.is_none() && release_ready {
@@ -714,6 +725,44 @@ async fn watch_chain(
         failures: failures.into_iter().collect(),
         elapsed_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// Reconcile requests to send again once their pause is over: the levels
+/// (by index) and the HelmRelease (`None`) whose last reconcile met
+/// something not serving yet.
+#[derive(Default)]
+struct Asks {
+    due: std::collections::BTreeMap<Option<usize>, Instant>,
+}
+
+impl Asks {
+    /// A target asked again after `pause`; one already waiting keeps its
+    /// time (each look at the chain reports it again).
+    fn add(&mut self, target: Option<usize>, pause: Duration) {
+        self.due
+            .entry(target)
+            .or_insert_with(|| Instant::now() + pause);
+    }
+
+    /// When the next request is due.
+    fn next_due(&self) -> Option<Instant> {
+        self.due.values().min().copied()
+    }
+
+    /// The targets whose pause is over, no longer waiting.
+    fn take_due(&mut self) -> Vec<Option<usize>> {
+        let now = Instant::now();
+        let due: Vec<_> = self
+            .due
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(target, _)| *target)
+            .collect();
+        for target in &due {
+            self.due.remove(target);
+        }
+        due
+    }
 }
 
 /// Whether a Kustomization is Ready with `current`, its source's revision,
@@ -1280,6 +1329,23 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn a_request_to_try_again_waits_its_own_pause_once() {
+        let mut asks = Asks::default();
+        asks.add(Some(1), Duration::ZERO);
+        asks.add(None, Duration::from_secs(60));
+        let first = asks.next_due().expect("due");
+        // Reported again while it waits: it keeps its time.
+        asks.add(Some(1), Duration::from_secs(60));
+        assert_eq!(asks.next_due(), Some(first));
+        assert_eq!(asks.take_due(), vec![Some(1)]);
+        assert!(
+            asks.take_due().is_empty(),
+            "the HelmRelease's pause is not over"
+        );
+        assert!(asks.next_due().expect("still waiting") > first);
     }
 
     #[test]

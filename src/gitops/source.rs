@@ -31,6 +31,7 @@ const CREDENTIALS_SECRET: &str = "devstack-localstack-s3";
 /// Prefixes inside the bucket.
 pub const MANIFESTS_PREFIX: &str = "external-secrets";
 const ESO_CRDS_PREFIX: &str = "eso/crds";
+const ESO_CRDS_FILE: &str = "external-secrets-crds.yaml";
 const ESO_CHART_PREFIX: &str = "eso/chart";
 
 /// Where Flux reads the stack's manifests from.
@@ -98,8 +99,18 @@ pub fn offline_eso(settings: &Settings) -> Result<Option<OfflineEso>, Error> {
     };
     let mut objects = Tree::new();
     objects.insert(
-        format!("{ESO_CRDS_PREFIX}/external-secrets-crds.yaml"),
+        format!("{ESO_CRDS_PREFIX}/{ESO_CRDS_FILE}"),
         read(bundle.path_of(crds))?,
+    );
+    // Without one, kustomize-controller parses every file of the directory
+    // to write a kustomization itself, on each reconcile of the CRD level:
+    // 0.2 s of its 2.3 s for ESO's 1.9 MB of CRDs (measured after a restore).
+    objects.insert(
+        format!("{ESO_CRDS_PREFIX}/kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {ESO_CRDS_FILE}\n"
+        )
+        .into_bytes(),
     );
     let tgz = bundle.path_of(chart);
     let (files, chart_dir) = unpack_chart(&read(tgz.clone())?)

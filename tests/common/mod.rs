@@ -617,6 +617,31 @@ pub fn assert_running_versions_match_the_matrix(stack: &TestStack, node_image: &
     );
 }
 
+/// The kube-proxy running in `node` (a node container) syncs its rules
+/// with `min_sync_period` between them, as read from its own `/configz`:
+/// devstack's setting reached the running process, not only its config.
+pub fn assert_kube_proxy_min_sync_period(node: &str, min_sync_period: &str) {
+    let script = r#"exec 3<>/dev/tcp/127.0.0.1/10249 && printf 'GET /configz HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3 && cat <&3"#;
+    let out = docker(&["exec", node, "bash", "-c", script]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no /configz answer from kube-proxy in {node}: {text}"));
+    let config: serde_json::Value = serde_json::from_str(body)
+        .unwrap_or_else(|e| panic!("kube-proxy's /configz in {node} is not JSON ({e}): {body}"));
+    // Its internal form up to Kubernetes 1.32 (K3s), the v1alpha1 form after.
+    let config = &config["kubeproxy.config.k8s.io"];
+    let effective = config["MinSyncPeriod"]
+        .as_str()
+        .or(config["iptables"]["minSyncPeriod"].as_str());
+    assert_eq!(
+        effective,
+        Some(min_sync_period),
+        "kube-proxy in {node}: {config}"
+    );
+}
+
 /// The ESO webhook serves with the certificate devstack issued at install
 /// (its CA's fingerprint is on the Secret), and the cert-controller, instead
 /// of replacing it, injected that CA into every webhook configuration and
