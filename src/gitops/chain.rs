@@ -176,6 +176,7 @@ fn observed_current(object: &Value) -> bool {
 /// the object reports as `status.lastHandledReconcileAt` once handled.
 pub async fn request_reconcile(api: &Api<DynamicObject>, name: &str) -> Result<String, Error> {
     let token = chrono_like_now();
+    tracing::debug!("requesting a reconcile of {name} ({token})");
     let patch = json!({"metadata": {"annotations": {RECONCILE_ANNOTATION: token}}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -634,6 +635,8 @@ async fn watch_chain(
                         // The next level may not exist until this one applied
                         // it; then Flux reconciles it on creation anyway.
                         next.requested = request_reconcile(&ks, next.name).await.ok();
+                        // This request does what a pending one would.
+                        asks.forget(Some(i + 1));
                     }
                 }
             } else {
@@ -663,6 +666,7 @@ async fn watch_chain(
                     // yet, its own polls go on.
                     levels[i].health_nudged = true;
                     if let Ok(token) = request_reconcile(&ks, name).await {
+                        asks.forget(Some(i));
                         levels[i].requested = Some(token);
                         step.progress(format!("{name}: health checks pass, Flux checks again"));
                     }
@@ -742,6 +746,13 @@ impl Asks {
         self.due
             .entry(target)
             .or_insert_with(|| Instant::now() + pause);
+    }
+
+    /// A target asked for otherwise meanwhile: a second request while
+    /// Flux works on the first would make it start over (a level checking
+    /// the health of what it applied cancels the check and applies again).
+    fn forget(&mut self, target: Option<usize>) {
+        self.due.remove(&target);
     }
 
     /// When the next request is due.
@@ -1346,6 +1357,8 @@ mod tests {
             "the HelmRelease's pause is not over"
         );
         assert!(asks.next_due().expect("still waiting") > first);
+        asks.forget(None);
+        assert_eq!(asks.next_due(), None);
     }
 
     #[test]
