@@ -586,6 +586,15 @@ async fn watch_chain(
             }
             let ready = settled(&object, current.as_deref())
                 && handled(&object, levels[i].requested.as_deref());
+            // Asked again only while its last reconcile still stands failed
+            // on something not serving: one that Flux has since started
+            // again by itself (its source changed) or finished is left to it.
+            match condition.as_ref().and_then(retry_pause_of).filter(|_| {
+                options.nudge && !ready && handled(&object, levels[i].requested.as_deref())
+            }) {
+                Some(pause) => asks.add(Some(i), pause),
+                None => asks.forget(Some(i)),
+            }
             if ready {
                 if levels[i].ready_at.is_none() {
                     levels[i].ready_at = Some(started.elapsed());
@@ -641,12 +650,6 @@ async fn watch_chain(
                 }
             } else {
                 levels[i].ready_at = None;
-                if options.nudge
-                    && let Some(pause) = condition.as_ref().and_then(retry_pause_of)
-                    && handled(&object, levels[i].requested.as_deref())
-                {
-                    asks.add(Some(i), pause);
-                }
                 // Only once the level it depends on is Ready: the new
                 // reconcile checks the dependency again first, and one not
                 // Ready (after a restart every level reconciles at once)
@@ -694,10 +697,11 @@ async fn watch_chain(
                         message: message.to_string(),
                     });
                 }
-                if let Some(pause) = retry_pause_of(c)
+                match retry_pause_of(c)
                     .filter(|_| options.nudge && handled(release, release_requested.as_deref()))
                 {
-                    asks.add(None, pause);
+                    Some(pause) => asks.add(None, pause),
+                    None => asks.forget(None),
                 }
                 release_ready = release_is_ready(release);
                 release_state = c.summary();
@@ -748,8 +752,9 @@ impl Asks {
             .or_insert_with(|| Instant::now() + pause);
     }
 
-    /// A target asked for otherwise meanwhile: a second request while
-    /// Flux works on the first would make it start over (a level checking
+    /// A target not to be asked again after all: asked for otherwise
+    /// meanwhile, or reconciled again by Flux itself. A second request
+    /// while Flux works on the first makes it start over (a level checking
     /// the health of what it applied cancels the check and applies again).
     fn forget(&mut self, target: Option<usize>) {
         self.due.remove(&target);
