@@ -588,7 +588,9 @@ async fn watch_chain(
                 && handled(&object, levels[i].requested.as_deref());
             // Asked again only while its last reconcile still stands failed
             // on something not serving: one that Flux has since started
-            // again by itself (its source changed) or finished is left to it.
+            // again by itself (its source changed) or finished is left to it,
+            // as is one devstack asked for since (a nudge as the level before
+            // it turned Ready, earlier in this pass: its token is not handled).
             match condition.as_ref().and_then(retry_pause_of).filter(|_| {
                 options.nudge && !ready && handled(&object, levels[i].requested.as_deref())
             }) {
@@ -644,8 +646,6 @@ async fn watch_chain(
                         // The next level may not exist until this one applied
                         // it; then Flux reconciles it on creation anyway.
                         next.requested = request_reconcile(&ks, next.name).await.ok();
-                        // This request does what a pending one would.
-                        asks.forget(Some(i + 1));
                     }
                 }
             } else {
@@ -669,6 +669,7 @@ async fn watch_chain(
                     // yet, its own polls go on.
                     levels[i].health_nudged = true;
                     if let Ok(token) = request_reconcile(&ks, name).await {
+                        // Looked at before this request in this pass.
                         asks.forget(Some(i));
                         levels[i].requested = Some(token);
                         step.progress(format!("{name}: health checks pass, Flux checks again"));
