@@ -71,6 +71,9 @@ pub struct UpReport {
     pub gitops: DeliverReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verify: Option<VerifyReport>,
+    /// The round trip ran beside the chain's wait: Flux only re-applied
+    /// what it had applied before (a restart, a restore), with ESO serving.
+    pub verified_beside_chain: bool,
     /// The stack as `devstack status` sees it when `up` returns.
     pub health: StatusReport,
     pub elapsed_ms: u64,
@@ -484,7 +487,61 @@ impl Stack {
         } else {
             missing_flux_objects(&client).await
         };
-        let gitops = gitops::deliver(&client, settings, DeliverOptions::default(), runner).await?;
+        let verify_on = options.verify.unwrap_or(settings.verify.on_up);
+        // The round trip watches the token itself: interrupted, it still
+        // removes its probe objects before it returns.
+        let round_trip = || {
+            let verify_options = VerifyOptions {
+                cancel: Some(runner.cancel_token().clone()),
+                ..VerifyOptions::default()
+            };
+            runner.timed_cooperative(
+                "Verify",
+                crate::verify::run(settings, &client, verify_options, &self.ui),
+            )
+        };
+        let (reapplying, reapplied) = tokio::sync::oneshot::channel();
+        let chain_done = CancellationToken::new();
+        let deliver = async {
+            let delivered = gitops::deliver(
+                &client,
+                settings,
+                DeliverOptions {
+                    reapplying: verify_on.then_some(reapplying),
+                    ..DeliverOptions::default()
+                },
+                runner,
+            )
+            .await;
+            chain_done.cancel();
+            delivered
+        };
+        // Where Flux only re-applies what it applied before (a restart, a
+        // restore), ESO serves as it did: the round trip runs beside the
+        // chain's wait instead of after it. `up` still returns only once
+        // both are done. Otherwise (or should the chain finish first) it
+        // runs after the chain, as the only way to know ESO serves.
+        let beside = async {
+            if !matches!(reapplied.await, Ok(true)) {
+                return None;
+            }
+            let budget = crate::k8s::wait::Budget::new(settings.timeouts.eso.get(), "timeouts.eso");
+            // Should ESO not be found serving, the chain's own wait says why.
+            tokio::select! {
+                serving = gitops::eso_serving(&client, budget) => serving.ok()?,
+                () = chain_done.cancelled() => return None,
+            }
+            Some(round_trip().await)
+        };
+        let (gitops, verified_beside) = match tokio::join!(deliver, beside) {
+            (Ok(gitops), verified_beside) => (gitops, verified_beside),
+            // Interrupted while the round trip ran beside the chain: its
+            // error says what became of its probe objects.
+            (Err(e), Some(Err(verify))) if e.kind() == crate::error::Kind::Interrupted => {
+                return Err(verify);
+            }
+            (Err(e), _) => return Err(e),
+        };
         if existed {
             repaired.extend(
                 missing_before
@@ -493,19 +550,12 @@ impl Stack {
             );
         }
 
-        let verify = if options.verify.unwrap_or(settings.verify.on_up) {
-            // The round trip watches the token itself: interrupted, it still
-            // removes its probe objects before it returns.
-            let verify_options = VerifyOptions {
-                cancel: Some(runner.cancel_token().clone()),
-                ..VerifyOptions::default()
+        let verified_beside_chain = verified_beside.is_some();
+        let verify = if verify_on {
+            let report = match verified_beside {
+                Some(report) => report?,
+                None => round_trip().await?,
             };
-            let report = runner
-                .timed_cooperative(
-                    "Verify",
-                    crate::verify::run(settings, &client, verify_options, &self.ui),
-                )
-                .await?;
             if let Some(err) = report.to_error(settings) {
                 return Err(err);
             }
@@ -544,6 +594,7 @@ impl Stack {
             seed: seeded,
             gitops,
             verify,
+            verified_beside_chain,
             health,
             elapsed_ms: started.elapsed().as_millis() as u64,
         })

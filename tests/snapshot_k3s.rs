@@ -196,6 +196,12 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
     );
     assert_eq!(report["fromSnapshot"], "base", "{report}");
     assert_eq!(report["verify"]["passed"], true, "{report}");
+    // Flux only re-applied what the snapshot holds: the round trip ran
+    // beside it, and `up` still returned with every level Ready.
+    assert_eq!(report["verifiedBesideChain"], true, "{report}");
+    for level in report["gitops"]["chain"]["levels"].as_array().unwrap() {
+        assert!(level["readyAfterMs"].as_u64().is_some(), "{report}");
+    }
     assert!(
         restored.stderr.contains("created from snapshot `base`"),
         "{}",

@@ -58,6 +58,8 @@ fn up_verify_status_down_with_drift_repair() {
     let report = up.ok().json();
     assert_eq!(report["created"], true, "{report}");
     assert_eq!(report["verify"]["passed"], true, "{report}");
+    // A chain applied for the first time: the round trip waits for it.
+    assert_eq!(report["verifiedBesideChain"], false, "{report}");
     assert_eq!(
         report["gitops"]["chain"]["failures"]
             .as_array()

@@ -14,6 +14,7 @@ pub async fn run(ctx: &Context, args: SyncArgs) -> Result<i32, Error> {
     let client = crate::k8s::stack_client(&settings).await?;
     let options = DeliverOptions {
         nudge: !args.no_nudge,
+        ..DeliverOptions::default()
     };
     let runner = crate::pipeline::Runner::new(&ctx.ui);
     let report = gitops::deliver(&client, &settings, options, &runner).await?;

@@ -98,6 +98,23 @@ fn artifact_server_not_serving(message: &str) -> bool {
 /// again: a server that starts within it is not asked many times over.
 const REFUSED_DOWNLOAD_PAUSE: Duration = Duration::from_millis(300);
 
+/// How long a level may check health before devstack tells Flux that its
+/// checks pass: Flux's first poll comes right after its apply and, with
+/// everything healthy (a restart's re-apply), ends the check by itself; a
+/// request then would cancel it and apply the level again.
+const HEALTH_NUDGE_GRACE: Duration = Duration::from_millis(500);
+
+/// Whether a level checking health since `since` has had its grace; if not,
+/// `look_again` makes the chain look at it again when it has.
+fn grace_over(since: Instant, look_again: &mut Option<Instant>) -> bool {
+    let due = since + HEALTH_NUDGE_GRACE;
+    if due <= Instant::now() {
+        return true;
+    }
+    *look_again = Some(look_again.map_or(due, |at| at.min(due)));
+    false
+}
+
 /// Between an apply whose admission webhook did not answer and the request
 /// to try again. Flux itself tries again at the level's `retryInterval`
 /// (1 min): seen on Kind, where the API server reached the webhook's new
@@ -353,11 +370,11 @@ struct Level {
     /// The reconcile devstack requested of this level, if any: the level is
     /// settled only once Flux reports it handled (`lastHandledReconcileAt`).
     requested: Option<String>,
-    /// Its span is on the step's timeline (recorded once, the first time
-    /// it turned Ready).
-    timed: bool,
     /// devstack told Flux that its health checks pass (once per wait).
     health_nudged: bool,
+    /// Since when devstack has seen it checking health (for its current
+    /// generation).
+    checking_since: Option<Instant>,
 }
 
 /// Whether Flux has finished the reconcile requested with `token` (none
@@ -454,24 +471,88 @@ async fn watch_chain(
     step: &Step,
 ) -> Result<ChainReport, Error> {
     let started = Instant::now();
-    let since = std::time::SystemTime::now() - Duration::from_secs(1);
-    let wait = Wait::new("the External Secrets chain", "Ready", options.budget).advice(
-        "`devstack status` shows each level, `kubectl -n flux-system get kustomizations,buckets` more",
-    );
-    let ks = kustomizations(client);
-    let mut changes = chain_changes(client, since);
     let mut levels: Vec<Level> = std::iter::once(ROOT_KUSTOMIZATION)
         .chain(CHAIN)
         .map(|name| Level {
             name,
             ready_at: None,
             requested: None,
-            timed: false,
             health_nudged: false,
+            checking_since: None,
         })
         .collect();
     levels[0].requested = root_request;
     let mut failures = BTreeSet::new();
+    let outcome = follow_chain(client, options, step, started, &mut levels, &mut failures).await;
+    record_level_spans(step, started, &levels);
+    outcome?;
+    Ok(ChainReport {
+        levels: levels
+            .iter()
+            .map(|l| LevelTiming {
+                name: l.name.to_string(),
+                ready_after_ms: l.ready_at.unwrap_or_default().as_millis() as u64,
+                nudged: l.requested.is_some(),
+            })
+            .collect(),
+        failures: failures.into_iter().collect(),
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// Each level's share of the chain on the step's timeline.
+fn record_level_spans(step: &Step, started: Instant, levels: &[Level]) {
+    let Some((timeline, parent)) = step.timeline() else {
+        return;
+    };
+    let ready: Vec<_> = levels.iter().map(|l| (l.name, l.ready_at)).collect();
+    for (name, from, to) in level_spans(&ready) {
+        timeline.record(
+            format!("level {name} Ready"),
+            Some(parent),
+            timeline.ms_at(started + from),
+            Some(timeline.ms_at(started + to)),
+            Some(true),
+        );
+    }
+}
+
+/// The spans of the levels Ready at the end (each with when it last turned
+/// Ready): from when it could start (the level before it Ready) to its
+/// last turn to Ready. The last, not the first: after a restart or a
+/// restore a level first reads the Ready its datastore kept, then
+/// reconciles again.
+fn level_spans<'a>(ready: &[(&'a str, Option<Duration>)]) -> Vec<(&'a str, Duration, Duration)> {
+    ready
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (name, at))| {
+            let at = (*at)?;
+            let from = i
+                .checked_sub(1)
+                .and_then(|before| ready[before].1)
+                .map_or(Duration::ZERO, |before| before.min(at));
+            Some((*name, from, at))
+        })
+        .collect()
+}
+
+/// Follows the chain until it is Ready, fails for good, or runs out of
+/// time; `levels` and `failures` say how far it got.
+async fn follow_chain(
+    client: &kube::Client,
+    options: WaitOptions,
+    step: &Step,
+    started: Instant,
+    levels: &mut [Level],
+    failures: &mut BTreeSet<Failure>,
+) -> Result<(), Error> {
+    let since = std::time::SystemTime::now() - Duration::from_secs(1);
+    let wait = Wait::new("the External Secrets chain", "Ready", options.budget).advice(
+        "`devstack status` shows each level, `kubectl -n flux-system get kustomizations,buckets` more",
+    );
+    let ks = kustomizations(client);
+    let mut changes = chain_changes(client, since);
     let mut watched_kustomizations: Objects<DynamicObject> = Objects::default();
     let mut releases: Objects<DynamicObject> = Objects::default();
     let mut deployments: Objects<DynamicObject> = Objects::default();
@@ -484,15 +565,20 @@ async fn watch_chain(
     // (`None`: the HelmRelease); the watch goes on meanwhile, so one
     // level's pause does not hold back what another level reports.
     let mut asks: Asks = Asks::default();
+    // When a level whose health checks pass is to be looked at again, its
+    // nudge held back until Flux had time for its own first check.
+    let mut look_again: Option<Instant> = None;
     loop {
-        let change = match asks.next_due() {
-            Some(due) => tokio::select! {
+        let wake = asks.next_due().into_iter().chain(look_again).min();
+        let change = match wake {
+            Some(at) => tokio::select! {
                 change = wait.next(&mut changes, looked, &seen) => Some(change?),
-                () = tokio::time::sleep_until(due.into()) => None,
+                () = tokio::time::sleep_until(at.into()) => None,
             },
             None => Some(wait.next(&mut changes, looked, &seen).await?),
         };
-        let Some(change) = change else {
+        let mut changed = false;
+        if change.is_none() {
             for target in asks.take_due() {
                 match target {
                     Some(i) => {
@@ -509,10 +595,13 @@ async fn watch_chain(
                     }
                 }
             }
-            continue;
-        };
-        let mut next = Some(change);
-        let mut changed = false;
+            // A health nudge held back for its grace is looked at again.
+            if look_again.is_none_or(|at| at > Instant::now()) {
+                continue;
+            }
+            changed = true;
+        }
+        let mut next = change;
         let mut watch_failed = false;
         // A burst (a relist, a reconcile's status updates) is looked at once.
         while let Some(change) = next.take() {
@@ -545,6 +634,7 @@ async fn watch_chain(
             continue;
         }
         let mut blocking: Option<String> = None;
+        look_again = None;
         for i in 0..levels.len() {
             let name = levels[i].name;
             let object = watched_kustomizations.get(name);
@@ -601,25 +691,6 @@ async fn watch_chain(
                 if levels[i].ready_at.is_none() {
                     levels[i].ready_at = Some(started.elapsed());
                     step.progress(format!("{name} Ready"));
-                    if !levels[i].timed
-                        && let Some((timeline, parent)) = step.timeline()
-                    {
-                        // From when it could start (the level before it
-                        // Ready) to Ready: each level's share of the chain.
-                        levels[i].timed = true;
-                        let from = i
-                            .checked_sub(1)
-                            .and_then(|p| levels[p].ready_at)
-                            .map(|at| started + at)
-                            .unwrap_or(started);
-                        timeline.record(
-                            format!("level {name} Ready"),
-                            Some(parent),
-                            timeline.ms_at(from),
-                            Some(timeline.now_ms()),
-                            Some(true),
-                        );
-                    }
                     let (leave_alone, requeued) = match levels
                         .get(i + 1)
                         .and_then(|l| watched_kustomizations.get(l.name))
@@ -655,11 +726,17 @@ async fn watch_chain(
                 // Ready (after a restart every level reconciles at once)
                 // sends it to Flux's 30 s dependency requeue.
                 let dependency_ready = i == 0 || levels[i - 1].ready_at.is_some();
+                if checking_health(&object) {
+                    levels[i].checking_since.get_or_insert_with(Instant::now);
+                } else {
+                    levels[i].checking_since = None;
+                }
                 if options.nudge
                     && !levels[i].health_nudged
                     && dependency_ready
-                    && checking_health(&object)
+                    && let Some(since) = levels[i].checking_since
                     && health_checks_pass(&object, &releases, &deployments)
+                    && grace_over(since, &mut look_again)
                 {
                     // kustomize-controller polls health every 5 s; a
                     // reconcile request cancels the running check (its
@@ -711,7 +788,7 @@ async fn watch_chain(
             }
         }
         if blocking.is_none() && release_ready {
-            break;
+            return Ok(());
         }
         seen.state = Some(blocking.unwrap_or_else(|| {
             format!(
@@ -722,18 +799,6 @@ async fn watch_chain(
         looked = true;
         wait.check_deadline(&seen)?;
     }
-    Ok(ChainReport {
-        levels: levels
-            .iter()
-            .map(|l| LevelTiming {
-                name: l.name.to_string(),
-                ready_after_ms: l.ready_at.unwrap_or_default().as_millis() as u64,
-                nudged: l.requested.is_some(),
-            })
-            .collect(),
-        failures: failures.into_iter().collect(),
-        elapsed_ms: started.elapsed().as_millis() as u64,
-    })
 }
 
 /// Reconcile requests to send again once their pause is over: the levels
@@ -923,6 +988,38 @@ fn deployment_current(deployment: &Value) -> bool {
         .iter()
         .all(|field| count(field) == wanted)
         && conditions::condition(deployment, "Available").is_some_and(|c| c.is_true())
+}
+
+/// Whether the chain has applied before, for its current spec, what its
+/// sources hold now, with the HelmRelease it installs deployed for its
+/// current spec: a restart or a restore, where Flux only re-applies the
+/// same objects. A level not found, or not reconciled yet, says no.
+pub async fn applied_before(client: &kube::Client) -> bool {
+    let ks = kustomizations(client);
+    for name in std::iter::once(ROOT_KUSTOMIZATION).chain(CHAIN) {
+        let Ok(Some(object)) = ks.get_opt(name).await else {
+            return false;
+        };
+        let object = serde_json::to_value(object).unwrap_or_default();
+        let Some(current) = source_revision(client, &object).await else {
+            return false;
+        };
+        if !observed_current(&object)
+            || object["status"]["lastAppliedRevision"].as_str() != Some(current.as_str())
+        {
+            return false;
+        }
+    }
+    // Its own reconcile after a restart may be under way (or have met a
+    // source not serving yet): what counts is the spec it last handled and
+    // the release that stands installed.
+    match helm_releases(client).get_opt(HELM_RELEASE.1).await {
+        Ok(Some(release)) => {
+            let release = serde_json::to_value(release).unwrap_or_default();
+            observed_current(&release) && release["status"]["history"][0]["status"] == "deployed"
+        }
+        _ => false,
+    }
 }
 
 /// The artifact revision of the source a Kustomization reads.
@@ -1345,6 +1442,52 @@ mod tests {
                  the request: spec.provider: Required value"
             ),
             None
+        );
+    }
+
+    #[test]
+    fn a_health_nudge_waits_for_flux_s_own_first_check() {
+        let mut look_again = None;
+        let just_now = Instant::now();
+        assert!(!grace_over(just_now, &mut look_again));
+        assert_eq!(look_again, Some(just_now + HEALTH_NUDGE_GRACE));
+        // The earliest of two levels held back is looked at first.
+        let earlier = just_now - HEALTH_NUDGE_GRACE / 2;
+        assert!(!grace_over(earlier, &mut look_again));
+        assert_eq!(look_again, Some(earlier + HEALTH_NUDGE_GRACE));
+        assert!(!grace_over(just_now, &mut look_again));
+        assert_eq!(look_again, Some(earlier + HEALTH_NUDGE_GRACE));
+        // A level checking health for longer is nudged at once.
+        let mut none = None;
+        assert!(grace_over(just_now - HEALTH_NUDGE_GRACE, &mut none));
+        assert_eq!(none, None);
+    }
+
+    #[test]
+    fn a_level_span_runs_to_its_last_ready_from_the_level_before_it() {
+        let ms = Duration::from_millis;
+        // After a restore: the CRD level read its kept Ready at once and
+        // turned Ready again 3 s later; the operator level did not make it.
+        let spans = level_spans(&[
+            ("root", Some(ms(100))),
+            ("crds", Some(ms(3_000))),
+            ("operator", None),
+            ("crs", Some(ms(50))),
+        ]);
+        assert_eq!(
+            spans,
+            vec![
+                ("root", ms(0), ms(100)),
+                ("crds", ms(100), ms(3_000)),
+                // Its level before is not Ready: from the start.
+                ("crs", ms(0), ms(50)),
+            ]
+        );
+        // Ready before the level it depends on (its kept Ready): no
+        // negative span.
+        assert_eq!(
+            level_spans(&[("a", Some(ms(900))), ("b", Some(ms(200)))])[1],
+            ("b", ms(200), ms(200))
         );
     }
 

@@ -51,16 +51,24 @@ pub fn cluster_secret_stores(client: &kube::Client) -> kube::Api<kube::api::Dyna
 /// ConfigMap in flux-system holding the stack facts for `postBuild.substituteFrom`.
 pub const STACK_FACTS_CONFIGMAP: &str = "devstack-stack-facts";
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct DeliverOptions {
     /// Request reconciles as levels turn Ready (the default; off only to
     /// measure what Flux does alone).
     pub nudge: bool,
+    /// Told, once the source is fetched, whether the chain only re-applies
+    /// what it applied before ([`chain::applied_before`], with the stack
+    /// facts unchanged): a restart or a restore, where ESO serves as it did
+    /// while Flux re-applies, so the round trip need not wait for the chain.
+    pub reapplying: Option<tokio::sync::oneshot::Sender<bool>>,
 }
 
 impl Default for DeliverOptions {
     fn default() -> Self {
-        DeliverOptions { nudge: true }
+        DeliverOptions {
+            nudge: true,
+            reapplying: None,
+        }
     }
 }
 
@@ -126,7 +134,7 @@ pub async fn deliver(
 async fn sync(
     client: &kube::Client,
     settings: &Settings,
-    options: DeliverOptions,
+    mut options: DeliverOptions,
     runner: &Runner,
 ) -> Result<DeliverReport, Error> {
     let started = Instant::now();
@@ -214,6 +222,14 @@ async fn sync(
         })
         .await?;
 
+    if let Some(tell) = options.reapplying.take() {
+        // Off the critical path: the chain's wait starts meanwhile.
+        let client = client.clone();
+        tokio::spawn(async move {
+            let only = !facts_changed && chain::applied_before(&client).await;
+            let _ = tell.send(only);
+        });
+    }
     let title = format!(
         "External Secrets chain ({})",
         match settings.gitops.layout {
@@ -283,6 +299,13 @@ async fn sync(
         profile_external_secrets: external_secrets.len(),
         elapsed_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// Waits until ESO serves what the round trip uses: its webhook answering
+/// and the stack's ClusterSecretStore Ready.
+pub async fn eso_serving(client: &kube::Client, budget: Budget) -> Result<(), Error> {
+    webhook::wait_serving(client, budget).await?;
+    wait_store_ready(client, budget).await
 }
 
 /// Waits for the stack's ClusterSecretStore, if the chain created it, to be
