@@ -197,10 +197,19 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
     assert_eq!(report["fromSnapshot"], "base", "{report}");
     assert_eq!(report["verify"]["passed"], true, "{report}");
     // Flux only re-applied what the snapshot holds: the round trip ran
-    // beside it, and `up` still returned with every level Ready.
+    // beside it, and `up` still returned with every level Ready, each on
+    // the waterfall.
     assert_eq!(report["verifiedBesideChain"], true, "{report}");
     for level in report["gitops"]["chain"]["levels"].as_array().unwrap() {
-        assert!(level["readyAfterMs"].as_u64().is_some(), "{report}");
+        let span = format!("level {} Ready", level["name"].as_str().unwrap());
+        assert!(
+            report["timings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["name"] == span.as_str() && s["endMs"].is_u64()),
+            "{span} missing: {report}"
+        );
     }
     assert!(
         restored.stderr.contains("created from snapshot `base`"),

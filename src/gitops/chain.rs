@@ -853,7 +853,13 @@ fn settled(kustomization: &Value, current: Option<&str>) -> bool {
     ready_condition(kustomization)
         .as_ref()
         .is_some_and(Condition::is_true)
-        && observed_current(kustomization)
+        && applied(kustomization, current)
+}
+
+/// Whether a Kustomization's last apply was of `current`, its source's
+/// revision, for its current spec (Ready or not since).
+fn applied(kustomization: &Value, current: Option<&str>) -> bool {
+    observed_current(kustomization)
         && current.is_some()
         && kustomization["status"]["lastAppliedRevision"].as_str() == current
 }
@@ -1001,12 +1007,7 @@ pub async fn applied_before(client: &kube::Client) -> bool {
             return false;
         };
         let object = serde_json::to_value(object).unwrap_or_default();
-        let Some(current) = source_revision(client, &object).await else {
-            return false;
-        };
-        if !observed_current(&object)
-            || object["status"]["lastAppliedRevision"].as_str() != Some(current.as_str())
-        {
+        if !applied(&object, source_revision(client, &object).await.as_deref()) {
             return false;
         }
     }
