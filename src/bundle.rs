@@ -233,20 +233,34 @@ impl<'a> Wanted<'a> {
 }
 
 /// The settings' bundle, opened and checked against what they ask for;
-/// `None` without a bundle.
-pub fn open_checked(settings: &Settings) -> Result<Option<Bundle>, Error> {
-    let Some(dir) = settings.images.bundle.as_deref() else {
+/// `None` without a bundle. An image the engine already holds is used as
+/// it is, whether or not the bundle carries it.
+pub async fn open_checked(
+    settings: &Settings,
+    engine: &dyn Engine,
+) -> Result<Option<Bundle>, Error> {
+    let Some(dir) = settings.bundle_dir() else {
         return Ok(None);
     };
-    let bundle = Bundle::open(dir)?;
-    check_versions(&bundle, &Wanted::of(settings))?;
+    let bundle = Bundle::open(&dir)?;
+    let mut lacks = Vec::new();
+    for lack in lacking(&bundle, &Wanted::of(settings)) {
+        let is_image = matches!(lack.setting, "localstack.image" | "cluster.image");
+        if !(is_image && engine.image_id(&lack.wanted).await.is_ok()) {
+            lacks.push(lack);
+        }
+    }
+    refuse_lacks(&bundle, &lacks)?;
     Ok(Some(bundle))
 }
 
 /// Refuses, before anything starts, a profile that pins versions the
 /// bundle does not hold, naming what it holds.
 pub fn check_versions(bundle: &Bundle, wanted: &Wanted) -> Result<(), Error> {
-    let lacks = lacking(bundle, wanted);
+    refuse_lacks(bundle, &lacking(bundle, wanted))
+}
+
+fn refuse_lacks(bundle: &Bundle, lacks: &[Lack]) -> Result<(), Error> {
     let Some(first) = lacks.first() else {
         return Ok(());
     };
@@ -351,8 +365,8 @@ mod tests {
                         "image",
                         Some("kind-node"),
                         "kindest/node",
-                        Some("v1.36.5"),
-                        "v1.36.5",
+                        Some("v1.36.4"),
+                        "v1.36.4",
                     ),
                 ],
             },

@@ -75,6 +75,17 @@ existing stack it repairs what drifted and says what. A stack this run created i
 failure or Ctrl-C unless --retain."
     )]
     Up(UpArgs),
+    /// Fetch every artifact the profile needs into the cache, each checked against its pin
+    #[command(
+        long_about = "Fetch every artifact the profile needs (node image, LocalStack, Flux's manifest \
+and controller images, ESO's image, chart and CRDs) into devstack's cache, each checked against the \
+digest or checksum devstack pins; a mismatch is refused and nothing of it is kept. `up` does this \
+by itself before it creates anything; run `pull` ahead of time (a CI cache step) or with \
+`--bundle DIR` to write a portable bundle (with the kind CLI) for a machine without network, which \
+uses it through DEVSTACK_BUNDLE. Mirrors: `images.mirrors` / DEVSTACK_MIRRORS for images, \
+DEVSTACK_DOWNLOAD_MIRROR for downloads."
+    )]
+    Pull,
     /// Remove the stack: cluster, LocalStack, network, volumes, kubeconfig context
     Down(DownArgs),
     /// Check that this machine can run the profile

@@ -16,6 +16,12 @@ pub const DEVSTACK_LOCALSTACK_IMAGE: &str = "DEVSTACK_LOCALSTACK_IMAGE";
 pub const DEVSTACK_BUNDLE: &str = "DEVSTACK_BUNDLE";
 /// The kind CLI to drive (a path); else `kind` on `PATH`, else the bundle's.
 pub const DEVSTACK_KIND: &str = "DEVSTACK_KIND";
+/// Registry mirrors for image pulls: `docker.io=URL,ghcr.io=URL`.
+pub const DEVSTACK_MIRRORS: &str = "DEVSTACK_MIRRORS";
+/// Base URL that serves every download as `<url>/<host>/<path>`.
+pub const DEVSTACK_DOWNLOAD_MIRROR: &str = "DEVSTACK_DOWNLOAD_MIRROR";
+/// A pins file replacing the built-in artifact pins (a private rebuild).
+pub const DEVSTACK_PINS: &str = "DEVSTACK_PINS";
 /// Where devstack keeps per-stack state (kubeconfig files, caches).
 pub const DEVSTACK_HOME: &str = "DEVSTACK_HOME";
 /// LocalStack auth token, passed through to the container when set.
@@ -61,6 +67,18 @@ pub const ALL: &[(&str, &str)] = &[
     (
         DEVSTACK_KIND,
         "path of the kind CLI (default: `kind` on PATH, else the offline bundle's `bin/kind`)",
+    ),
+    (
+        DEVSTACK_MIRRORS,
+        "registry mirrors for every image pull, `docker.io=URL,ghcr.io=URL` (overrides `images.mirrors` per registry)",
+    ),
+    (
+        DEVSTACK_DOWNLOAD_MIRROR,
+        "base URL serving every download as `<url>/<host>/<path>` (Flux manifests, ESO chart and CRDs, kind)",
+    ),
+    (
+        DEVSTACK_PINS,
+        "JSON file of digests replacing the built-in pins, for a private rebuild (shown by `version --json`)",
     ),
     (
         DEVSTACK_HOME,

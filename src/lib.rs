@@ -6,6 +6,7 @@
 //! resolves settings, the modules below act on Docker, LocalStack and the
 //! cluster, and [`commands`] implements each CLI verb.
 
+pub mod artifacts;
 pub mod aws;
 pub mod bundle;
 pub mod cli;

@@ -357,8 +357,8 @@ async fn create_and_start(docker: &Docker, settings: &Settings, spec: &Spec) -> 
     if !hostinfo::port_is_free(ls.bind_address, spec.port) {
         return Err(port_taken_error(settings));
     }
-    let bundle = match &settings.images.bundle {
-        Some(dir) => Some(crate::bundle::Bundle::open(dir)?),
+    let bundle = match settings.bundle_dir() {
+        Some(dir) => Some(crate::bundle::Bundle::open(&dir)?),
         None => None,
     };
     crate::bundle::ensure_image(docker, &ls.image, bundle.as_ref()).await?;

@@ -65,6 +65,9 @@ pub struct UpReport {
     /// chain levels, the operator's pods), start and end in milliseconds
     /// from the start of the run.
     pub timings: Vec<Span>,
+    /// The artifacts resolved into the cache (`None` with an offline bundle).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifacts: Option<crate::artifacts::PullReport>,
     pub localstack: localstack::UpReport,
     pub cluster: Provisioned,
     pub seed: SeedReport,
@@ -340,6 +343,30 @@ impl Stack {
                 },
             )
             .await?;
+        // Online, every artifact is fetched and checked before anything is
+        // created, into the cache the rest of `up` reads like a bundle.
+        let artifacts = if settings.images.bundle.is_none() {
+            Some(
+                runner
+                    .step("Artifacts", None, |step: Arc<Step>| async move {
+                        let report = crate::artifacts::pull(
+                            docker,
+                            settings,
+                            crate::artifacts::PullOptions {
+                                dir: settings.artifact_cache(),
+                                with_kind: false,
+                                progress: &|m| step.progress(m),
+                            },
+                        )
+                        .await?;
+                        let summary = report.summary();
+                        Ok((report, summary))
+                    })
+                    .await?,
+            )
+        } else {
+            None
+        };
         // Both LocalStack and the nodes join the network: create it once.
         let network = localstack::network_name(settings);
         let addressing = restore.and_then(|s| s.manifest.addressing());
@@ -412,6 +439,7 @@ impl Stack {
             |step: Arc<Step>| async move {
                 let options = cluster::UpOptions {
                     retain: true,
+                    rollback_by_caller: true,
                     recreate: options.recreate,
                     // The Flux step waits for it, while Flux installs.
                     coredns_later: true,
@@ -587,6 +615,7 @@ impl Stack {
             created: !existed,
             from_snapshot: restore.map(|s| s.manifest.name.clone()),
             repaired,
+            artifacts,
             steps: runner.records(),
             timings: runner.timeline().spans(),
             localstack,
@@ -795,7 +824,14 @@ async fn preflight(
     }
     // A pinned version the offline bundle lacks fails here, not minutes
     // later when Flux or the chart is reached.
-    crate::bundle::open_checked(settings)?;
+    crate::artifacts::check_version(
+        settings,
+        &crate::artifacts::Pins::load(settings.images.pins_file.as_deref())?,
+    )?;
+    // The artifact cache is filled and checked by the next step.
+    if settings.images.bundle.is_some() {
+        crate::bundle::open_checked(settings, docker::shared(docker).as_ref()).await?;
+    }
     Ok(plan)
 }
 

@@ -132,7 +132,7 @@ impl StackLock {
     pub async fn acquire(
         settings: &Settings,
         command: &str,
-        waiting: &dyn Fn(String),
+        waiting: &(dyn Fn(String) + Sync),
     ) -> Result<StackLock, Error> {
         Self::acquire_at(
             settings,
@@ -151,7 +151,7 @@ impl StackLock {
         path: PathBuf,
         what: &str,
         command: &str,
-        waiting: &dyn Fn(String),
+        waiting: &(dyn Fn(String) + Sync),
     ) -> Result<StackLock, Error> {
         use std::io::{Read, Seek, Write};
         use std::os::fd::AsRawFd;

@@ -7,25 +7,24 @@
 
 use serde::Serialize;
 
-/// K3s node image. The newest K3s whose Go module the offline kit can build
-/// (the module proxy refuses every 1.33+ tag), although 1.32 is out of
-/// upstream support and below Flux 2.9's minimum: see [`MATRIX`].
+/// K3s node image: Kubernetes 1.32, out of upstream support and below Flux
+/// 2.9's minimum (see [`MATRIX`]); Kind is the default provider.
 pub const K3S_IMAGE: &str = "rancher/k3s:v1.32.0-k3s1";
-/// Kind node image: the one the offline kit builds (tests/kit/kind/versions.sh),
-/// Kubernetes 1.36, the version ESO 2.9 is tested on. Its kubelet needs
-/// `failCgroupV1: false` on cgroup v1 hosts, which devstack's kind config sets.
-pub const KIND_NODE_IMAGE: &str = "kindest/node:v1.36.5";
+/// Kind node image: one of the four kind v0.33.0 publishes, Kubernetes 1.36,
+/// the version ESO 2.9 is tested on. Its kubelet needs `failCgroupV1: false`
+/// on cgroup v1 hosts, which devstack's kind config sets.
+pub const KIND_NODE_IMAGE: &str = "kindest/node:v1.36.4";
 /// Oldest kind CLI devstack drives: node images of Kubernetes 1.36 are built
 /// from kind's base files of v0.30.0 to v0.33.0 (identical in those), and
 /// older CLIs are untried with them.
 pub const KIND_MIN_VERSION: (u64, u64, u64) = (0, 30, 0);
-/// The kind CLI the offline kit carries (`bin/kind`).
+/// The kind CLI devstack fetches when none is installed.
 pub const KIND_CLI_VERSION: &str = "v0.33.0";
 /// The last LocalStack release that runs without an auth token: `latest`
 /// and the calendar-versioned tags need `LOCALSTACK_AUTH_TOKEN`.
 pub const LOCALSTACK_IMAGE: &str = "localstack/localstack:4.14.0";
-/// The newest complete Flux set the module proxy serves (2.10 is refused,
-/// and needs Kubernetes >= 1.35.2, which K3s here cannot reach).
+/// Flux 2.9's newest release whose controllers devstack is tested with
+/// (2.10 needs Kubernetes >= 1.35.2, which the K3s provider cannot reach).
 pub const FLUX_VERSION: &str = "v2.9.5";
 /// ESO's chart; ESO supports only its current minor, and 0.19.x reached
 /// end of life on 2025-09-22.
@@ -33,11 +32,216 @@ pub const ESO_CHART_VERSION: &str = "2.9.0";
 /// The image chart 2.9.0 runs by default (controller, webhook and
 /// cert-controller are one binary); devstack does not override it.
 pub const ESO_IMAGE: &str = "ghcr.io/external-secrets/external-secrets:v2.9.0";
-/// ESO's Helm repository, used when no offline bundle provides the chart.
+/// ESO's Helm repository (named in the GitOps layout users copy).
 pub const ESO_CHART_REPOSITORY: &str = "https://charts.external-secrets.io";
-/// Where the online CRDs level reads ESO's CRDs: the release's tag of this
-/// repository, folder `deploy/crds` (`bundle.yaml`).
+/// ESO's source repository: its CRDs live in `deploy/crds/bundle.yaml`.
 pub const ESO_GIT_REPOSITORY: &str = "https://github.com/external-secrets/external-secrets";
+/// The commit tag `v2.9.0` points at: CRDs are read at a commit, which
+/// cannot move, not at a tag, which can.
+pub const ESO_CRDS_COMMIT: &str = "378bdb622ed9712ef4a58370f6a17af033b7d343";
+
+/// An image as upstream published it: the tag people read, and the digest
+/// that decides what runs (a retagged image no longer matches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePin {
+    pub reference: &'static str,
+    pub digest: &'static str,
+    /// The page that publishes the digest (or, where upstream publishes
+    /// none, where it was read).
+    pub published: &'static str,
+}
+
+/// A download as upstream published it, with the sha256 of its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FilePin {
+    pub url: &'static str,
+    pub sha256: &'static str,
+    pub published: &'static str,
+}
+
+const KIND_RELEASE: &str = "https://github.com/kubernetes-sigs/kind/releases/tag/v0.33.0";
+const FLUX_RELEASE: &str = "https://github.com/fluxcd/flux2/releases/tag/v2.9.5";
+
+/// The node images kind v0.33.0 publishes, each to be used by its digest
+/// (its release notes list exactly these); `cluster.version` picks one.
+pub const KIND_NODE_IMAGES: &[ImagePin] = &[
+    ImagePin {
+        reference: "kindest/node:v1.37.0",
+        digest: "sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5",
+        published: KIND_RELEASE,
+    },
+    ImagePin {
+        reference: "kindest/node:v1.36.4",
+        digest: "sha256:099e049362a1526b2db71494e1947aae99bd16290d7c895f2b7ea312e3cbfaed",
+        published: KIND_RELEASE,
+    },
+    ImagePin {
+        reference: "kindest/node:v1.35.8",
+        digest: "sha256:07b2536e30b803ed61d1677a79df6115f798ce64c80f9e22f6ed45afd09323c0",
+        published: KIND_RELEASE,
+    },
+    ImagePin {
+        reference: "kindest/node:v1.34.11",
+        digest: "sha256:44e222ee2132dab25ff87301682f89eb82c7880ea3a1bf543bfe9708fd08d67d",
+        published: KIND_RELEASE,
+    },
+];
+
+/// K3s's node image (a multi-platform index digest).
+pub const K3S_IMAGES: &[ImagePin] = &[ImagePin {
+    reference: K3S_IMAGE,
+    digest: "sha256:b7a31cc883051a89334a7865a7e75ef0bfcec5a5d13aba228b37388160a0be75",
+    // Docker Hub's digest for the tag; one public pin confirms it
+    // (hivemq/helm-charts, k3s.dockerfile).
+    published: "https://hub.docker.com/r/rancher/k3s/tags?name=v1.32.0-k3s1",
+}];
+
+const K3S_RELEASE: &str = "https://github.com/k3s-io/k3s/releases/tag/v1.32.0%2Bk3s1";
+
+/// What K3s v1.32.0+k3s1 itself runs that devstack keeps (its release's
+/// `k3s-images.txt`; the stack disables the rest): multi-platform index
+/// digests as Docker Hub serves them.
+pub const K3S_SYSTEM_IMAGES: &[ImagePin] = &[
+    ImagePin {
+        reference: "rancher/mirrored-pause:3.6",
+        digest: "sha256:74c4244427b7312c5b901fe0f67cbc53683d06f4f24c6faee65d4182bf0fa893",
+        published: K3S_RELEASE,
+    },
+    ImagePin {
+        reference: "rancher/mirrored-coredns-coredns:1.12.0",
+        digest: "sha256:82979ddf442c593027a57239ad90616deb874e90c365d1a96ad508c2104bdea5",
+        published: K3S_RELEASE,
+    },
+];
+
+pub const LOCALSTACK_IMAGES: &[ImagePin] = &[ImagePin {
+    reference: LOCALSTACK_IMAGE,
+    digest: "sha256:3ebc37595918b8accb852f8048fef2aff047d465167edd655528065b07bc364a",
+    published: "https://hub.docker.com/r/localstack/localstack/tags?name=4.14.0",
+}];
+
+/// The controller images Flux v2.9.5's install.yaml names (by tag; the
+/// digests are those of Flux Operator's image catalogue for v2.9.5,
+/// controlplaneio-fluxcd/flux-operator `config/data/flux-images/v2.9.5`).
+pub const FLUX_IMAGES: &[ImagePin] = &[
+    ImagePin {
+        reference: "ghcr.io/fluxcd/source-controller:v1.9.5",
+        digest: "sha256:6f20d232d596a758c923d2861f23511718fc303b8a2e36a1434a7c736b9f4268",
+        published: FLUX_RELEASE,
+    },
+    ImagePin {
+        reference: "ghcr.io/fluxcd/kustomize-controller:v1.9.5",
+        digest: "sha256:a3a955eb2bc432c2eaa94d2d3714e3beae7fdf17586fd23aadf71ab597ac3339",
+        published: FLUX_RELEASE,
+    },
+    ImagePin {
+        reference: "ghcr.io/fluxcd/helm-controller:v1.6.4",
+        digest: "sha256:8ff15409e46d354338045f483d58ca9cb35dffa2f87e4addd1f5eba1e6a9175f",
+        published: FLUX_RELEASE,
+    },
+    ImagePin {
+        reference: "ghcr.io/fluxcd/notification-controller:v1.9.4",
+        digest: "sha256:840f318265ee26f0d2c48a158bf7896b22aa4e998e320a18646309f0e40b15da",
+        published: FLUX_RELEASE,
+    },
+];
+
+/// ESO's image as the chart's release runs it (GHCR's digest for the tag;
+/// ESO's release notes name images by tag only).
+pub const ESO_IMAGES: &[ImagePin] = &[ImagePin {
+    reference: ESO_IMAGE,
+    digest: "sha256:44eb290f1c7f5d8f4eec2168cea4a6cfbc72a955c6781eb835e1c40700475dbd",
+    published: "https://github.com/external-secrets/external-secrets/releases/tag/v2.9.0",
+}];
+
+/// The kind CLI of [`KIND_CLI_VERSION`] per `(os, arch)` as Rust names them,
+/// from the release's `.sha256sum` assets.
+pub const KIND_CLI: &[((&str, &str), FilePin)] = &[
+    (
+        ("linux", "x86_64"),
+        FilePin {
+            url: "https://github.com/kubernetes-sigs/kind/releases/download/v0.33.0/kind-linux-amd64",
+            sha256: "aee6151561422756b764a4ae28e7f44cda5af5a9eead3cc9985112b1de8d8e0d",
+            published: KIND_RELEASE,
+        },
+    ),
+    (
+        ("linux", "aarch64"),
+        FilePin {
+            url: "https://github.com/kubernetes-sigs/kind/releases/download/v0.33.0/kind-linux-arm64",
+            sha256: "20022bee6cfcd5086cb7234d218e3454e6090022f2a8f55d1fa7fcf42c3867a2",
+            published: KIND_RELEASE,
+        },
+    ),
+    (
+        ("macos", "x86_64"),
+        FilePin {
+            url: "https://github.com/kubernetes-sigs/kind/releases/download/v0.33.0/kind-darwin-amd64",
+            sha256: "5a99f26f57246dc9319dd294803313197a0f34d33c525b3ea8b655db5916ece0",
+            published: KIND_RELEASE,
+        },
+    ),
+    (
+        ("macos", "aarch64"),
+        FilePin {
+            url: "https://github.com/kubernetes-sigs/kind/releases/download/v0.33.0/kind-darwin-arm64",
+            sha256: "0c8c7dbe5e23594a198b786c4bc13dacc101fa6196b0cb0b23a1ca44e61f4b4f",
+            published: KIND_RELEASE,
+        },
+    ),
+];
+
+/// Flux's install manifest; its sha256 is the one the release's
+/// cosign-signed `flux_2.9.5_checksums.txt` lists.
+pub const FLUX_INSTALL: FilePin = FilePin {
+    url: "https://github.com/fluxcd/flux2/releases/download/v2.9.5/install.yaml",
+    sha256: "cc3dcd743af16215838b6937e1fce83745bf24c0dcc6c59737c59df15429caaf",
+    published: FLUX_RELEASE,
+};
+
+/// ESO's chart archive; its sha256 is the `digest` of charts.external-secrets.io's index.
+pub const ESO_CHART: FilePin = FilePin {
+    url: "https://github.com/external-secrets/external-secrets/releases/download/helm-chart-2.9.0/external-secrets-2.9.0.tgz",
+    sha256: "da2d5c126a103b4c1b16a9dc1c168c4332a3687144e88ac070e594f81a0b6578",
+    published: "https://charts.external-secrets.io/index.yaml",
+};
+
+/// ESO's CRDs at the commit of tag v2.9.0. Upstream publishes no checksum
+/// for this file: the sha256 was computed from its published bytes
+/// (1,949,635 bytes, 25 CRDs).
+pub const ESO_CRDS: FilePin = FilePin {
+    url: "https://raw.githubusercontent.com/external-secrets/external-secrets/378bdb622ed9712ef4a58370f6a17af033b7d343/deploy/crds/bundle.yaml",
+    sha256: "08b08d88e9522436698d6c90510b530d491081fbf92015faa7a571bb8b50bc5b",
+    published: "https://github.com/external-secrets/external-secrets/releases/tag/v2.9.0",
+};
+
+/// Every image pin devstack ships.
+pub fn image_pins() -> impl Iterator<Item = &'static ImagePin> {
+    KIND_NODE_IMAGES
+        .iter()
+        .chain(K3S_IMAGES)
+        .chain(K3S_SYSTEM_IMAGES)
+        .chain(LOCALSTACK_IMAGES)
+        .chain(FLUX_IMAGES)
+        .chain(ESO_IMAGES)
+}
+
+/// Every download pin devstack ships.
+pub fn file_pins() -> impl Iterator<Item = &'static FilePin> {
+    KIND_CLI
+        .iter()
+        .map(|(_, pin)| pin)
+        .chain([&FLUX_INSTALL, &ESO_CHART, &ESO_CRDS])
+}
+
+/// `reference@digest` of a default image, as the version table shows it.
+pub fn pinned(reference: &str) -> Option<String> {
+    image_pins()
+        .find(|p| p.reference == reference)
+        .map(|p| format!("{}@{}", p.reference, p.digest))
+}
 
 /// Kubernetes minor versions (`1.N`), inclusive; `None` = open-ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -98,8 +302,8 @@ pub struct Component {
     pub name: &'static str,
     /// What devstack uses unless the profile says otherwise.
     pub default: &'static str,
-    /// What this repository's suites run against (the offline kit builds it).
-    pub tested_here: &'static str,
+    /// What this release of devstack is tested with.
+    pub tested_with: &'static str,
     /// Newest upstream release known to devstack (late 2026).
     pub newest_upstream: &'static str,
     pub support: Support,
@@ -131,7 +335,7 @@ pub const MATRIX: &[Component] = &[
         id: "kind-node",
         name: "Kind node (Kubernetes)",
         default: KIND_NODE_IMAGE,
-        tested_here: "v1.36.5",
+        tested_with: "v1.36.4",
         newest_upstream: "kindest/node:v1.37.0 (Kubernetes 1.37.x)",
         support: Support::Supported,
         support_note: "Kubernetes 1.36 is maintained upstream; the default provider",
@@ -141,7 +345,7 @@ pub const MATRIX: &[Component] = &[
         id: "kind-cli",
         name: "kind CLI",
         default: KIND_CLI_VERSION,
-        tested_here: KIND_CLI_VERSION,
+        tested_with: KIND_CLI_VERSION,
         newest_upstream: "v0.33.0",
         support: Support::Supported,
         support_note: "v0.30.0 or newer is accepted",
@@ -151,17 +355,17 @@ pub const MATRIX: &[Component] = &[
         id: "k3s",
         name: "K3s",
         default: K3S_IMAGE,
-        tested_here: "v1.32.0-k3s1",
+        tested_with: "v1.32.0-k3s1",
         newest_upstream: "v1.37.x (1.36, 1.35, 1.34 maintained)",
         support: Support::OutOfSupport,
-        support_note: "Kubernetes 1.32 is out of upstream support and below Flux 2.9's minimum 1.33; the newest K3s buildable here",
+        support_note: "Kubernetes 1.32 is out of upstream support and below Flux 2.9's minimum 1.33; use the Kind provider for a supported Kubernetes",
         kubernetes: None,
     },
     Component {
         id: "localstack",
         name: "LocalStack",
         default: LOCALSTACK_IMAGE,
-        tested_here: "4.14.0",
+        tested_with: "4.14.0",
         newest_upstream: "2026.03.0+ (calendar versions, auth token required)",
         support: Support::Supported,
         support_note: "4.14.0 is the last release that runs without an auth token",
@@ -171,7 +375,7 @@ pub const MATRIX: &[Component] = &[
         id: "flux",
         name: "Flux",
         default: FLUX_VERSION,
-        tested_here: FLUX_VERSION,
+        tested_with: FLUX_VERSION,
         newest_upstream: "v2.10.0 (2.9 line: v2.9.6)",
         support: Support::Supported,
         support_note: "2.10 needs Kubernetes >= 1.35.2; Flux 2.9 needs >= 1.33",
@@ -181,20 +385,20 @@ pub const MATRIX: &[Component] = &[
         id: "eso-chart",
         name: "External Secrets Operator chart",
         default: ESO_CHART_VERSION,
-        tested_here: ESO_CHART_VERSION,
+        tested_with: ESO_CHART_VERSION,
         newest_upstream: "2.14.0 (reported)",
         support: Support::OutOfSupport,
-        support_note: "ESO supports only its current minor (2.14 reported); 2.9.0 is the newest release buildable here, tested upstream on Kubernetes 1.36; 0.19.x, the previous default, reached end of life on 2025-09-22",
+        support_note: "ESO supports only its current minor (2.14 reported); devstack is tested with 2.9.0, which upstream tests on Kubernetes 1.36; 0.19.x reached end of life on 2025-09-22",
         kubernetes: Some(ESO_KUBERNETES),
     },
     Component {
         id: "eso-image",
         name: "External Secrets Operator image",
         default: ESO_IMAGE,
-        tested_here: "v2.9.0",
+        tested_with: "v2.9.0",
         newest_upstream: "v2.14.0 (reported)",
         support: Support::OutOfSupport,
-        support_note: "the chart's default image; built from the 2.9.0 source offline",
+        support_note: "the chart's default image",
         kubernetes: None,
     },
 ];
@@ -207,21 +411,30 @@ pub fn component(id: &str) -> Option<&'static Component> {
 /// `tests/cli.rs` requires README to contain exactly these lines.
 pub fn markdown_table() -> String {
     let mut out = String::from(
-        "| component | default | tested here | newest upstream | support status |\n\
+        "| component | default | tested with | newest upstream | support status |\n\
          | --- | --- | --- | --- | --- |\n",
     );
     for c in MATRIX {
         out.push_str(&format!(
             "| {} | `{}` | `{}` | {} | {}: {} |\n",
             c.name,
-            c.default,
-            c.tested_here,
+            short_pinned(c.default),
+            c.tested_with,
             c.newest_upstream,
             c.support.as_str(),
             c.support_note
         ));
     }
     out
+}
+
+/// `kindest/node:v1.36.4@sha256:099e0493…`: the default with the start of
+/// its digest (the whole one is in `devstack version --json`).
+pub fn short_pinned(reference: &str) -> String {
+    match image_pins().find(|p| p.reference == reference) {
+        Some(pin) => format!("{reference}@{}…", &pin.digest[..15]),
+        None => reference.to_string(),
+    }
 }
 
 /// `v1.32.0+k3s1`, `v1.36.5`, `1.33` -> `(1, 32, 0)` ...
@@ -239,6 +452,7 @@ pub fn parse_kube_version(text: &str) -> Option<(u64, u64, u64)> {
 /// (`rancher/k3s:v1.32.0-k3s1`, `kindest/node:v1.36.5`); `None` when the
 /// tag does not say (a digest, `latest`, a custom name).
 pub fn kubernetes_of_image(image: &str) -> Option<(u64, u64, u64)> {
+    let image = image.split('@').next().unwrap_or(image);
     let (_, tag) = image.rsplit_once(':')?;
     if tag.contains('/') || !tag.starts_with('v') {
         return None;
@@ -279,7 +493,12 @@ mod tests {
         assert_eq!(parse_kube_version("1.33"), Some((1, 33, 0)));
         assert_eq!(parse_kube_version("latest"), None);
         assert_eq!(kubernetes_of_image(K3S_IMAGE), Some((1, 32, 0)));
-        assert_eq!(kubernetes_of_image(KIND_NODE_IMAGE), Some((1, 36, 5)));
+        assert_eq!(kubernetes_of_image(KIND_NODE_IMAGE), Some((1, 36, 4)));
+        assert_eq!(
+            kubernetes_of_image(&pinned(KIND_NODE_IMAGE).unwrap()),
+            Some((1, 36, 4)),
+            "digest references keep their tag's version"
+        );
         assert_eq!(kubernetes_of_image("localhost:5000/node"), None);
         assert_eq!(kubernetes_of_image("my/node:latest"), None);
     }
@@ -318,6 +537,6 @@ mod tests {
     fn the_markdown_table_has_a_row_per_component() {
         let table = markdown_table();
         assert_eq!(table.lines().count(), MATRIX.len() + 2);
-        assert!(table.contains("| K3s | `rancher/k3s:v1.32.0-k3s1` |"));
+        assert!(table.contains("| K3s | `rancher/k3s:v1.32.0-k3s1@sha256:b7a31cc8…` |"));
     }
 }

@@ -206,29 +206,68 @@ fn readme_lists_every_environment_variable_devstack_reads() {
 }
 
 #[test]
-fn version_json_prints_the_matrix() {
+fn version_json_prints_the_matrix_and_the_pins_in_effect() {
+    use devstack::versions;
     let (code, stdout, stderr) = devstack(&["version", "--json"], &manifest_dir());
     assert_eq!(code, 0, "{stderr}");
     let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(json["devstack"], env!("CARGO_PKG_VERSION"));
     let components = json["components"].as_array().unwrap();
-    assert_eq!(components.len(), devstack::versions::MATRIX.len());
-    for (row, c) in components.iter().zip(devstack::versions::MATRIX) {
+    assert_eq!(components.len(), versions::MATRIX.len());
+    for (row, c) in components.iter().zip(versions::MATRIX) {
         assert_eq!(row["id"], c.id);
         assert_eq!(row["default"], c.default);
-        assert_eq!(row["testedHere"], c.tested_here);
+        assert_eq!(row["testedWith"], c.tested_with);
         assert_eq!(row["newestUpstream"], c.newest_upstream);
     }
     let eso = components.iter().find(|c| c["id"] == "eso-chart").unwrap();
-    assert_eq!(eso["default"], "2.9.0");
-    assert_eq!(eso["kubernetes"]["testedUpTo"], "1.36");
-    assert_eq!(json["kubernetes"]["flux"]["min"], "1.33.0");
+    assert_eq!(eso["default"], versions::ESO_CHART_VERSION);
+    let (major, minor) = versions::ESO_KUBERNETES.tested_up_to.unwrap();
+    assert_eq!(eso["kubernetes"]["testedUpTo"], format!("{major}.{minor}"));
+    let (a, b, c) = versions::FLUX_KUBERNETES.min.unwrap();
+    assert_eq!(json["kubernetes"]["flux"]["min"], format!("{a}.{b}.{c}"));
+    let node = versions::KIND_NODE_IMAGES
+        .iter()
+        .find(|p| p.reference == versions::KIND_NODE_IMAGE)
+        .expect("the default Kind node image is one kind publishes");
+    assert_eq!(json["pins"]["images"][node.reference], node.digest);
+    assert_eq!(
+        json["pins"]["files"][versions::FLUX_INSTALL.url],
+        format!("sha256:{}", versions::FLUX_INSTALL.sha256)
+    );
+    assert!(json["pins"].get("replacedBy").is_none(), "{}", json["pins"]);
 
     let (code, plain, _) = devstack(&["version"], &manifest_dir());
     assert_eq!(code, 0);
-    for c in devstack::versions::MATRIX {
+    for c in versions::MATRIX {
         assert!(plain.contains(c.default), "{plain}");
     }
+    assert!(
+        plain.contains(&format!("{}@{}", node.reference, node.digest)),
+        "{plain}"
+    );
+
+    // A pins file replaces the pins it names, and says so.
+    let dir = tempfile::tempdir().unwrap();
+    let pins = dir.path().join("pins.json");
+    let digest = format!("sha256:{}", "cd".repeat(32));
+    std::fs::write(
+        &pins,
+        serde_json::json!({"apiVersion": "devstack.dev/v1alpha1", "kind": "Pins",
+            "images": {(versions::KIND_NODE_IMAGE): digest}})
+        .to_string(),
+    )
+    .unwrap();
+    let out = assert_cmd::Command::cargo_bin("devstack")
+        .unwrap()
+        .args(["version", "--json"])
+        .env("DEVSTACK_PINS", &pins)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["pins"]["replacedBy"], pins.display().to_string());
+    assert_eq!(json["pins"]["images"][versions::KIND_NODE_IMAGE], digest);
 }
 
 /// README's version table is the matrix in `src/versions.rs`, rendered:
@@ -238,7 +277,7 @@ fn readme_version_table_matches_the_matrix() {
     let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
     let expected = devstack::versions::markdown_table();
     let start = readme
-        .find("| component | default | tested here |")
+        .find("| component | default | tested with |")
         .expect("README.md has a version table");
     let table: String = readme[start..]
         .lines()

@@ -533,6 +533,9 @@ async fn rollback(
     options: UpOptions,
     err: Error,
 ) -> Error {
+    if options.retain && options.rollback_by_caller {
+        return err.context("cluster creation failed");
+    }
     if options.retain {
         return err.context("cluster creation failed; the half-created cluster is retained for debugging (--retain)");
     }

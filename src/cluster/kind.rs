@@ -252,6 +252,33 @@ pub struct KindCli {
 /// bundle's `bin/kind` (an airgapped machine gets kind with the bundle). A
 /// kind older than [`KIND_MIN_VERSION`] is refused.
 pub async fn find_kind(settings: &Settings) -> Result<KindCli, Error> {
+    let found = find_installed_kind(settings).await;
+    let Err(not_found) = found else {
+        return found;
+    };
+    if crate::envvars::is_set(crate::envvars::DEVSTACK_KIND) {
+        return Err(not_found);
+    }
+    // Kind needs nothing but Docker: the pinned release, checksum verified.
+    match crate::artifacts::fetch_kind(settings).await {
+        Ok(path) => check_kind(path, "devstack's cache").await,
+        Err(fetch) => Err(Error::prerequisite(format!(
+            "{}, and fetching kind {} failed: {}",
+            not_found.message(),
+            crate::versions::KIND_CLI_VERSION,
+            fetch.message()
+        ))
+        .with_hint(
+            not_found
+                .hint()
+                .map(String::from)
+                .unwrap_or_else(|| INSTALL_HINT.to_string()),
+        )),
+    }
+}
+
+/// [`find_kind`] without fetching: what this machine has.
+pub async fn find_installed_kind(settings: &Settings) -> Result<KindCli, Error> {
     find_kind_from(
         crate::envvars::get(crate::envvars::DEVSTACK_KIND).map(PathBuf::from),
         &path_var(),
@@ -1210,6 +1237,9 @@ async fn rollback(
     err: Error,
 ) -> Error {
     let name = cluster_name(settings);
+    if options.retain && options.rollback_by_caller {
+        return err.context(format!("kind cluster `{name}` creation failed"));
+    }
     if options.retain {
         return err.context(format!(
             "kind cluster `{name}` creation failed; the half-created cluster is retained for debugging (--retain)"
@@ -1700,7 +1730,7 @@ networking:
   apiServerPort: 6443
 nodes:
 - role: control-plane
-  image: kindest/node:v1.36.5
+  image: kindest/node:v1.36.4
   extraMounts:
   - hostPath: /state/stacks/dev/kind-owner
     containerPath: /etc/devstack
@@ -1711,7 +1741,7 @@ nodes:
     listenAddress: "127.0.0.1"
     protocol: TCP
 - role: worker
-  image: kindest/node:v1.36.5
+  image: kindest/node:v1.36.4
   extraMounts:
   - hostPath: /state/stacks/dev/kind-owner
     containerPath: /etc/devstack

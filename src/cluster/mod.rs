@@ -65,6 +65,9 @@ impl ClusterInfo {
 pub struct UpOptions {
     /// Keep a half-created cluster on failure, for debugging.
     pub retain: bool,
+    /// With `retain`: the caller removes (or keeps) what failed, and says
+    /// which, so the provider claims neither.
+    pub rollback_by_caller: bool,
     /// Recreate a running cluster whose differences from the profile cannot
     /// be applied in place (image, Kubernetes version, Kind node count...).
     pub recreate: bool,

@@ -26,8 +26,7 @@ pub struct PreloadImage {
 
 pub fn open_bundle(settings: &Settings) -> Result<Option<Bundle>, Error> {
     settings
-        .images
-        .bundle
+        .bundle_dir()
         .as_deref()
         .map(Bundle::open)
         .transpose()

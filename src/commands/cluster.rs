@@ -29,6 +29,7 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
                 &settings,
                 UpOptions {
                     retain,
+                    rollback_by_caller: false,
                     recreate,
                     coredns_later: false,
                     images_restored: false,

@@ -308,13 +308,12 @@ fn k3s_support_check(settings: &Settings) -> Check {
     }
 }
 
-/// kind as the Kind provider finds it (DEVSTACK_KIND, PATH, the bundle):
-/// required when the profile pins Kind; without it an unpinned profile
-/// falls back to K3s; informational otherwise.
+/// kind as the Kind provider finds it (DEVSTACK_KIND, PATH, the bundle or
+/// devstack's cache). Without one, `up` fetches the pinned release, so only
+/// a broken DEVSTACK_KIND (which is used alone) fails.
 async fn kind_check(settings: &Settings) -> Check {
-    let required = settings.cluster.provider == Provider::Kind && settings.provider_pinned();
-    let defaulted = !settings.provider_pinned();
-    match crate::cluster::kind::find_kind(settings).await {
+    let wanted = settings.cluster.provider == Provider::Kind;
+    match crate::cluster::kind::find_installed_kind(settings).await {
         Ok(cli) => Check::pass(
             "kind",
             format!(
@@ -324,18 +323,17 @@ async fn kind_check(settings: &Settings) -> Check {
                 cli.origin
             ),
         ),
-        Err(err) if required => Check::fail(
+        Err(err) if crate::envvars::is_set(crate::envvars::DEVSTACK_KIND) => Check::fail(
             "kind",
             err.message(),
             err.hint().unwrap_or(crate::cluster::kind::INSTALL_HINT),
         ),
-        Err(err) if defaulted => Check::warn(
+        Err(_) if wanted => Check::pass(
             "kind",
             format!(
-                "{}: a new stack uses K3s instead of Kind, the default provider",
-                err.message()
+                "not installed: `devstack up` fetches kind {} (checksum verified) into devstack's cache",
+                crate::versions::KIND_CLI_VERSION
             ),
-            crate::cluster::kind::INSTALL_HINT,
         ),
         Err(_) => Check::pass("kind", "not found (only the Kind provider needs it)"),
     }

@@ -8,6 +8,7 @@ pub mod down;
 pub mod env;
 pub mod localstack;
 pub mod profile;
+pub mod pull;
 pub mod seed;
 pub mod snapshot;
 pub mod status;
@@ -105,6 +106,7 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         Command::Env(args) => env::run(&ctx, args).await,
         Command::Sync(args) => sync::run(&ctx, args).await,
         Command::Version => version::run(&ctx),
+        Command::Pull => pull::run(&ctx).await,
         Command::Snapshot(cmd) => snapshot::run(&ctx, cmd).await,
     };
     result.map_err(|err| match ctx.settings(|_| {}) {

@@ -1,12 +1,17 @@
-//! `devstack version`: devstack's own version and the version matrix.
+//! `devstack version`: devstack's own version, the version matrix and the
+//! pins every default is checked against.
 
 use serde_json::json;
 
+use crate::artifacts::Pins;
 use crate::commands::Context;
+use crate::envvars;
 use crate::error::Error;
 use crate::versions::{self, MATRIX};
 
 pub fn run(ctx: &Context) -> Result<i32, Error> {
+    let pins_file = envvars::get(envvars::DEVSTACK_PINS).map(std::path::PathBuf::from);
+    let pins = Pins::load(pins_file.as_deref())?;
     if ctx.ui.json() {
         ctx.ui.emit_json(&json!({
             "devstack": env!("CARGO_PKG_VERSION"),
@@ -15,6 +20,7 @@ pub fn run(ctx: &Context) -> Result<i32, Error> {
                 "flux": versions::FLUX_KUBERNETES,
                 "eso": versions::ESO_KUBERNETES,
             },
+            "pins": pins,
         }));
         return Ok(0);
     }
@@ -22,14 +28,22 @@ pub fn run(ctx: &Context) -> Result<i32, Error> {
         .out(format!("devstack {}", env!("CARGO_PKG_VERSION")));
     for c in MATRIX {
         ctx.ui.out(format!("\n{} ({})", c.name, c.support.as_str()));
-        ctx.ui.out(format!("  default          {}", c.default));
-        ctx.ui.out(format!("  tested here      {}", c.tested_here));
+        let default = versions::pinned(c.default).unwrap_or_else(|| c.default.to_string());
+        ctx.ui.out(format!("  default          {default}"));
+        ctx.ui.out(format!("  tested with      {}", c.tested_with));
         ctx.ui
             .out(format!("  newest upstream  {}", c.newest_upstream));
         ctx.ui.out(format!("  support          {}", c.support_note));
         if let Some(range) = c.kubernetes {
             ctx.ui.out(format!("  kubernetes       {}", range.says));
         }
+    }
+    if let Some(path) = &pins.replaced_by {
+        ctx.ui.out(format!(
+            "\npins: {} replaces the built-in pins ({})",
+            path.display(),
+            envvars::DEVSTACK_PINS
+        ));
     }
     Ok(0)
 }

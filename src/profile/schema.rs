@@ -281,6 +281,10 @@ pub struct ImagesSpec {
     /// Extra images to load into the nodes before workloads start.
     #[serde(default)]
     pub preload: Vec<String>,
+    /// Registry mirrors for every image devstack pulls: `docker.io:
+    /// https://harbor.example.com/dockerhub-proxy`.
+    #[serde(default)]
+    pub mirrors: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -99,6 +99,10 @@ pub struct Settings {
 pub struct ClusterSettings {
     pub provider: Provider,
     pub image: String,
+    /// `cluster.version` as the profile asks for it (the image is derived
+    /// from it); only versions with a pinned node image are accepted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     pub servers: u8,
     pub agents: u8,
     /// `auto`: a free port chosen at creation (kept in the kubeconfig).
@@ -160,8 +164,17 @@ pub struct GitopsSettings {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageSettings {
+    /// An offline bundle the user named; `None` = the artifact cache
+    /// ([`Settings::bundle_dir`]), which `up` and `pull` fill.
     pub bundle: Option<PathBuf>,
     pub preload: Vec<String>,
+    /// Registry host -> mirror (`http(s)://host[:port][/prefix]`), from
+    /// `images.mirrors` and `DEVSTACK_MIRRORS` (which wins per registry).
+    pub mirrors: BTreeMap<String, String>,
+    /// `DEVSTACK_DOWNLOAD_MIRROR`: serves `<url>/<host>/<path>` for every download.
+    pub download_mirror: Option<String>,
+    /// `DEVSTACK_PINS`: a file of pins that replace the built-in ones.
+    pub pins_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -291,6 +304,7 @@ impl Settings {
             .with_hint("use one server, or install kind for several control planes"));
         }
         settings.cluster.provider = provider;
+        settings.cluster.version = None;
         settings.cluster.image = match provider {
             Provider::K3s => versions::K3S_IMAGE.to_string(),
             Provider::Kind => versions::KIND_NODE_IMAGE.to_string(),
@@ -299,6 +313,22 @@ impl Settings {
     }
 
     /// These settings with LocalStack's host port known.
+    /// Where pulled artifacts are kept, in the offline bundle's format, so
+    /// that online and offline runs read them the same way.
+    pub fn artifact_cache(&self) -> PathBuf {
+        self.state_dir.join("cache").join("artifacts")
+    }
+
+    /// The bundle runs read artifacts from: the one the user named, else
+    /// the artifact cache once something was pulled into it.
+    pub fn bundle_dir(&self) -> Option<PathBuf> {
+        if let Some(dir) = &self.images.bundle {
+            return Some(dir.clone());
+        }
+        let cache = self.artifact_cache();
+        cache.join("index.json").is_file().then_some(cache)
+    }
+
     pub fn with_localstack_port(&self, port: u16) -> Settings {
         let mut settings = self.clone();
         settings.localstack.bound_port = Some(port);
@@ -556,6 +586,11 @@ pub(crate) fn resolve_with_env(
             ),
             None => Default::default(),
         };
+    let asked_version = if image.is_none() {
+        version.clone()
+    } else {
+        None
+    };
     let image = match (image, version) {
         (Some(image), _) => image,
         (None, Some(version)) => node_image_for_version(provider, &version),
@@ -604,6 +639,7 @@ pub(crate) fn resolve_with_env(
     let cluster = ClusterSettings {
         provider,
         image,
+        version: asked_version,
         servers,
         agents: agents.unwrap_or(0),
         api_server_port: api_port.unwrap_or_default(),
@@ -794,9 +830,53 @@ pub(crate) fn resolve_with_env(
             .map(|b| Some(relative(b))),
         None,
     );
+    let (preload, mut mirrors) = images_spec
+        .map(|i| (i.preload, i.mirrors))
+        .unwrap_or_default();
+    if let Some(list) = env(envvars::DEVSTACK_MIRRORS) {
+        match parse_mirror_list(&list) {
+            Ok(from_env) => {
+                for (registry, url) in from_env {
+                    origins.insert(format!("images.mirrors.{registry}"), Origin::Env);
+                    mirrors.insert(registry, url);
+                }
+            }
+            Err(why) => problems.at_path(
+                "images.mirrors",
+                format!("{} is invalid: {why}", envvars::DEVSTACK_MIRRORS),
+                Some(MIRRORS_HINT.into()),
+            ),
+        }
+    }
+    for (registry, url) in &mirrors {
+        if let Err(why) = check_mirror(registry, url) {
+            problems.at_path(
+                &format!("images.mirrors.{registry}"),
+                why,
+                Some(MIRRORS_HINT.into()),
+            );
+        }
+    }
+    let download_mirror =
+        env(envvars::DEVSTACK_DOWNLOAD_MIRROR).map(|url| url.trim_end_matches('/').to_string());
+    if let Some(url) = &download_mirror
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        problems.at_path(
+            "images.mirrors",
+            format!(
+                "{} `{url}` is not an http(s) URL",
+                envvars::DEVSTACK_DOWNLOAD_MIRROR
+            ),
+            Some("set it to the mirror's base URL, e.g. `https://files.example.com`: downloads are fetched from `<url>/<host>/<path>`".into()),
+        );
+    }
     let images = ImageSettings {
         bundle,
-        preload: images_spec.map(|i| i.preload).unwrap_or_default(),
+        preload,
+        mirrors,
+        download_mirror,
+        pins_file: env(envvars::DEVSTACK_PINS).map(PathBuf::from),
     };
 
     // Secrets
@@ -1022,6 +1102,46 @@ pub fn validate_secret_name(name: &str) -> Result<(), String> {
         .find(|c| !(c.is_ascii_alphanumeric() || "/_+=.@-".contains(*c)))
     {
         return Err(format!("character `{bad}` is not allowed"));
+    }
+    Ok(())
+}
+
+const MIRRORS_HINT: &str = "write mirrors as `REGISTRY=URL` pairs, e.g. `docker.io=https://harbor.example.com/dockerhub-proxy,ghcr.io=https://harbor.example.com/ghcr-proxy`";
+
+/// `docker.io=URL,ghcr.io=URL` -> pairs.
+pub fn parse_mirror_list(list: &str) -> Result<Vec<(String, String)>, String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(|item| match item.split_once('=') {
+            Some((registry, url)) if !registry.trim().is_empty() && !url.trim().is_empty() => {
+                Ok((registry.trim().to_string(), url.trim().to_string()))
+            }
+            _ => Err(format!("`{item}` is not `REGISTRY=URL`")),
+        })
+        .collect()
+}
+
+/// A mirror entry is a registry host and an http(s) URL without query.
+fn check_mirror(registry: &str, url: &str) -> Result<(), String> {
+    let host_like = registry.contains('.') || registry.contains(':') || registry == "localhost";
+    if !host_like || registry.contains('/') {
+        return Err(format!(
+            "mirror key `{registry}` is not a registry host (e.g. `docker.io`, `ghcr.io`)"
+        ));
+    }
+    let Some(rest) = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+    else {
+        return Err(format!(
+            "mirror `{url}` for {registry} is not an http(s) URL"
+        ));
+    };
+    if rest.is_empty() || rest.starts_with('/') || rest.contains(['?', '#', '@']) {
+        return Err(format!(
+            "mirror `{url}` for {registry} is not `http(s)://host[:port][/path]`"
+        ));
     }
     Ok(())
 }

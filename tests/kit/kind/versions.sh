@@ -7,17 +7,17 @@
 # units, entrypoint and containerd config.
 KIND_VERSION=${KIT_KIND_VERSION:-v0.33.0}
 
-# Kubernetes of the node image. k8s.io/kubernetes v1.36.5 is served by the Go
-# module proxy here but its checksum-database lookup answers 404, so the
-# module's hash is pinned here instead (h1: of the zip and of go.mod, as
-# `go mod download -json` prints them) and checked after download.
-KIND_K8S_VERSION=${KIT_KIND_K8S_VERSION:-v1.36.5}
-KIND_K8S_SUM=${KIT_KIND_K8S_SUM:-h1:bLFTShnoNlRCkuYqoSIwgU7Ozf47DsOAiwOekTHpZJw=}
+# Kubernetes of the node image: v1.36.4, the 1.36 image kind v0.33.0 publishes
+# (kindest/node:v1.36.4, devstack's default; src/versions.rs). The module's
+# hash is pinned here (h1: of the zip and of go.mod, as `go mod download -json`
+# prints them) and checked after download.
+KIND_K8S_VERSION=${KIT_KIND_K8S_VERSION:-v1.36.4}
+KIND_K8S_SUM=${KIT_KIND_K8S_SUM:-h1:08GT0ZOMtyCcRnslyvnpWurf1wm20KHbC/aRS+0LxSo=}
 KIND_K8S_GOMODSUM=${KIT_KIND_K8S_GOMODSUM:-h1:ZyLkHB4+fxSZ4LqpShPGJhikj4ngJaYAFlaZKs7goP4=}
-KIND_K8S_BUILD_DATE=${KIT_KIND_K8S_BUILD_DATE:-2026-09-23T18:59:36Z}   # the module's .info Time
+KIND_K8S_BUILD_DATE=${KIT_KIND_K8S_BUILD_DATE:-2026-08-20T11:51:43Z}   # the module's .info Time
 KIND_NODE_IMAGE=kindest/node:$KIND_K8S_VERSION
 
-# What kubeadm v1.36.5 deploys (cmd/kubeadm/app/constants/constants.go;
+# What kubeadm v1.36.4 deploys (cmd/kubeadm/app/constants/constants.go;
 # components/kind.sh checks these against the source and against
 # `kubeadm config images list`).
 KIND_ETCD_VERSION=3.6.8        # image tag 3.6.8-0

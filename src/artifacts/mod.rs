@@ -1,0 +1,529 @@
+//! Every artifact a stack runs — node image, LocalStack, Flux's manifests
+//! and controller images, ESO's image, chart and CRDs, the kind CLI —
+//! resolved into a verified local cache in the offline bundle's format.
+//! From there online and offline runs take one code path: nodes import
+//! images from the cache and pull nothing themselves, and the GitOps
+//! source serves the chart and CRDs from the stack's bucket.
+//!
+//! Each artifact is checked against its pin ([`pins`]) before it enters
+//! the cache; a mismatch is refused naming both digests, and nothing of it
+//! stays behind. A second stack finds everything cached and downloads
+//! nothing.
+
+pub mod cache;
+pub mod fetch;
+pub mod mirrors;
+pub mod pins;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::profile::{Provider, Settings};
+use crate::versions;
+
+pub use pins::Pins;
+
+/// One artifact the profile needs, and where upstream publishes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted {
+    /// The bundle index's kind: `image`, `flux-install`, `eso-chart`, `eso-crds`, `binary`.
+    pub kind: &'static str,
+    /// For images, what runs it (`kind-node`, `flux-source-controller`, …).
+    pub role: Option<String>,
+    pub version: String,
+    pub origin: Origin,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// An image, by its upstream reference (`kindest/node:v1.36.4`).
+    Image(String),
+    /// A file, by its upstream URL, kept under `file` in the cache.
+    Download {
+        url: String,
+        file: String,
+        name: String,
+    },
+}
+
+impl Wanted {
+    /// What a person calls it: the image reference or the file's URL.
+    pub fn label(&self) -> &str {
+        match &self.origin {
+            Origin::Image(reference) => reference,
+            Origin::Download { url, .. } => url,
+        }
+    }
+}
+
+/// How an artifact came to be in the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The cache held it already.
+    Cached,
+    /// The Docker engine held it (with its pinned digest), so it was only saved.
+    FromDocker,
+    /// Pulled from its registry (or that registry's mirror).
+    Pulled,
+    /// Downloaded (from upstream or the download mirror).
+    Downloaded,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fetched {
+    pub kind: String,
+    pub name: String,
+    /// The digest it was checked against (`None`: an image the profile
+    /// names that devstack has no pin for, used as named).
+    pub digest: Option<String>,
+    pub size: u64,
+    /// Bytes that crossed the network for it (0 when cached or in Docker).
+    pub downloaded: u64,
+    pub outcome: Outcome,
+    /// Where it came from when it was fetched (a mirror, when one served it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullReport {
+    /// The bundle directory the artifacts are in.
+    pub dir: PathBuf,
+    pub artifacts: Vec<Fetched>,
+    /// Bytes that crossed the network in this run.
+    pub downloaded_bytes: u64,
+    /// The `DEVSTACK_PINS` file in effect, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pins_file: Option<PathBuf>,
+    pub elapsed_ms: u64,
+}
+
+impl PullReport {
+    /// One line: what the run fetched and what it found in place.
+    pub fn summary(&self) -> String {
+        let count = |outcome| {
+            self.artifacts
+                .iter()
+                .filter(|a| a.outcome == outcome)
+                .count()
+        };
+        let fetched = count(Outcome::Pulled) + count(Outcome::Downloaded);
+        let mut parts = vec![format!("{} artifact(s)", self.artifacts.len())];
+        if fetched > 0 {
+            parts.push(format!(
+                "{fetched} fetched ({})",
+                human_bytes(self.downloaded_bytes)
+            ));
+        }
+        if count(Outcome::FromDocker) > 0 {
+            parts.push(format!("{} from Docker", count(Outcome::FromDocker)));
+        }
+        if count(Outcome::Cached) > 0 {
+            parts.push(format!("{} cached", count(Outcome::Cached)));
+        }
+        parts.join(", ")
+    }
+}
+
+pub fn human_bytes(bytes: u64) -> String {
+    const MIB: f64 = 1024.0 * 1024.0;
+    match bytes {
+        b if b < 1024 * 1024 => format!("{:.0} KiB", b as f64 / 1024.0),
+        b if (b as f64) < 1024.0 * MIB => format!("{:.1} MiB", b as f64 / MIB),
+        b => format!("{:.2} GiB", b as f64 / (1024.0 * MIB)),
+    }
+}
+
+/// The upstream URL of each download, by version.
+pub fn flux_install_url(version: &str) -> String {
+    format!("https://github.com/fluxcd/flux2/releases/download/{version}/install.yaml")
+}
+
+pub fn eso_chart_url(version: &str) -> String {
+    let v = version.trim_start_matches('v');
+    format!(
+        "https://github.com/external-secrets/external-secrets/releases/download/helm-chart-{v}/external-secrets-{v}.tgz"
+    )
+}
+
+/// ESO's CRDs at the commit of the pinned release, else at the version's
+/// tag (which has no built-in pin: a pins file must name it).
+pub fn eso_crds_url(version: &str) -> String {
+    let v = version.trim_start_matches('v');
+    if v == versions::ESO_CHART_VERSION {
+        return versions::ESO_CRDS.url.to_string();
+    }
+    format!(
+        "https://raw.githubusercontent.com/external-secrets/external-secrets/v{v}/deploy/crds/bundle.yaml"
+    )
+}
+
+pub fn eso_image(chart_version: &str) -> String {
+    format!(
+        "ghcr.io/external-secrets/external-secrets:v{}",
+        chart_version.trim_start_matches('v')
+    )
+}
+
+/// The kind CLI for this machine's platform, when kind publishes one.
+pub fn kind_cli_pin() -> Option<&'static versions::FilePin> {
+    let platform = (std::env::consts::OS, std::env::consts::ARCH);
+    versions::KIND_CLI
+        .iter()
+        .find(|(p, _)| *p == platform)
+        .map(|(_, pin)| pin)
+}
+
+/// The files the profile needs, before the images (Flux's images are the
+/// ones its install manifest names).
+pub fn wanted_files(settings: &Settings) -> Vec<Wanted> {
+    let flux = &settings.flux.version;
+    let eso = settings
+        .eso
+        .chart_version
+        .trim_start_matches('v')
+        .to_string();
+    vec![
+        Wanted {
+            kind: "flux-install",
+            role: None,
+            version: flux.clone(),
+            origin: Origin::Download {
+                url: flux_install_url(flux),
+                file: format!("artifacts/flux/{flux}/install.yaml"),
+                name: "flux-install".into(),
+            },
+        },
+        Wanted {
+            kind: "eso-crds",
+            role: None,
+            version: format!("v{eso}"),
+            origin: Origin::Download {
+                url: eso_crds_url(&eso),
+                file: format!("artifacts/eso/v{eso}/external-secrets-crds.yaml"),
+                name: "eso-crds".into(),
+            },
+        },
+        Wanted {
+            kind: "eso-chart",
+            role: None,
+            version: eso.clone(),
+            origin: Origin::Download {
+                url: eso_chart_url(&eso),
+                file: format!("artifacts/eso/v{eso}/external-secrets-{eso}.tgz"),
+                name: "eso-chart".into(),
+            },
+        },
+    ]
+}
+
+/// The images the profile needs besides Flux's controllers.
+pub fn wanted_images(settings: &Settings) -> Vec<Wanted> {
+    let image = |role: &str, reference: &str| Wanted {
+        kind: "image",
+        role: Some(role.to_string()),
+        version: mirrors::ImageName::parse(reference).tag,
+        origin: Origin::Image(reference.to_string()),
+    };
+    let node_role = match settings.cluster.provider {
+        Provider::K3s => "k3s-node",
+        Provider::Kind => "kind-node",
+    };
+    let mut out = vec![
+        image(node_role, &settings.cluster.image),
+        image("localstack", &settings.localstack.image),
+        image("eso", &eso_image(&settings.eso.chart_version)),
+    ];
+    // K3s runs its own CoreDNS and pause images; a Kind node image carries
+    // the ones its kubeadm deploys.
+    if settings.cluster.provider == Provider::K3s
+        && crate::bundle::normalize_reference(&settings.cluster.image)
+            == crate::bundle::normalize_reference(versions::K3S_IMAGE)
+    {
+        for pin in versions::K3S_SYSTEM_IMAGES {
+            let role = if pin.reference.contains("pause") {
+                "pause"
+            } else {
+                "coredns"
+            };
+            out.push(image(role, pin.reference));
+        }
+    }
+    out
+}
+
+/// Flux's controller images that `install` (its install manifest) names,
+/// for the components the profile asks for.
+pub fn flux_images(install: &str, components: &[String]) -> Result<Vec<Wanted>, Error> {
+    let docs = crate::k8s::apply::parse_documents(install, "Flux install.yaml")?;
+    let mut out = Vec::new();
+    for doc in docs {
+        if doc["kind"] != "Deployment" {
+            continue;
+        }
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        if !components.iter().any(|c| c == name) {
+            continue;
+        }
+        for container in doc["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(reference) = container["image"].as_str() {
+                out.push(Wanted {
+                    kind: "image",
+                    role: Some(format!("flux-{name}")),
+                    version: mirrors::ImageName::parse(reference).tag,
+                    origin: Origin::Image(reference.to_string()),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Refuses a `cluster.version` whose node image devstack has no pin for
+/// (kind publishes node images for a few Kubernetes versions per release;
+/// any other tag does not exist upstream). `cluster.image` stays free.
+pub fn check_version(settings: &Settings, pins: &Pins) -> Result<(), Error> {
+    let Some(version) = &settings.cluster.version else {
+        return Ok(());
+    };
+    let name = mirrors::ImageName::parse(&settings.cluster.image);
+    let repository = name.local_repository();
+    let mut known = pins.tags_of(&repository);
+    if known.contains(&name.tag) {
+        return Ok(());
+    }
+    known.sort_by_key(|t| std::cmp::Reverse(versions::parse_kube_version(t)));
+    let provider = settings.cluster.provider.as_str();
+    Err(Error::user(format!(
+        "`cluster.version: {version}` has no published {provider} node image that devstack knows ({repository}:{} is not pinned); the versions it knows are {}",
+        name.tag,
+        known.join(", ")
+    ))
+    .with_hint(format!(
+        "set `cluster.version` to one of {}, or name an image yourself with `cluster.image`",
+        known.join(", ")
+    )))
+}
+
+/// Options of one pull.
+pub struct PullOptions<'a> {
+    /// Where the artifacts go: the settings' cache, or a bundle to carry
+    /// to another machine (`pull --bundle`).
+    pub dir: PathBuf,
+    /// Also the kind CLI (a portable bundle for the Kind provider).
+    pub with_kind: bool,
+    pub progress: &'a (dyn Fn(String) + Sync),
+}
+
+/// Resolves every artifact `settings` needs into `options.dir`, checking
+/// each against its pin. Holds the cache's lock, so parallel runs fetch
+/// each artifact once.
+pub async fn pull(
+    docker: &bollard::Docker,
+    settings: &Settings,
+    options: PullOptions<'_>,
+) -> Result<PullReport, Error> {
+    let started = Instant::now();
+    let pins = Pins::load(settings.images.pins_file.as_deref())?;
+    check_version(settings, &pins)?;
+    let _lock = crate::state::StackLock::acquire_at(
+        settings,
+        lock_path(settings, &options.dir),
+        &format!("the artifact cache {}", options.dir.display()),
+        "pull",
+        options.progress,
+    )
+    .await?;
+    let mut cache = cache::Cache::open(&options.dir)?;
+    let fetcher = fetch::Fetcher {
+        docker,
+        pins: &pins,
+        mirrors: &settings.images.mirrors,
+        download_mirror: settings.images.download_mirror.as_deref(),
+        progress: options.progress,
+    };
+    let mut files = wanted_files(settings);
+    if options.with_kind
+        && settings.cluster.provider == Provider::Kind
+        && let Some(pin) = kind_cli_pin()
+    {
+        files.push(kind_wanted(pin));
+    }
+    let mut fetched = Vec::new();
+    let mut flux_install = None;
+    for wanted in &files {
+        let got = fetcher.file(&mut cache, wanted).await?;
+        if wanted.kind == "flux-install" {
+            flux_install = Some(cache.dir().join(file_of(wanted)));
+        }
+        fetched.push(got);
+    }
+    let mut images = wanted_images(settings);
+    if let Some(path) = flux_install {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::internal(format!("read {}: {e}", path.display())))?;
+        images.extend(flux_images(&text, &settings.flux.components)?);
+    }
+    for wanted in &images {
+        fetched.push(fetcher.image(&mut cache, wanted).await?);
+    }
+    Ok(PullReport {
+        dir: options.dir,
+        downloaded_bytes: fetched.iter().map(|f| f.downloaded).sum(),
+        artifacts: fetched,
+        pins_file: pins.replaced_by,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// The kind CLI into the settings' cache (checksum verified, through the
+/// download mirror when one is set); returns its path.
+pub async fn fetch_kind(settings: &Settings) -> Result<PathBuf, Error> {
+    let pin = kind_cli_pin().ok_or_else(|| {
+        Error::prerequisite(format!(
+            "kind {} publishes no binary for {}/{}",
+            versions::KIND_CLI_VERSION,
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        ))
+    })?;
+    let pins = Pins::load(settings.images.pins_file.as_deref())?;
+    let dir = settings.artifact_cache();
+    let _lock = crate::state::StackLock::acquire_at(
+        settings,
+        lock_path(settings, &dir),
+        &format!("the artifact cache {}", dir.display()),
+        "pull",
+        &|_| {},
+    )
+    .await?;
+    let mut cache = cache::Cache::open(&dir)?;
+    let docker = crate::docker::connect().await?;
+    let fetcher = fetch::Fetcher {
+        docker: &docker,
+        pins: &pins,
+        mirrors: &settings.images.mirrors,
+        download_mirror: settings.images.download_mirror.as_deref(),
+        progress: &|_| {},
+    };
+    let wanted = kind_wanted(pin);
+    fetcher.file(&mut cache, &wanted).await?;
+    let path = dir.join(file_of(&wanted));
+    make_executable(&path)?;
+    Ok(path)
+}
+
+fn kind_wanted(pin: &versions::FilePin) -> Wanted {
+    Wanted {
+        kind: "binary",
+        role: None,
+        version: versions::KIND_CLI_VERSION.to_string(),
+        origin: Origin::Download {
+            url: pin.url.to_string(),
+            file: format!("bin/kind-{}", versions::KIND_CLI_VERSION),
+            name: "kind".into(),
+        },
+    }
+}
+
+fn file_of(wanted: &Wanted) -> &str {
+    match &wanted.origin {
+        Origin::Download { file, .. } => file,
+        Origin::Image(_) => "",
+    }
+}
+
+fn make_executable(path: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| Error::internal(format!("chmod {}: {e}", path.display())))
+}
+
+/// One lock per cache directory, kept beside the stack locks.
+fn lock_path(settings: &Settings, dir: &Path) -> PathBuf {
+    let key = blake3::hash(dir.to_string_lossy().as_bytes()).to_hex();
+    settings
+        .state_dir
+        .join("locks")
+        .join(format!("artifacts-{}.lock", &key[..16]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_profile_needs_pinned_artifacts_only() {
+        let settings = Settings::builtin(&Default::default()).unwrap();
+        let pins = Pins::builtin();
+        for wanted in wanted_files(&settings) {
+            assert!(
+                pins.file(wanted.label()).is_some(),
+                "{} has no pin",
+                wanted.label()
+            );
+        }
+        let images = wanted_images(&settings);
+        let roles: Vec<_> = images.iter().filter_map(|w| w.role.clone()).collect();
+        assert_eq!(roles, ["kind-node", "localstack", "eso"]);
+        for wanted in images {
+            assert!(pins.image(wanted.label()).is_some(), "{}", wanted.label());
+        }
+        let k3s = settings.with_provider(Provider::K3s).unwrap();
+        let roles: Vec<_> = wanted_images(&k3s)
+            .into_iter()
+            .filter_map(|w| w.role)
+            .collect();
+        assert_eq!(roles, ["k3s-node", "localstack", "eso", "pause", "coredns"]);
+    }
+
+    #[test]
+    fn flux_images_are_the_ones_its_manifest_names_for_chosen_components() {
+        let install = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: source-controller}\n\
+spec: {template: {spec: {containers: [{name: manager, image: ghcr.io/fluxcd/source-controller:v1.9.5}]}}}\n---\n\
+apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: notification-controller}\n\
+spec: {template: {spec: {containers: [{name: manager, image: ghcr.io/fluxcd/notification-controller:v1.9.4}]}}}\n";
+        let images = flux_images(install, &["source-controller".to_string()]).unwrap();
+        assert_eq!(images.len(), 1);
+        assert_eq!(images[0].label(), "ghcr.io/fluxcd/source-controller:v1.9.5");
+        assert_eq!(images[0].role.as_deref(), Some("flux-source-controller"));
+        assert_eq!(images[0].version, "v1.9.5");
+    }
+
+    #[test]
+    fn cluster_version_resolves_only_to_pinned_node_images() {
+        let pins = Pins::builtin();
+        let mut settings = Settings::builtin(&Default::default()).unwrap();
+        settings.cluster.version = Some("1.35.8".into());
+        settings.cluster.image = "kindest/node:v1.35.8".into();
+        check_version(&settings, &pins).unwrap();
+        settings.cluster.version = Some("1.36.5".into());
+        settings.cluster.image = "kindest/node:v1.36.5".into();
+        let err = check_version(&settings, &pins).unwrap_err();
+        assert_eq!(err.kind(), crate::Kind::User);
+        assert_eq!(
+            err.message(),
+            "`cluster.version: 1.36.5` has no published kind node image that devstack knows \
+             (kindest/node:v1.36.5 is not pinned); the versions it knows are v1.37.0, v1.36.4, v1.35.8, v1.34.11"
+        );
+        settings.cluster.version = None;
+        check_version(&settings, &pins).expect("an explicit image stays free");
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(human_bytes(2048), "2 KiB");
+        assert_eq!(human_bytes(5 * 1024 * 1024 + 512 * 1024), "5.5 MiB");
+        assert_eq!(human_bytes(3 * 1024 * 1024 * 1024), "3.00 GiB");
+    }
+}
