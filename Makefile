@@ -32,6 +32,7 @@ e2e: kit
 
 bench:
 	bash tests/bench/run.sh
+	bash tests/bench/online.sh
 
 ci:
 	bash .ci/run
