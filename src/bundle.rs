@@ -439,6 +439,35 @@ mod tests {
         assert!(err.hint().unwrap().contains("`eso.chartVersion: 0.19.2`"));
     }
 
+    #[tokio::test]
+    async fn an_image_the_engine_holds_is_used_although_the_bundle_lacks_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bundle = kit_bundle();
+        bundle.dir = dir.path().to_path_buf();
+        std::fs::write(
+            dir.path().join(INDEX_FILE),
+            serde_json::to_string(&bundle.index).unwrap(),
+        )
+        .unwrap();
+        let mut settings = Settings::builtin(&Default::default()).unwrap();
+        settings.images.bundle = Some(dir.path().to_path_buf());
+        settings.eso.chart_version = "0.19.2".into();
+        settings.localstack.image = "localstack/localstack:4.3.0".into();
+        settings.cluster.image = "kindest/node:v1.36.9".into();
+        let engine = crate::docker::fake::FakeEngine::new();
+        let err = open_checked(&settings, &engine).await.unwrap_err();
+        assert!(
+            err.message().contains(
+                "`cluster.image: kindest/node:v1.36.9` (the bundle has kindest/node:v1.36.4)"
+            ),
+            "{}",
+            err.message()
+        );
+        engine.with(|s| s.images.insert("kindest/node:v1.36.9".into()));
+        let opened = open_checked(&settings, &engine).await.unwrap();
+        assert_eq!(opened.unwrap().dir, dir.path());
+    }
+
     #[test]
     fn references_normalize() {
         assert_eq!(normalize_reference("docker.io/library/redis:7"), "redis:7");
