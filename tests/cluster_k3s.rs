@@ -260,6 +260,9 @@ fn k3s_engine_going_away_mid_create_is_reported_and_the_next_run_converges() {
     if !require_cluster_kit() {
         return;
     }
+    // The profile preloads it: without it the run fails on the missing
+    // image before the engine goes away (as it did when this test ran first).
+    ensure_busybox_image();
     let stack = TestStack::new("k3sgone");
     let socket = stack.dir.path().join("docker.sock");
     let mut proxy = std::process::Command::new("socat")
@@ -277,16 +280,44 @@ fn k3s_engine_going_away_mid_create_is_reported_and_the_next_run_converges() {
     });
     let run = stack.run_env(&profile, &["cluster", "up"], &[("DOCKER_HOST", &host)]);
     killer.join().unwrap();
-    assert_ne!(run.code, 0, "{}", run.stderr);
+    // The engine is gone for the rollback too: what was left, and how to
+    // remove it once the engine is back.
+    assert_eq!(run.code, 3, "{}", run.stderr);
     assert!(
-        run.stderr.contains("cannot reach the Docker engine"),
+        run.stderr.contains(&format!(
+            "error: rollback also failed; left behind: k3s cluster: cluster creation failed, and rollback also failed (cannot reach the Docker engine at {host}: "
+        )),
         "{}",
         run.stderr
     );
-    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
-    // With the engine back, `down` removes whatever the interrupted run left.
+    assert!(
+        run.stderr.contains(&format!(
+            "\nhint: {} removes the rest",
+            quoted_command(&profile, "down")
+        )),
+        "{}",
+        run.stderr
+    );
+    // With the engine back, the next run converges whatever the cut-off run
+    // left into a working cluster...
+    let next = stack.run(&profile, &["cluster", "up", "--json"]);
+    let report = next.ok().json();
+    assert_eq!(
+        report["cluster"]["nodes"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    let rt = runtime();
+    let client = kube_client(&rt, &stack);
+    let nodes = rt
+        .block_on(
+            kube::Api::<k8s_openapi::api::core::v1::Node>::all(client).list(&Default::default()),
+        )
+        .unwrap();
+    assert_eq!(nodes.items.len(), 1, "one node answers");
+    // ...and `down` removes it all.
     stack.run(&profile, &["cluster", "down"]).ok();
-    assert!(stack.containers().is_empty());
+    assert!(stack.containers().is_empty(), "{:?}", stack.containers());
 }
 /// An image added to `images.preload` after the cluster was created is
 /// imported into the running nodes by the next `up`, which no mount made at
@@ -319,7 +350,15 @@ fn k3s_a_preload_image_added_later_is_imported_into_running_nodes() {
         text.replace("timeouts:\n", "timeouts:\n  preload: 45s\n"),
     )
     .unwrap();
-    let up = stack.run(&profile, &["cluster", "up", "--json"]);
+    // `-v` shows each import devstack makes (`importing IMAGE into NODE`).
+    let imports = |run: &Run| -> Vec<String> {
+        run.stderr
+            .lines()
+            .filter(|l| l.contains(": importing "))
+            .map(str::to_string)
+            .collect()
+    };
+    let up = stack.run(&profile, &["cluster", "up", "--json", "-v"]);
     up.ok();
     assert_eq!(up.json()["cluster"]["created"], false, "{}", up.all());
     assert!(
@@ -327,8 +366,21 @@ fn k3s_a_preload_image_added_later_is_imported_into_running_nodes() {
         "the added image is in the node: {}",
         images()
     );
+    assert_eq!(
+        imports(&up).len(),
+        1,
+        "one import, of the added image: {:?}",
+        imports(&up)
+    );
+    assert!(
+        imports(&up)[0].ends_with(&format!(": importing {BUSYBOX} into {server}")),
+        "{:?}",
+        imports(&up)
+    );
     // A second run finds it there and imports nothing again.
-    stack.run(&profile, &["cluster", "up"]).ok();
+    let again = stack.run(&profile, &["cluster", "up", "-v"]);
+    again.ok();
+    assert_eq!(imports(&again), Vec::<String>::new(), "{}", again.stderr);
     stack.run(&profile, &["cluster", "down"]).ok();
     assert!(stack.containers().is_empty(), "{:?}", stack.containers());
 }

@@ -110,7 +110,16 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
     );
     assert!(cluster["mergedInto"].is_null(), "{report}");
 
-    // Every node is on the stack network and has the stack's images.
+    // Every node is on the stack network and has the stack's images: the
+    // source-controller at the version the bundle holds.
+    let bundle = devstack::bundle::Bundle::open(&bundle_dir()).unwrap();
+    let held = bundle.images_for("flux-source-controller");
+    assert_eq!(
+        held.len(),
+        1,
+        "the bundle's source-controller images: {held:?}"
+    );
+    let source_controller = held[0].clone();
     for node in &nodes {
         let networks = docker(&[
             "inspect",
@@ -123,7 +132,7 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
         let images = docker(&["exec", node, "ctr", "-n", "k8s.io", "images", "ls", "-q"]);
         let images = String::from_utf8_lossy(&images.stdout).to_string();
         for wanted in [
-            "ghcr.io/fluxcd/source-controller:v1.9.5",
+            source_controller.as_str(),
             devstack::versions::ESO_IMAGE,
             "docker.io/devstack-test/busybox:1",
         ] {

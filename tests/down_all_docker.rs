@@ -14,8 +14,8 @@ fn down_all_removes_every_labelled_stack_and_nothing_else() {
         return;
     }
     if std::env::var_os("DEVSTACK_TEST_DOWN_ALL").is_none() {
-        eprintln!(
-            "SKIPPED: set DEVSTACK_TEST_DOWN_ALL=1 to let this test remove every devstack stack here"
+        say_skipped(
+            "set DEVSTACK_TEST_DOWN_ALL=1 to let this test remove every devstack stack here",
         );
         return;
     }

@@ -1,5 +1,6 @@
 //! The code's layers point one way: CLI -> library -> clients -> base.
-//! This test reads every `crate::` path in `src/` (comments excluded) and
+//! This test reads every `crate::` path in `src/` (comments and
+//! `#[cfg(test)]` items excluded, nothing else) and
 //! fails when a module reaches a higher layer, or when modules of the
 //! library or client layers import each other in a cycle.
 
@@ -14,6 +15,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "library",
         &[
             "stack",
+            "artifacts",
             "health",
             "pipeline",
             "cluster",
@@ -69,19 +71,191 @@ fn module_of(src: &Path, file: &Path) -> String {
 }
 
 /// Code without `//` comments (doc links are not dependencies) and without
-/// `#[cfg(test)]` modules (tests may build fixtures from anywhere).
+/// `#[cfg(test)]` items (tests may build fixtures from anywhere). Only the
+/// gated items go: the code before and after each one is read.
 fn code_of(text: &str) -> String {
-    let text = match text.find("#[cfg(test)]\nmod tests") {
-        Some(at) => &text[..at],
-        None => text,
-    };
-    text.lines()
+    strip_test_items(text)
+        .lines()
         .map(|line| match line.find("//") {
             Some(at) if !line[..at].contains('"') => &line[..at],
             _ => line,
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+const CFG_TEST: &str = "#[cfg(test)]";
+
+/// Byte offsets where `text` holds code, not a comment, string or char
+/// literal: a brace in `"{"` or a `#[cfg(test)]` in a comment must not
+/// count.
+fn code_positions(text: &str) -> Vec<bool> {
+    let b = text.as_bytes();
+    let mut code = vec![false; b.len()];
+    let mut i = 0;
+    while i < b.len() {
+        let rest = &b[i..];
+        if rest.starts_with(b"//") {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+        } else if rest.starts_with(b"/*") {
+            // Block comments nest in Rust.
+            let mut depth = 0;
+            while i < b.len() {
+                if b[i..].starts_with(b"/*") {
+                    depth += 1;
+                    i += 2;
+                } else if b[i..].starts_with(b"*/") {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        } else if let Some(hashes) = raw_string_start(rest) {
+            // r"..", r#".."#, br#".."#: no escapes, ends at `"` and the hashes.
+            let closing: Vec<u8> = std::iter::once(b'"')
+                .chain(std::iter::repeat_n(b'#', hashes))
+                .collect();
+            let open = rest.iter().position(|&c| c == b'"').unwrap() + 1;
+            i += open;
+            while i < b.len() && !b[i..].starts_with(&closing) {
+                i += 1;
+            }
+            i += closing.len();
+        } else if b[i] == b'"' {
+            i += 1;
+            while i < b.len() && b[i] != b'"' {
+                i += if b[i] == b'\\' { 2 } else { 1 };
+            }
+            i += 1;
+        } else if b[i] == b'\'' && char_literal_len(rest).is_some() {
+            i += char_literal_len(rest).unwrap();
+        } else {
+            code[i] = true;
+            i += 1;
+        }
+    }
+    code
+}
+
+/// `Some(number of #)` when `text` starts a raw (byte) string literal.
+fn raw_string_start(text: &[u8]) -> Option<usize> {
+    let after_r = text
+        .strip_prefix(b"br")
+        .or_else(|| text.strip_prefix(b"r"))?;
+    let hashes = after_r.iter().take_while(|&&c| c == b'#').count();
+    (after_r.get(hashes) == Some(&b'"')).then_some(hashes)
+}
+
+/// The length of the char literal `text` starts with (`'a'`, `'\''`,
+/// `'\u{7f}'`), or `None` for a lifetime (`'a`).
+fn char_literal_len(text: &[u8]) -> Option<usize> {
+    if text.get(1) == Some(&b'\\') {
+        let end = text[2..].iter().skip(1).position(|&c| c == b'\'')? + 3;
+        return Some(end + 1);
+    }
+    let ch = std::str::from_utf8(&text[1..text.len().min(5)])
+        .or_else(|e| std::str::from_utf8(&text[1..1 + e.valid_up_to()]))
+        .ok()?
+        .chars()
+        .next()?;
+    let close = 1 + ch.len_utf8();
+    (text.get(close) == Some(&b'\'')).then_some(close + 1)
+}
+
+/// Byte ranges of the `#[cfg(test)]`-gated items of `text`, each from its
+/// attribute to its end: the `;` of `mod tests;`, or the brace matching the
+/// first `{` of `mod tests { ... }` (or of a gated `fn`). An item that ends
+/// without either (a gated field) ends where its enclosing group closes.
+fn test_items(text: &str) -> Vec<std::ops::Range<usize>> {
+    let code = code_positions(text);
+    let b = text.as_bytes();
+    let mut items = Vec::new();
+    let mut from = 0;
+    while let Some(found) = text[from..].find(CFG_TEST) {
+        let start = from + found;
+        if !code[start] {
+            from = start + 1;
+            continue;
+        }
+        let mut depth = 0usize;
+        let mut end = b.len();
+        for i in start + CFG_TEST.len()..b.len() {
+            if !code[i] {
+                continue;
+            }
+            match b[i] {
+                b'{' | b'(' | b'[' => depth += 1,
+                b'}' | b')' | b']' if depth == 0 => {
+                    end = i;
+                    break;
+                }
+                b'}' if depth == 1 => {
+                    end = i + 1;
+                    break;
+                }
+                b'}' | b')' | b']' => depth -= 1,
+                b';' if depth == 0 => {
+                    end = i + 1;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        items.push(start..end);
+        from = end.max(start + 1);
+    }
+    items
+}
+
+/// `text` without its `#[cfg(test)]`-gated items.
+fn strip_test_items(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for item in test_items(text) {
+        out.push_str(&text[at..item.start]);
+        at = item.end;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+/// Files that hold a module declared `#[cfg(test)] mod NAME;` in `file`
+/// (`src/profile/mod.rs` declares `src/profile/tests.rs`): test items too.
+fn gated_module_files(file: &Path, text: &str) -> Vec<PathBuf> {
+    let stem = file.file_stem().unwrap().to_string_lossy();
+    let parent = file.parent().unwrap();
+    let dir = if ["mod", "lib", "main"].contains(&stem.as_ref()) {
+        parent.to_path_buf()
+    } else {
+        parent.join(stem.as_ref())
+    };
+    test_items(text)
+        .into_iter()
+        .filter_map(|item| {
+            let item = text[item].trim_end();
+            let declaration = item.strip_suffix(';')?;
+            let name = declaration
+                .split_whitespace()
+                .last()?
+                .trim_start_matches("r#");
+            declaration
+                .split_whitespace()
+                .any(|word| word == "mod")
+                .then(|| {
+                    [
+                        dir.join(format!("{name}.rs")),
+                        dir.join(name).join("mod.rs"),
+                    ]
+                })
+        })
+        .flatten()
+        .collect()
 }
 
 /// Modules named by `crate::X` paths, including grouped `use crate::{a, b}`.
@@ -122,10 +296,24 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
+    let texts: Vec<(PathBuf, String)> = files
+        .into_iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(&f).unwrap();
+            (f, text)
+        })
+        .collect();
+    let gated: BTreeSet<PathBuf> = texts
+        .iter()
+        .flat_map(|(file, text)| gated_module_files(file, text))
+        .collect();
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in files {
-        let module = module_of(&src, &file);
-        let code = code_of(&std::fs::read_to_string(&file).unwrap());
+    for (file, text) in &texts {
+        if gated.contains(file) {
+            continue;
+        }
+        let module = module_of(&src, file);
+        let code = code_of(text);
         let entry = graph.entry(module.clone()).or_default();
         for import in imports(&code) {
             if import != module {
@@ -229,4 +417,69 @@ fn every_source_file_says_what_it_is_for() {
         missing.is_empty(),
         "files without a `//!` line saying what they are for: {missing:?}"
     );
+}
+
+/// The checker reads past a gated `mod tests;` (src/profile/mod.rs declares
+/// one on its 9th line, above the module's own imports) and past a gated
+/// `mod tests { ... }` whose strings and chars hold braces, and drops only
+/// what is gated.
+#[test]
+fn the_checker_reads_past_test_modules_and_skips_only_them() {
+    let declared = code_of("pub mod load;\n\n#[cfg(test)]\nmod tests;\n\nuse crate::docker;\n");
+    assert_eq!(imports(&declared), BTreeSet::from(["docker".to_string()]));
+
+    let inline = code_of(concat!(
+        "use crate::seed;\n",
+        "#[cfg(test)]\n",
+        "mod tests {\n",
+        "    use crate::commands;\n",
+        "    fn f<'a>(x: &'a str) -> char { let _ = \"}\"; let _ = r#\"}\"#; '}' }\n",
+        "    // a } in a comment\n",
+        "    /* and { in /* a nested */ block */\n",
+        "}\n",
+        "// #[cfg(test)] in a comment hides nothing\n",
+        "fn g() { let _ = \"#[cfg(test)]\"; crate::verify::run(); }\n",
+        "#[cfg(test)]\n",
+        "pub(crate) fn helper() { crate::cli::parse(); }\n",
+        "pub use crate::ui::Ui;\n",
+    ));
+    assert_eq!(
+        imports(&inline),
+        ["seed", "ui", "verify"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    );
+
+    let declares = "#[cfg(test)]\nmod tests;\n#[cfg(test)]\npub mod fake;\nmod real;\n";
+    assert_eq!(
+        gated_module_files(Path::new("/s/profile/mod.rs"), declares),
+        [
+            "/s/profile/tests.rs",
+            "/s/profile/tests/mod.rs",
+            "/s/profile/fake.rs",
+            "/s/profile/fake/mod.rs"
+        ]
+        .map(PathBuf::from)
+    );
+    assert_eq!(
+        gated_module_files(Path::new("/s/docker.rs"), "#[cfg(test)]\nmod tests;\n"),
+        ["/s/docker/tests.rs", "/s/docker/tests/mod.rs"].map(PathBuf::from)
+    );
+}
+
+/// src/profile/mod.rs declares its tests (`#[cfg(test)] mod tests;`) above
+/// its own imports: the checker drops those two lines and reads the rest.
+#[test]
+fn src_profile_mod_is_read_past_its_test_declaration() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/profile/mod.rs");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let declaration = "#[cfg(test)]\nmod tests;";
+    assert_eq!(
+        text.matches(declaration).count(),
+        1,
+        "{} no longer declares its tests once as `{declaration}`: update this test",
+        path.display()
+    );
+    assert_eq!(strip_test_items(&text), text.replacen(declaration, "", 1));
 }

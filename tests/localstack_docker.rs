@@ -130,11 +130,23 @@ fn an_unlabelled_container_with_the_same_name_is_left_alone() {
     let _ = docker(&["rm", "-f", "-v", &name]);
     assert_eq!(up.code, 3, "{}", up.stderr);
     assert!(
-        up.stderr.contains("devstack did not create it"),
+        up.stderr.contains(&format!(
+            "a container named `{name}` exists but devstack did not create it\n\
+             hint: rename or remove it (`docker rm -f {name}`), or choose another stack name with --name"
+        )),
         "{}",
         up.stderr
     );
-    assert_ne!(down.code, 0);
+    // `down` refuses a container it does not own as an input error (2),
+    // where `up` reports the same name in the way as a prerequisite (3).
+    assert_eq!(down.code, 2, "{}", down.stderr);
+    assert!(
+        down.stderr.contains(&format!(
+            "error: container `{name}` was not created by devstack; leaving it alone"
+        )),
+        "{}",
+        down.stderr
+    );
     assert!(
         still_there,
         "devstack must never remove a container it did not label"

@@ -80,17 +80,21 @@ impl Mirror {
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 
-    /// How many lines each server has logged so far.
-    fn mark(&self) -> (usize, usize) {
-        (log_lines(REGISTRY).len(), log_lines(FILES).len())
+    /// A moment to read the servers' logs from: `docker logs --since`
+    /// takes a Unix time with a fraction (the two streams of a log cannot
+    /// be counted as one, their lines interleave).
+    fn mark(&self) -> String {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        format!("{}.{:09}", now.as_secs(), now.subsec_nanos())
     }
 
     /// The request lines each server logged after `mark`.
-    fn requests_since(&self, mark: (usize, usize)) -> (Vec<String>, Vec<String>) {
-        let requests = |name: &str, from: usize| -> Vec<String> {
-            log_lines(name)
+    fn requests_since(&self, mark: &str) -> (Vec<String>, Vec<String>) {
+        let requests = |name: &str| -> Vec<String> {
+            log_lines(name, mark)
                 .into_iter()
-                .skip(from)
                 .filter(|l| {
                     ["GET ", "HEAD ", "PUT ", "POST ", "PATCH "]
                         .iter()
@@ -98,7 +102,7 @@ impl Mirror {
                 })
                 .collect()
         };
-        (requests(REGISTRY, mark.0), requests(FILES, mark.1))
+        (requests(REGISTRY), requests(FILES))
     }
 }
 
@@ -127,8 +131,8 @@ fn parse_exports(text: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn log_lines(container: &str) -> Vec<String> {
-    let out = docker(&["logs", container]);
+fn log_lines(container: &str, since: &str) -> Vec<String> {
+    let out = docker(&["logs", "--since", since, container]);
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stderr));
     text.lines().map(String::from).collect()
@@ -246,7 +250,7 @@ fn the_default_profile_comes_up_on_kind_online_with_nothing_but_docker() {
     let kind_bin = cache_of(stack.dir.path())
         .join(format!("bin/kind-{}", devstack::versions::KIND_CLI_VERSION));
     assert!(kind_bin.is_file(), "{} missing", kind_bin.display());
-    let (registry, files) = mirror.requests_since(mark);
+    let (registry, files) = mirror.requests_since(&mark);
     assert!(
         files
             .iter()
@@ -303,7 +307,7 @@ fn the_k3s_profile_comes_up_online_and_a_second_stack_downloads_nothing() {
         "{second_outcomes:?}"
     );
     assert_eq!(report["artifacts"]["downloadedBytes"], 0, "{report}");
-    let (registry, files) = mirror.requests_since(mark);
+    let (registry, files) = mirror.requests_since(&mark);
     assert!(registry.is_empty(), "the registry was asked: {registry:?}");
     assert!(files.is_empty(), "the file server was asked: {files:?}");
 
@@ -378,7 +382,7 @@ fn a_tampered_download_and_a_tampered_image_are_refused_with_both_digests() {
     );
     assert_ne!(received, flux_pin);
     let expected = format!(
-        "error: download flux-install from {}/github.com/fluxcd/flux2/releases/download/{}/install.yaml does not match its pin: expected {flux_pin}, received {received}; it was not used and nothing was kept",
+        "error: rolled back: download flux-install from {}/github.com/fluxcd/flux2/releases/download/{}/install.yaml does not match its pin: expected {flux_pin}, received {received}; it was not used and nothing was kept",
         mirror.exports[1].1,
         devstack::versions::FLUX_VERSION
     );
@@ -410,7 +414,7 @@ fn a_tampered_download_and_a_tampered_image_are_refused_with_both_digests() {
     let run = online(&mirror, stack.dir.path(), &profile, &["up"]);
     assert_eq!(run.code, 3, "{}", run.all());
     let message = format!(
-        "error: image {image} from {}/localstack/localstack:{} does not match its pin: expected {image_pin}, received sha256:",
+        "error: rolled back: image {image} from {}/localstack/localstack:{} does not match its pin: expected {image_pin}, received sha256:",
         mirror.exports[0]
             .1
             .split(',')

@@ -237,18 +237,56 @@ fn localstack_stopping_mid_seed_fails_clearly_and_a_rerun_converges() {
     let profile = stack.profile(&secrets);
     stack.run(&profile, &["localstack", "up"]).ok();
     let container = format!("devstack-{}-localstack", stack.name);
+    // The stop comes once seeding has begun (the first secret is there),
+    // not after a guessed delay that a slow start could outlast.
     let stopper = {
         let container = container.clone();
+        let settings = settings(&profile);
         std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(1500));
+            let rt = runtime();
+            let started = std::time::Instant::now();
+            while rt.block_on(secret_value(&settings, "bulk/s0000")).is_none() {
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(60),
+                    "seeding never began"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
             docker(&["stop", "-t", "0", &container]);
         })
     };
     let run = stack.run(&profile, &["seed", "--concurrency", "1"]);
     stopper.join().unwrap();
     assert_eq!(run.code, 3, "{}", run.all());
-    assert!(run.stderr.contains("did not answer"), "{}", run.stderr);
-    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+    // Stopped in the middle: some secrets converged, the rest failed, and
+    // the first failure named is the secret after the last one converged
+    // (one at a time, in the profile's order).
+    let (failed, converged) = seed_failure_counts(&run.stderr, SECRETS);
+    assert!(
+        converged > 0 && failed > 0 && converged + failed == SECRETS,
+        "not a stop in the middle ({converged} converged, {failed} failed):\n{}",
+        run.stderr
+    );
+    let endpoint = settings(&profile).localstack.endpoint_url();
+    let next = format!("bulk/s{converged:04}");
+    assert!(
+        ["describe", "create"]
+            .iter()
+            .any(|op| run.stderr.contains(&format!(
+                "cannot {op} secret `{next}`: LocalStack at {endpoint} did not answer"
+            ))),
+        "the first failure is not `{next}`:\n{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "hint: start it with {} (or {}), then seed again: seeding converges",
+            quoted_command(&profile, "localstack up"),
+            quoted_command(&profile, "up")
+        )),
+        "{}",
+        run.stderr
+    );
 
     stack.run(&profile, &["localstack", "up"]).ok();
     let rerun = stack.run(&profile, &["seed", "--json"]);
@@ -261,4 +299,27 @@ fn localstack_stopping_mid_seed_fails_clearly_and_a_rerun_converges() {
     assert_eq!(total, SECRETS, "{report}");
     let again = stack.run(&profile, &["seed", "--json"]);
     assert_eq!(again.ok().json()["unchanged"], SECRETS);
+}
+
+/// `(failed, converged)` from seed's `F of N secrets failed (C converged; a
+/// re-run finishes the rest)`, checking N.
+fn seed_failure_counts(stderr: &str, total: u64) -> (u64, u64) {
+    let suffix = format!(" of {total} secrets failed (");
+    let at = stderr
+        .find(&suffix)
+        .unwrap_or_else(|| panic!("no `F{suffix}C converged; ...)` in:\n{stderr}"));
+    let failed: u64 = stderr[..at]
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|e| panic!("failed count ({e}) in:\n{stderr}"));
+    let rest = &stderr[at + suffix.len()..];
+    let converged: u64 = rest
+        .split_once(" converged; a re-run finishes the rest)")
+        .unwrap_or_else(|| panic!("no converged count in:\n{stderr}"))
+        .0
+        .parse()
+        .unwrap_or_else(|e| panic!("converged count ({e}) in:\n{stderr}"));
+    (failed, converged)
 }

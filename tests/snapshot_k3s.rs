@@ -200,7 +200,13 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
     // beside it, and `up` still returned with every level Ready, each on
     // the waterfall.
     assert_eq!(report["verifiedBesideChain"], true, "{report}");
-    for level in report["gitops"]["chain"]["levels"].as_array().unwrap() {
+    let levels = report["gitops"]["chain"]["levels"].as_array().unwrap();
+    let names: Vec<&str> = levels.iter().filter_map(|l| l["name"].as_str()).collect();
+    let chain: Vec<&str> = std::iter::once(devstack::gitops::ROOT_KUSTOMIZATION)
+        .chain(devstack::gitops::CHAIN)
+        .collect();
+    assert_eq!(names, chain, "the restored chain's levels: {report}");
+    for level in levels {
         let span = format!("level {} Ready", level["name"].as_str().unwrap());
         assert!(
             report["timings"]
@@ -393,9 +399,12 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
         &failed.name,
         &["up", "--from-snapshot", "copy"],
     );
-    assert_ne!(broken.code, 0, "{}", broken.all());
+    // A damaged input file: exit 2, as README's table gives for one.
+    assert_eq!(broken.code, 2, "{}", broken.all());
     assert!(
-        broken.stderr.contains("is damaged") && broken.stderr.contains("rolled back"),
+        broken.stderr.contains("snapshot `copy` is damaged: ")
+            && broken.stderr.contains("does not match its checksum")
+            && broken.stderr.contains("rolled back"),
         "{}",
         broken.stderr
     );

@@ -175,7 +175,13 @@ fn up_verify_status_down_with_drift_repair() {
     let node = format!("devstack-{}-server-0", stack.name);
     assert!(docker(&["stop", "-t", "2", &node]).status.success());
     let report = stack.run(&profile, &["up", "--json"]).ok().json();
-    assert!(repaired(&report).contains("started"), "{report}");
+    assert!(
+        report["repaired"]
+            .as_array()
+            .unwrap()
+            .contains(&format!("started stopped node {node}").into()),
+        "{report}"
+    );
     assert_eq!(report["verify"]["passed"], true, "{report}");
 
     // The push direction too: a PushSecret writes into LocalStack.
@@ -184,12 +190,30 @@ fn up_verify_status_down_with_drift_repair() {
     let report = pushed.ok().json();
     assert_push_verified(&report);
 
-    // verify with LocalStack stopped: a clear failure, fast.
+    // verify with LocalStack stopped: a clear failure, fast, with the exit
+    // code of a failed check (4, README's table).
+    let port = stack.run(&profile, &["status", "--json"]).json()["ports"]["localstack"]
+        .as_u64()
+        .expect("LocalStack port");
     assert!(docker(&["stop", "-t", "1", &localstack]).status.success());
     let failed = stack.run(&profile, &["verify"]);
-    assert_ne!(failed.code, 0, "{}", failed.all());
-    assert!(failed.stderr.contains("LocalStack"), "{}", failed.stderr);
-    assert!(failed.stderr.contains("hint:"), "{}", failed.stderr);
+    assert_eq!(failed.code, 4, "{}", failed.all());
+    assert!(
+        failed.stderr.contains(&format!(
+            "LocalStack at http://127.0.0.1:{port} is not reachable ("
+        )),
+        "{}",
+        failed.stderr
+    );
+    assert!(
+        failed.stderr.contains(&format!(
+            "hint: start it with {} (or the whole stack with {})",
+            quoted_command(&profile, "localstack up"),
+            quoted_command(&profile, "up")
+        )),
+        "{}",
+        failed.stderr
+    );
     let unhealthy = stack.run(&profile, &["status"]);
     assert_eq!(unhealthy.code, 4, "{}", unhealthy.all());
 

@@ -175,9 +175,34 @@ fn chromium_renders_every_step_of_a_recorded_run() {
         "the screenshot is all but blank: {} colour(s)",
         colours.len()
     );
-    // The bars themselves are drawn: both fills cover many pixels.
-    for (what, rgb) in [("step", [0x09, 0x69, 0xda]), ("part", [0x54, 0xae, 0xff])] {
+    // The bars themselves are drawn: both fills, as the page's own style
+    // sheet gives them, cover many pixels.
+    let html = std::fs::read_to_string(&page).unwrap();
+    for what in ["step", "part"] {
+        let rgb = fill_of(&html, what);
         let n = pixels.iter().filter(|p| **p == rgb).count();
-        assert!(n > 500, "{what} bars: {n} pixel(s) of their colour");
+        assert!(
+            n > 500,
+            "{what} bars: {n} pixel(s) of their colour {rgb:02x?}"
+        );
     }
+}
+
+/// The fill the page's style sheet gives class `class` (`.step{fill:#0969da}`),
+/// as RGB: the colours come from timeline::html, not from a copy here.
+fn fill_of(html: &str, class: &str) -> [u8; 3] {
+    let rule = format!(".{class}{{fill:#");
+    let at = html
+        .find(&rule)
+        .unwrap_or_else(|| panic!("no `{rule}…}}` rule in the page's style sheet"))
+        + rule.len();
+    let hex = &html[at..at + 6];
+    assert_eq!(
+        html.as_bytes().get(at + 6),
+        Some(&b'}'),
+        "`.{class}` fill is not #rrggbb: {}",
+        &html[at..(at + 12).min(html.len())]
+    );
+    let channel = |i: usize| u8::from_str_radix(&hex[i..i + 2], 16).unwrap();
+    [channel(0), channel(2), channel(4)]
 }

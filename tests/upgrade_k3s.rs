@@ -58,13 +58,13 @@ fn bundle_has_previous_release() -> bool {
         return true;
     }
     let why = format!(
-        "upgrade_k3s: the kit lacks ESO chart {OLD_ESO_CHART} or {OLD_LOCALSTACK} (tests/kit/components/eso.sh, localstack.sh build both releases)"
+        "the kit lacks ESO chart {OLD_ESO_CHART} or {OLD_LOCALSTACK} (tests/kit/components/eso.sh, localstack.sh build both releases)"
     );
     assert!(
         std::env::var_os("DEVSTACK_TEST_REQUIRE_CLUSTER").is_none(),
         "{why}"
     );
-    eprintln!("SKIPPED: {why}");
+    say_skipped(&why);
     false
 }
 
@@ -117,11 +117,43 @@ fn a_stack_of_the_previous_release_upgrades_with_up() {
     );
     assert_running_versions_match_the_matrix(&stack, devstack::versions::K3S_IMAGE);
     // The seeded secret came back with the new LocalStack, and the cluster
-    // still has it synced.
+    // still has it synced: its Secret holds the value LocalStack holds now
+    // (ESO given a few seconds for a sync in flight).
     assert_eq!(report["seed"]["created"], 1, "{report}");
     let status = stack.run(&current, &["status", "--json"]);
     assert_eq!(status.code, 0, "{}", status.all());
-    assert_eq!(status.json()["settled"], true, "{}", status.all());
+    let status = status.json();
+    assert_eq!(status["settled"], true, "{status}");
+    let port = status["ports"]["localstack"]
+        .as_u64()
+        .expect("LocalStack port") as u16;
+    let settings = settings(&current).with_localstack_port(port);
+    let remote = rt
+        .block_on(secret_value(&settings, "ci/app/token"))
+        .expect("ci/app/token in LocalStack");
+    let client = kube_client(&rt, &stack);
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client, "default");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let synced = rt
+            .block_on(secrets.get_opt("app-token"))
+            .unwrap()
+            .and_then(|s| s.data)
+            .and_then(|d| d.get("value").map(|v| v.0.clone()));
+        if synced.as_deref() == Some(remote.as_bytes()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Secret default/app-token does not hold LocalStack's ci/app/token 30 s after the upgrade ({})",
+            match synced {
+                None => "no Secret or no `value` key".to_string(),
+                Some(v) => format!("it holds another value of {} bytes", v.len()),
+            }
+        );
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
 
     stack.run(&current, &["down"]).ok();
     assert!(stack.containers().is_empty(), "{:?}", stack.containers());

@@ -16,7 +16,10 @@ pub async fn run(ctx: &Context, args: DownArgs) -> Result<i32, Error> {
             // Identity comes from the labels; the provider decides how the
             // cluster is removed, so try the profile's first, then the other.
             let base = ctx.settings(|o| o.name = Some(name.clone()))?;
-            let mut report = Stack::new(base.clone()).down().await?;
+            let mut report = Stack::new(base.clone())
+                .with_ui(ctx.ui.clone())
+                .down()
+                .await?;
             let other = match base.cluster.provider {
                 crate::profile::Provider::K3s => crate::profile::Provider::Kind,
                 crate::profile::Provider::Kind => crate::profile::Provider::K3s,
@@ -28,7 +31,7 @@ pub async fn run(ctx: &Context, args: DownArgs) -> Result<i32, Error> {
                     provider: Some(other),
                     ..Overrides::default()
                 },
-            ) && let Ok(again) = Stack::new(settings).down().await
+            ) && let Ok(again) = Stack::new(settings).with_ui(ctx.ui.clone()).down().await
             {
                 report.cluster |= again.cluster;
             }
@@ -38,7 +41,7 @@ pub async fn run(ctx: &Context, args: DownArgs) -> Result<i32, Error> {
         let settings = ctx.settings(|_| {})?;
         let docker = crate::docker::connect().await?;
         let settings = super::on_existing_provider(&docker, settings).await?;
-        reports.push(Stack::new(settings).down().await?);
+        reports.push(Stack::new(settings).with_ui(ctx.ui.clone()).down().await?);
     }
     for report in &reports {
         let mut parts = Vec::new();

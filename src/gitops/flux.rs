@@ -64,7 +64,13 @@ pub async fn manifests(settings: &Settings) -> Result<(String, ManifestSource), 
             Error::user(format!("cannot read {}: {e}", path.display()))
                 .with_hint("rebuild the bundle with `make kit`")
         })?;
-        return Ok((text, ManifestSource::Bundle));
+        // Without a bundle of the user's, this is devstack's artifact cache.
+        let source = if settings.images.bundle.is_some() {
+            ManifestSource::Bundle
+        } else {
+            ManifestSource::Cache
+        };
+        return Ok((text, source));
     }
     let cached = cache_path(settings, version);
     if let Ok(text) = std::fs::read_to_string(&cached) {

@@ -211,10 +211,10 @@ async fn sync(
                 let summary = format!(
                     "{source_desc}, {} objects{}",
                     published.objects,
-                    if offline.is_some() {
-                        ", ESO from the offline bundle"
-                    } else {
-                        ""
+                    match (offline.is_some(), settings.images.bundle.is_some()) {
+                        (true, true) => ", ESO from the offline bundle",
+                        (true, false) => ", ESO from the artifact cache",
+                        (false, _) => "",
                     }
                 );
                 Ok(((published, root_request, facts_changed), summary))

@@ -9,11 +9,44 @@ use std::process::{Command, Output};
 /// The image devstack runs by default (the version matrix's).
 pub const LOCALSTACK_IMAGE: &str = devstack::versions::LOCALSTACK_IMAGE;
 
+/// Prints the line tests/run.sh counts as a skipped test,
+/// `SKIPPED: <test>: <why>`, naming the running test (libtest runs each
+/// test on a thread named after it).
+pub fn say_skipped(why: &str) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("<unnamed test>");
+    eprintln!("SKIPPED: {test}: {why}");
+}
+
+/// Whether this runs under CI (`CI` set to anything but empty, `0` or
+/// `false`), where nothing may be skipped on purpose.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
+}
+
+/// Whether the test must skip because DEVSTACK_TEST_SKIP_DOCKER asks it
+/// to. The skip never wins over a demand: a test of a required tier, or
+/// any test in CI, fails instead of reporting a skip as a pass.
+fn docker_skip_requested() -> bool {
+    if std::env::var_os("DEVSTACK_TEST_SKIP_DOCKER").is_none() {
+        return false;
+    }
+    assert!(
+        !in_ci(),
+        "DEVSTACK_TEST_SKIP_DOCKER is refused when CI is set: CI must run the Docker tier"
+    );
+    assert!(
+        std::env::var_os("DEVSTACK_TEST_REQUIRE_CLUSTER").is_none(),
+        "DEVSTACK_TEST_SKIP_DOCKER and DEVSTACK_TEST_REQUIRE_CLUSTER are both set: a required test cannot be skipped"
+    );
+    true
+}
+
 /// The engine must answer: a Docker-tier test that finds none fails loudly
-/// (CI installs and starts one) unless explicitly skipped.
+/// (CI installs and starts one) unless explicitly skipped outside CI.
 pub fn require_docker() -> bool {
-    if std::env::var_os("DEVSTACK_TEST_SKIP_DOCKER").is_some() {
-        eprintln!("SKIPPED: DEVSTACK_TEST_SKIP_DOCKER is set");
+    if docker_skip_requested() {
+        say_skipped("DEVSTACK_TEST_SKIP_DOCKER is set");
         return false;
     }
     let ok = Command::new("docker")
@@ -22,7 +55,7 @@ pub fn require_docker() -> bool {
         .is_ok_and(|o| o.status.success());
     assert!(
         ok,
-        "this test needs a Docker engine: run `make host` (or set DEVSTACK_TEST_SKIP_DOCKER=1 to skip the Docker tier)"
+        "this test needs a Docker engine: run `make host` (or set DEVSTACK_TEST_SKIP_DOCKER=1 to skip the Docker tier outside CI)"
     );
     true
 }
@@ -252,6 +285,13 @@ pub fn run_devstack_raw(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run 
     }
 }
 
+/// A `devstack ARGS` command as devstack's messages quote it to a run given
+/// `--profile PROFILE` (the flags that select the stack are added, so a
+/// pasted command reaches the same stack), backquotes included.
+pub fn quoted_command(profile: &Path, args: &str) -> String {
+    format!("`devstack -p {} {args}`", profile.display())
+}
+
 /// Settings for a test profile, to talk to its LocalStack directly.
 pub fn settings(profile: &Path) -> devstack::profile::Settings {
     devstack::profile::select(Some(profile.to_str().unwrap()), &Default::default()).unwrap()
@@ -314,7 +354,7 @@ pub fn require_cluster_kit() -> bool {
         std::env::var_os("DEVSTACK_TEST_REQUIRE_CLUSTER").is_none(),
         "{why}"
     );
-    eprintln!("SKIPPED: {why}");
+    say_skipped(&why);
     false
 }
 

@@ -16,7 +16,8 @@
 #   KIT_NODE_CONTAINER   the node container's name (docker exec works)
 #   KIT_BUNDLE, KIT_CACHE, KIT_ROOT
 #   PATH                 starts with a directory holding kubectl (the node's k3s)
-# A hook exits 0 on success, 77 to skip, anything else fails the test. Hooks
+# A hook exits 0 on success, 77 to skip (its last line says why: printed as
+# `SKIPPED: <hook>: <why>`, which tests/run.sh counts), anything else fails. Hooks
 # needing images the test did not preload can `docker exec -i
 # "$KIT_NODE_CONTAINER" k3s ctr images import - < tarball`.
 #
@@ -25,10 +26,16 @@
 #   KIT_TEST_SKIP_ROLES   bundle image roles not preloaded (k3s-node,kind-node,localstack:
 #                         as devstack's preload)
 #   KIT_TEST_KEEP=1       keep the cluster on failure for debugging
-#   KIT_TEST_HOOKS        space-separated hook names to run (default: all)
+#   KIT_TEST_HOOKS        space-separated hook names to run (default: all); the
+#                         others print `SKIPPED:`, and a name that is no hook is an error
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$KIT_ROOT/k3s/versions.sh"
+
+# A name that is no hook would drop hooks silently: refused before any work.
+for name in ${KIT_TEST_HOOKS:-}; do
+  [ -f "$KIT_ROOT/test.d/$name.sh" ] || die "KIT_TEST_HOOKS names \`$name\`, which is no hook in $KIT_ROOT/test.d"
+done
 
 TIMEOUT=${KIT_TEST_TIMEOUT:-300}
 SKIP_ROLES=${KIT_TEST_SKIP_ROLES:-k3s-node,kind-node,localstack}
@@ -229,13 +236,19 @@ kubectl delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
 for hook in "$KIT_ROOT"/test.d/*.sh; do
   [ -f "$hook" ] || continue
   name=$(basename "$hook" .sh)
-  if [ -n "${KIT_TEST_HOOKS:-}" ] && [[ " $KIT_TEST_HOOKS " != *" $name "* ]]; then continue; fi
+  # A hook that does not run is a skipped test, said as tests/run.sh counts
+  # it: `SKIPPED: <hook>: <why>` (the why: the hook's last line before 77).
+  if [ -n "${KIT_TEST_HOOKS:-}" ] && [[ " $KIT_TEST_HOOKS " != *" $name "* ]]; then
+    skipped=$((skipped + 1)); echo "SKIPPED: $name: not named in KIT_TEST_HOOKS"; continue
+  fi
   log "=== hook $name"
   t0=$(date +%s)
-  set +e; bash "$hook"; rc=$?; set -e
+  set +e; bash "$hook" 2>&1 | tee "$WORK/hook-$name.log"; rc=${PIPESTATUS[0]}; set -e
   case $rc in
     0) ok "hook $name ($(( $(date +%s) - t0 ))s)" ;;
-    77) skipped=$((skipped + 1)); log "SKIP hook $name" ;;
+    77) skipped=$((skipped + 1)); log "SKIP hook $name"
+        why=$(grep -v '^[[:space:]]*$' "$WORK/hook-$name.log" | tail -n 1 | sed 's/^\[[a-z-]* [0-9:]*\] //')
+        echo "SKIPPED: $name: ${why:-the hook exited 77 without saying why}" ;;
     *) bad "hook $name (exit $rc)" ;;
   esac
 done

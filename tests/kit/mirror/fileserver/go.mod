@@ -1,0 +1,3 @@
+module devstack.dev/kit/fileserver
+
+go 1.22
