@@ -138,7 +138,12 @@ impl Fetcher<'_> {
         let name = ImageName::parse(reference);
         let repository = name.local_repository();
         let local = format!("{repository}:{}", name.tag);
-        let pin = self.pins.image(reference);
+        // A digest the profile writes into the reference is its own pin.
+        let pin = reference
+            .split_once('@')
+            .map(|(_, digest)| digest)
+            .filter(|digest| super::pins::is_sha256(digest))
+            .or_else(|| self.pins.image(reference));
         if let Some(found) = cache.find("image", &repository, Some(&name.tag), &name.tag)
             && (pin.is_none() || found.digest.as_deref() == pin)
         {

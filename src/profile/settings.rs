@@ -871,6 +871,20 @@ pub(crate) fn resolve_with_env(
             Some("set it to the mirror's base URL, e.g. `https://files.example.com`: downloads are fetched from `<url>/<host>/<path>`".into()),
         );
     }
+    // A mirror of a whole registry also serves the nodes' own pulls (the
+    // images a workload names); one under a path (a Harbor proxy project)
+    // needs the node's containerd told that path, so it is left to
+    // `cluster.registryMirrors`, which the profile sets explicitly.
+    let mut cluster = cluster;
+    for (registry, url) in &mirrors {
+        let path = url.splitn(4, '/').nth(3).unwrap_or("");
+        if path.trim_matches('/').is_empty() {
+            cluster
+                .registry_mirrors
+                .entry(registry.clone())
+                .or_insert_with(|| vec![url.trim_end_matches('/').to_string()]);
+        }
+    }
     let images = ImageSettings {
         bundle,
         preload,

@@ -707,3 +707,82 @@ fn every_value_that_changes_the_eso_workloads_is_named() {
         super::settings::renamed_or_dropped_eso_workloads(harmless.as_object().unwrap()).is_empty()
     );
 }
+
+#[test]
+fn mirrors_come_from_the_profile_and_the_environment_wins_per_registry() {
+    let text = format!(
+        "{HEADER}name: x\nimages:\n  mirrors:\n    docker.io: https://harbor.example.com/dockerhub\n    quay.io: http://cache:5000\n"
+    );
+    let env = HashMap::from([
+        (
+            "DEVSTACK_MIRRORS",
+            "docker.io=http://127.0.0.1:5015/docker.io, ghcr.io=http://127.0.0.1:5015",
+        ),
+        ("DEVSTACK_DOWNLOAD_MIRROR", "http://127.0.0.1:8095/"),
+        ("DEVSTACK_PINS", "/tmp/pins.json"),
+    ]);
+    let s = resolve(&text, &Overrides::default(), &env).unwrap();
+    let mirrors: Vec<(&str, &str)> = s
+        .images
+        .mirrors
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        mirrors,
+        [
+            ("docker.io", "http://127.0.0.1:5015/docker.io"),
+            ("ghcr.io", "http://127.0.0.1:5015"),
+            ("quay.io", "http://cache:5000"),
+        ]
+    );
+    assert_eq!(s.origins["images.mirrors.docker.io"], Origin::Env);
+    assert_eq!(
+        s.images.download_mirror.as_deref(),
+        Some("http://127.0.0.1:8095")
+    );
+    assert_eq!(s.images.pins_file, Some(PathBuf::from("/tmp/pins.json")));
+    // Whole-registry mirrors also serve the nodes; one under a path does not.
+    let nodes: Vec<&str> = s
+        .cluster
+        .registry_mirrors
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(nodes, ["ghcr.io", "quay.io"]);
+    assert_eq!(s.cluster.registry_mirrors["quay.io"], ["http://cache:5000"]);
+}
+
+#[test]
+fn bad_mirrors_are_refused_with_the_form_to_write() {
+    let text = format!("{HEADER}name: x\nimages:\n  mirrors:\n    dockerhub: https://h\n");
+    let err = resolve(&text, &Overrides::default(), &HashMap::new()).unwrap_err();
+    assert!(
+        err.message().contains(
+            "mirror key `dockerhub` is not a registry host (e.g. `docker.io`, `ghcr.io`)"
+        ),
+        "{}",
+        err.message()
+    );
+    let hint = err.hint().unwrap_or_default();
+    assert!(
+        hint.starts_with("write mirrors as `REGISTRY=URL` pairs"),
+        "{hint}"
+    );
+    let env = HashMap::from([("DEVSTACK_MIRRORS", "docker.io")]);
+    let err = resolve(&format!("{HEADER}name: x\n"), &Overrides::default(), &env).unwrap_err();
+    assert!(
+        err.message()
+            .contains("DEVSTACK_MIRRORS is invalid: `docker.io` is not `REGISTRY=URL`"),
+        "{}",
+        err.message()
+    );
+    let env = HashMap::from([("DEVSTACK_DOWNLOAD_MIRROR", "files.example.com")]);
+    let err = resolve(&format!("{HEADER}name: x\n"), &Overrides::default(), &env).unwrap_err();
+    assert!(
+        err.message()
+            .contains("DEVSTACK_DOWNLOAD_MIRROR `files.example.com` is not an http(s) URL"),
+        "{}",
+        err.message()
+    );
+}
