@@ -1,6 +1,6 @@
 # devstack — the contributor's front door.
 CARGO ?= cargo
-.PHONY: build test test-unit test-docker test-cluster lint fmt kit kit-test e2e bench host ci clean-test-resources
+.PHONY: build test test-unit test-docker test-cluster test-online lint fmt kit kit-test e2e bench host ci clean-test-resources
 
 build:
 	$(CARGO) build --release
@@ -8,6 +8,23 @@ build:
 ## Every test tier; what cannot run here is reported loudly (see README "Tests").
 test:
 	bash tests/run.sh
+
+## One tier each (see CONTRIBUTING.md for what each needs and takes).
+test-unit:
+	DEVSTACK_TEST_TIERS=lint,unit bash tests/run.sh
+
+test-docker:
+	DEVSTACK_TEST_TIERS=docker bash tests/run.sh
+
+test-cluster: kit
+	DEVSTACK_TEST_TIERS=cluster bash tests/run.sh
+
+test-online: kit
+	DEVSTACK_TEST_TIERS=online bash tests/run.sh
+
+## What killed test runs left behind (only test stacks' and the test mirror's labelled resources).
+clean-test-resources:
+	bash tests/host/clean-test-resources.sh
 
 lint:
 	$(CARGO) fmt --check
