@@ -5,7 +5,7 @@ CARGO ?= cargo
 build:
 	$(CARGO) build --release
 
-## Every test tier; what cannot run here is reported loudly (see README "Tests").
+## Every test tier; what cannot run here is reported loudly (see CONTRIBUTING.md).
 test:
 	bash tests/run.sh
 

@@ -289,3 +289,66 @@ fn readme_version_table_matches_the_matrix() {
         "README.md's version table differs from src/versions.rs; paste the expected table above"
     );
 }
+
+/// README is for users: at most 400 lines, and its one-line-per-command
+/// list (the `## Commands` section) names exactly the subcommands
+/// `devstack --help` lists, as `devstack <name>` in backquotes.
+#[test]
+fn readme_lists_exactly_the_commands_help_lists_and_stays_short() {
+    use std::collections::BTreeSet;
+    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 400,
+        "README.md has {lines} lines; keep it at most 400 and move details to docs/"
+    );
+
+    let (code, help, stderr) = devstack(&["--help"], &manifest_dir());
+    assert_eq!(code, 0, "{stderr}");
+    // Under "Commands:", a command's line starts with two spaces and its
+    // name; a wrapped description continues further indented.
+    let in_help: BTreeSet<&str> = help
+        .lines()
+        .skip_while(|l| l.trim_end() != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .collect();
+    assert!(
+        in_help.contains("up") && in_help.contains("snapshot"),
+        "no commands parsed from --help:\n{help}"
+    );
+
+    let section: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| l.trim_end() != "## Commands")
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .collect();
+    assert!(
+        !section.is_empty(),
+        "README.md has no `## Commands` section"
+    );
+    let mut in_readme = BTreeSet::new();
+    for line in &section {
+        for (at, _) in line.match_indices("`devstack ") {
+            let word: String = line[at + "`devstack ".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '-')
+                .collect();
+            if word.starts_with(|c: char| c.is_ascii_lowercase()) {
+                in_readme.insert(word);
+            }
+        }
+    }
+    let in_readme: BTreeSet<&str> = in_readme.iter().map(String::as_str).collect();
+    let missing: Vec<_> = in_help.difference(&in_readme).collect();
+    let unknown: Vec<_> = in_readme.difference(&in_help).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "README.md's `## Commands` list and `devstack --help` differ: \
+         missing from README {missing:?}, not in --help {unknown:?}"
+    );
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Single-run snapshot figures (README, Performance): cold up, save, restore after
+# Single-run snapshot figures (docs/performance.md): cold up, save, restore after
 # down and beside the first stack, warm up, export, import; release binary, ci
 # profile, kit bundle. `make bench` measures save and restore as medians too.
 set -euo pipefail
