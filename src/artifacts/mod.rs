@@ -423,6 +423,33 @@ pub async fn fetch_kind(settings: &Settings) -> Result<PathBuf, Error> {
     Ok(path)
 }
 
+/// Whether the kind CLI could be fetched now (its URL, through the download
+/// mirror, answers within a few seconds): `Err` says where it was asked and why not.
+pub async fn kind_reachable(settings: &Settings) -> Result<String, String> {
+    let pin = kind_cli_pin().ok_or_else(|| {
+        format!(
+            "kind {} publishes no binary for {}/{}",
+            versions::KIND_CLI_VERSION,
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        )
+    })?;
+    let url = mirrors::download_url(settings.images.download_mirror.as_deref(), pin.url);
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(5))
+        .build()
+        .map_err(|e| e.to_string())?;
+    match client
+        .head(&url)
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+    {
+        Ok(_) => Ok(url),
+        Err(e) => Err(format!("{url} does not answer: {e}")),
+    }
+}
+
 fn kind_wanted(pin: &versions::FilePin) -> Wanted {
     Wanted {
         kind: "binary",

@@ -328,13 +328,24 @@ async fn kind_check(settings: &Settings) -> Check {
             err.message(),
             err.hint().unwrap_or(crate::cluster::kind::INSTALL_HINT),
         ),
-        Err(_) if wanted => Check::pass(
-            "kind",
-            format!(
-                "not installed: `devstack up` fetches kind {} (checksum verified) into devstack's cache",
-                crate::versions::KIND_CLI_VERSION
+        Err(err) if wanted => match crate::artifacts::kind_reachable(settings).await {
+            Ok(url) => Check::pass(
+                "kind",
+                format!(
+                    "not installed: `devstack up` fetches kind {} from {url} (checksum verified) into devstack's cache",
+                    crate::versions::KIND_CLI_VERSION
+                ),
             ),
-        ),
+            Err(why) => Check::fail(
+                "kind",
+                format!("{}, and it cannot be fetched: {why}", err.message()),
+                format!(
+                    "{}; or set {} to a mirror of the download; or use `--provider k3s`, which needs only Docker",
+                    crate::cluster::kind::INSTALL_HINT,
+                    crate::envvars::DEVSTACK_DOWNLOAD_MIRROR
+                ),
+            ),
+        },
         Err(_) => Check::pass("kind", "not found (only the Kind provider needs it)"),
     }
 }
