@@ -497,6 +497,9 @@ async fn refresh_pods_when_filled(client: &kube::Client) -> std::convert::Infall
     }
 }
 
+/// How soon a running webhook pod that is not Ready is looked at again.
+const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// What ESO's webhook logs when it found no certificate, before its 10 s
 /// sleep, and what it logs each time it looks (`waitForCerts`).
 const NO_CERTIFICATE_LOG: &str = "invalid certs. retrying";
@@ -528,7 +531,9 @@ fn pod_is_ready(pod: &Pod) -> bool {
 
 /// Deletes each webhook pod whose process waits for a certificate the
 /// Secret already holds; looked at whenever a webhook pod or the Secret
-/// changes. The Deployment's replacement mounts the filled Secret.
+/// changes, and again every 0.5 s while one runs unready (its process logs
+/// its failed look after the event that showed it running). The
+/// Deployment's replacement mounts the filled Secret.
 async fn replace_pods_waiting_for_certificate(client: &kube::Client) -> std::convert::Infallible {
     let namespace = HELM_RELEASE.0;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
@@ -547,7 +552,18 @@ async fn replace_pods_waiting_for_certificate(client: &kube::Client) -> std::con
     .map(|_| ());
     let mut changes = futures::stream::select(pod_changes, secret_changes).boxed();
     let mut replaced: HashSet<String> = HashSet::new();
-    while changes.next().await.is_some() {
+    // A pod that runs, not Ready, may log its failed look only after the
+    // event that showed it running: look again shortly, without an event.
+    let mut look_again = false;
+    loop {
+        if look_again {
+            if let Ok(None) = tokio::time::timeout(LOOK_AGAIN, changes.next()).await {
+                break;
+            }
+        } else if changes.next().await.is_none() {
+            break;
+        }
+        look_again = false;
         let filled = secrets
             .list(&ListParams::default().labels(WEBHOOK_SECRET_SELECTOR))
             .await
@@ -578,6 +594,7 @@ async fn replace_pods_waiting_for_certificate(client: &kube::Client) -> std::con
             {
                 continue;
             }
+            look_again = true;
             let container = pod
                 .spec
                 .as_ref()
