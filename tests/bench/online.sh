@@ -7,12 +7,20 @@
 # the shell around the whole command, and says how many of N runs produced it.
 #
 #   BENCH_RUNS   runs per figure (default 3)
+#   BENCH_BIN    the devstack binary to time (default: a release build,
+#                built here); both sides always use the same one
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${BENCH_RUNS:-3}
 bash tests/host/setup-docker.sh >/dev/null
-cargo build --release --quiet
-bin=${CARGO_TARGET_DIR:-$PWD/target}/release/devstack
+if [ -n "${BENCH_BIN:-}" ]; then
+  bin=$BENCH_BIN
+else
+  cargo build --release --quiet
+  bin=${CARGO_TARGET_DIR:-$PWD/target}/release/devstack
+fi
+[ -x "$bin" ] || { echo "error: no devstack binary at $bin" >&2; exit 1; }
+echo "binary: $bin"
 bundle=${DEVSTACK_KIT_BUNDLE:-$HOME/.cache/devstack/kit/bundle}
 [ -f "$bundle/index.json" ] || { echo "error: no kit bundle at $bundle (run make kit)" >&2; exit 1; }
 work=$(mktemp -d)
