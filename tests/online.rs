@@ -168,12 +168,7 @@ fn online(mirror: &Mirror, home: &Path, profile: &Path, args: &[&str]) -> Run {
     for (k, v) in &mirror.exports {
         cmd.env(k, v);
     }
-    let out = cmd.output().expect("run devstack");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    Run::from(cmd.output().expect("run devstack"))
 }
 
 fn cache_of(home: &Path) -> PathBuf {

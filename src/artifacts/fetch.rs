@@ -17,8 +17,9 @@ use crate::docker;
 use crate::envvars;
 use crate::error::Error;
 
+/// Files need no Docker engine; images are fetched through the one
+/// [`Fetcher::image`] is given.
 pub struct Fetcher<'a> {
-    pub docker: &'a bollard::Docker,
     pub pins: &'a Pins,
     pub mirrors: &'a BTreeMap<String, String>,
     pub download_mirror: Option<&'a str>,
@@ -131,7 +132,12 @@ impl Fetcher<'_> {
     /// An image: from the cache, else saved from the Docker engine when it
     /// holds the pinned digest, else pulled (through the registry's mirror)
     /// and checked, then saved into the cache.
-    pub async fn image(&self, cache: &mut Cache, wanted: &Wanted) -> Result<Fetched, Error> {
+    pub async fn image(
+        &self,
+        docker: &bollard::Docker,
+        cache: &mut Cache,
+        wanted: &Wanted,
+    ) -> Result<Fetched, Error> {
         let Origin::Image(reference) = &wanted.origin else {
             unreachable!("image() is given images");
         };
@@ -159,13 +165,13 @@ impl Fetcher<'_> {
         }
         let mirror = mirrors::pull_reference(self.mirrors, reference);
         let (outcome, downloaded, digest) = match self
-            .held_digest(&local, &repository, mirror.as_deref(), pin)
+            .held_digest(docker, &local, &repository, mirror.as_deref(), pin)
             .await
         {
             Some(digest) => (Outcome::FromDocker, 0, digest),
             None => {
                 let from = mirror.clone().unwrap_or_else(|| local.clone());
-                let (digest, downloaded) = self.pull(&from, &local, pin).await?;
+                let (digest, downloaded) = self.pull(docker, &from, &local, pin).await?;
                 (Outcome::Pulled, downloaded, digest)
             }
         };
@@ -176,7 +182,7 @@ impl Fetcher<'_> {
         );
         let partial = cache.partial(&file)?;
         (self.progress)(format!("saving {local} into the cache"));
-        let saved = docker::shared(self.docker)
+        let saved = docker::shared(docker)
             .export_image(&local, partial.clone())
             .await;
         if let Err(err) = saved {
@@ -212,12 +218,13 @@ impl Fetcher<'_> {
     /// any copy the engine holds is the one the profile names.
     async fn held_digest(
         &self,
+        docker: &bollard::Docker,
         local: &str,
         repository: &str,
         mirror: Option<&str>,
         pin: Option<&str>,
     ) -> Option<Option<String>> {
-        let image = self.docker.inspect_image(local).await.ok()?;
+        let image = docker.inspect_image(local).await.ok()?;
         let Some(pin) = pin else {
             return Some(None);
         };
@@ -238,6 +245,7 @@ impl Fetcher<'_> {
     /// and names the image `local`. A mismatch leaves no new reference.
     async fn pull(
         &self,
+        docker: &bollard::Docker,
         from: &str,
         local: &str,
         pin: Option<&str>,
@@ -247,14 +255,14 @@ impl Fetcher<'_> {
             "docker.io" => name.local_repository(),
             registry => format!("{registry}/{}", name.path),
         };
-        let had_tag = self.docker.inspect_image(from).await.ok().map(|i| i.id);
+        let had_tag = docker.inspect_image(from).await.ok().map(|i| i.id);
         (self.progress)(format!("pulling {from}"));
         let options = bollard::query_parameters::CreateImageOptions {
             from_image: Some(pull_repository.clone()),
             tag: Some(name.tag.clone()),
             ..Default::default()
         };
-        let mut stream = self.docker.create_image(Some(options), None, None);
+        let mut stream = docker.create_image(Some(options), None, None);
         let mut layers: HashMap<String, (u64, u64)> = HashMap::new();
         let mut served = None;
         let mut shown = Shown::default();
@@ -292,8 +300,7 @@ impl Fetcher<'_> {
         let downloaded = layers.values().map(|(_, total)| total).sum();
         let served = match served {
             Some(digest) => Some(digest),
-            None => self
-                .docker
+            None => docker
                 .inspect_image(from)
                 .await
                 .ok()
@@ -310,12 +317,9 @@ impl Fetcher<'_> {
         {
             // The tag was not there before, or now names what the registry
             // served: either way it must not stay.
-            let now = self.docker.inspect_image(from).await.ok().map(|i| i.id);
+            let now = docker.inspect_image(from).await.ok().map(|i| i.id);
             if had_tag.is_none() || had_tag != now {
-                let _ = self.untag(from).await;
-                if let Some(digest) = &served {
-                    let _ = self.untag(&format!("{pull_repository}@{digest}")).await;
-                }
+                drop_pulled_references(docker, from, &pull_repository, served.as_deref()).await;
             }
             return Err(mismatch(
                 local,
@@ -329,7 +333,7 @@ impl Fetcher<'_> {
         }
         if from != local {
             let target = ImageName::parse(local);
-            self.docker
+            docker
                 .tag_image(
                     from,
                     Some(bollard::query_parameters::TagImageOptions {
@@ -342,29 +346,31 @@ impl Fetcher<'_> {
             // The mirror's name would make the engine look as if it held the
             // image from the mirror next time; it is the upstream name that counts.
             if had_tag.is_none() {
-                let _ = self.untag(from).await;
-                if let Some(digest) = &served {
-                    let _ = self.untag(&format!("{pull_repository}@{digest}")).await;
-                }
+                drop_pulled_references(docker, from, &pull_repository, served.as_deref()).await;
             }
         }
         Ok((served, downloaded))
     }
+}
 
-    /// Removes one reference (never the image another reference still names).
-    async fn untag(&self, reference: &str) -> Result<(), bollard::errors::Error> {
-        self.docker
-            .remove_image(
-                reference,
-                Some(bollard::query_parameters::RemoveImageOptions {
-                    force: false,
-                    noprune: false,
-                    platforms: None,
-                }),
-                None,
-            )
-            .await
-            .map(|_| ())
+/// Removes the references a pull added: its tag and its digest (never the
+/// image another reference still names).
+async fn drop_pulled_references(
+    docker: &bollard::Docker,
+    tag: &str,
+    repository: &str,
+    digest: Option<&str>,
+) {
+    let by_digest = digest.map(|d| format!("{repository}@{d}"));
+    for reference in std::iter::once(tag).chain(by_digest.as_deref()) {
+        let options = bollard::query_parameters::RemoveImageOptions {
+            force: false,
+            noprune: false,
+            platforms: None,
+        };
+        if let Err(e) = docker.remove_image(reference, Some(options), None).await {
+            tracing::debug!("remove {reference}: {e}");
+        }
     }
 }
 
@@ -401,10 +407,11 @@ fn mismatch(name: &str, from: &str, expected: &str, received: &str, what: &str) 
     ))
 }
 
-/// Progress lines at each quarter of an artifact, so CI logs stay short.
+/// Progress lines at each quarter of an artifact (each 16 MiB when its
+/// size is unknown), so CI logs stay short.
 #[derive(Default)]
 struct Shown {
-    quarter: Option<u64>,
+    step: Option<u64>,
 }
 
 impl Shown {
@@ -415,14 +422,14 @@ impl Shown {
         current: u64,
         total: Option<u64>,
     ) {
-        let quarter = total.filter(|t| *t > 0).map(|t| current.min(t) * 4 / t);
-        if quarter == self.quarter && total.is_some() {
+        let step = match total.filter(|t| *t > 0) {
+            Some(total) => current.min(total) * 4 / total,
+            None => current / (16 * 1024 * 1024),
+        };
+        if self.step == Some(step) {
             return;
         }
-        if total.is_none() && self.quarter.is_some() && current % (16 * 1024 * 1024) > 65536 {
-            return;
-        }
-        self.quarter = quarter.or(Some(0));
+        self.step = Some(step);
         let size = match total {
             Some(total) => format!("{} of {}", human_bytes(current), human_bytes(total)),
             None => human_bytes(current),

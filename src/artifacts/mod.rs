@@ -171,13 +171,21 @@ pub fn eso_image(chart_version: &str) -> String {
     )
 }
 
-/// The kind CLI for this machine's platform, when kind publishes one.
-pub fn kind_cli_pin() -> Option<&'static versions::FilePin> {
+/// The kind CLI for this machine's platform, or why there is none.
+pub fn kind_cli_pin() -> Result<&'static versions::FilePin, String> {
     let platform = (std::env::consts::OS, std::env::consts::ARCH);
     versions::KIND_CLI
         .iter()
         .find(|(p, _)| *p == platform)
         .map(|(_, pin)| pin)
+        .ok_or_else(|| {
+            format!(
+                "kind {} publishes no binary for {}/{}",
+                versions::KIND_CLI_VERSION,
+                platform.0,
+                platform.1
+            )
+        })
 }
 
 /// The files the profile needs, before the images (Flux's images are the
@@ -336,26 +344,13 @@ pub async fn pull(
     let started = Instant::now();
     let pins = Pins::load(settings.images.pins_file.as_deref())?;
     check_version(settings, &pins)?;
-    let _lock = crate::state::StackLock::acquire_at(
-        settings,
-        lock_path(settings, &options.dir),
-        &format!("the artifact cache {}", options.dir.display()),
-        "pull",
-        options.progress,
-    )
-    .await?;
+    let _lock = lock_cache(settings, &options.dir, options.progress).await?;
     let mut cache = cache::Cache::open(&options.dir)?;
-    let fetcher = fetch::Fetcher {
-        docker,
-        pins: &pins,
-        mirrors: &settings.images.mirrors,
-        download_mirror: settings.images.download_mirror.as_deref(),
-        progress: options.progress,
-    };
+    let fetcher = fetcher(settings, &pins, options.progress);
     let mut files = wanted_files(settings);
     if options.with_kind
         && settings.cluster.provider == Provider::Kind
-        && let Some(pin) = kind_cli_pin()
+        && let Ok(pin) = kind_cli_pin()
     {
         files.push(kind_wanted(pin));
     }
@@ -375,7 +370,7 @@ pub async fn pull(
         images.extend(flux_images(&text, &settings.flux.components)?);
     }
     for wanted in &images {
-        fetched.push(fetcher.image(&mut cache, wanted).await?);
+        fetched.push(fetcher.image(docker, &mut cache, wanted).await?);
     }
     Ok(PullReport {
         dir: options.dir,
@@ -389,33 +384,12 @@ pub async fn pull(
 /// The kind CLI into the settings' cache (checksum verified, through the
 /// download mirror when one is set); returns its path.
 pub async fn fetch_kind(settings: &Settings) -> Result<PathBuf, Error> {
-    let pin = kind_cli_pin().ok_or_else(|| {
-        Error::prerequisite(format!(
-            "kind {} publishes no binary for {}/{}",
-            versions::KIND_CLI_VERSION,
-            std::env::consts::OS,
-            std::env::consts::ARCH
-        ))
-    })?;
+    let pin = kind_cli_pin().map_err(Error::prerequisite)?;
     let pins = Pins::load(settings.images.pins_file.as_deref())?;
     let dir = settings.artifact_cache();
-    let _lock = crate::state::StackLock::acquire_at(
-        settings,
-        lock_path(settings, &dir),
-        &format!("the artifact cache {}", dir.display()),
-        "pull",
-        &|_| {},
-    )
-    .await?;
+    let _lock = lock_cache(settings, &dir, &|_| {}).await?;
     let mut cache = cache::Cache::open(&dir)?;
-    let docker = crate::docker::connect().await?;
-    let fetcher = fetch::Fetcher {
-        docker: &docker,
-        pins: &pins,
-        mirrors: &settings.images.mirrors,
-        download_mirror: settings.images.download_mirror.as_deref(),
-        progress: &|_| {},
-    };
+    let fetcher = fetcher(settings, &pins, &|_| {});
     let wanted = kind_wanted(pin);
     fetcher.file(&mut cache, &wanted).await?;
     let path = dir.join(file_of(&wanted));
@@ -426,14 +400,7 @@ pub async fn fetch_kind(settings: &Settings) -> Result<PathBuf, Error> {
 /// Whether the kind CLI could be fetched now (its URL, through the download
 /// mirror, answers within a few seconds): `Err` says where it was asked and why not.
 pub async fn kind_reachable(settings: &Settings) -> Result<String, String> {
-    let pin = kind_cli_pin().ok_or_else(|| {
-        format!(
-            "kind {} publishes no binary for {}/{}",
-            versions::KIND_CLI_VERSION,
-            std::env::consts::OS,
-            std::env::consts::ARCH
-        )
-    })?;
+    let pin = kind_cli_pin()?;
     let url = mirrors::download_url(settings.images.download_mirror.as_deref(), pin.url);
     let client = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(5))
@@ -474,6 +441,36 @@ fn make_executable(path: &Path) -> Result<(), Error> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| Error::internal(format!("chmod {}: {e}", path.display())))
+}
+
+/// Holds the cache `dir` for this process: parallel runs fetch each
+/// artifact once, and never write one index over another.
+async fn lock_cache(
+    settings: &Settings,
+    dir: &Path,
+    waiting: &(dyn Fn(String) + Sync),
+) -> Result<crate::state::StackLock, Error> {
+    crate::state::StackLock::acquire_at(
+        settings,
+        lock_path(settings, dir),
+        &format!("the artifact cache {}", dir.display()),
+        "pull",
+        waiting,
+    )
+    .await
+}
+
+fn fetcher<'a>(
+    settings: &'a Settings,
+    pins: &'a Pins,
+    progress: &'a (dyn Fn(String) + Sync),
+) -> fetch::Fetcher<'a> {
+    fetch::Fetcher {
+        pins,
+        mirrors: &settings.images.mirrors,
+        download_mirror: settings.images.download_mirror.as_deref(),
+        progress,
+    }
 }
 
 /// One lock per cache directory, kept beside the stack locks.

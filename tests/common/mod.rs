@@ -237,6 +237,16 @@ pub struct Run {
     pub stderr: String,
 }
 
+impl From<Output> for Run {
+    fn from(out: Output) -> Run {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
 impl Run {
     pub fn all(&self) -> String {
         format!("{}\n{}", self.stdout, self.stderr)
@@ -277,12 +287,7 @@ pub fn run_devstack_raw(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run 
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().expect("run devstack");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    Run::from(cmd.output().expect("run devstack"))
 }
 
 /// A `devstack ARGS` command as devstack's messages quote it to a run given
