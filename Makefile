@@ -24,7 +24,7 @@ test-online: kit
 
 ## What killed test runs left behind (only test stacks' and the test mirror's labelled resources).
 clean-test-resources:
-	bash tests/host/clean-test-resources.sh
+	bash scripts/clean-test-resources.sh
 
 lint:
 	$(CARGO) fmt --check
@@ -35,21 +35,21 @@ fmt:
 
 ## Docker engine (installs docker.io and starts dockerd when none answers).
 host:
-	bash tests/host/setup-docker.sh
+	bash scripts/setup-docker.sh
 
 ## Offline kit: images and install artifacts built from package registries only.
 kit: host
-	bash tests/kit/build.sh
+	bash kit/build.sh
 
 kit-test: kit
-	bash tests/kit/test.sh
+	bash kit/test.sh
 
 e2e: kit
 	DEVSTACK_TEST_TIERS=cluster bash tests/run.sh
 
 bench:
-	bash tests/bench/run.sh
-	bash tests/bench/online.sh
+	bash bench/run.sh
+	bash bench/online.sh
 
 ci:
 	bash .ci/run

@@ -2,7 +2,7 @@
 //! what is tested here, the newest upstream release and its support
 //! status. The single source: defaults, `devstack version`, `doctor`'s
 //! Kubernetes checks and README's version table (a test keeps README in
-//! step) all read this file. The offline kit (`tests/kit/`) builds the
+//! step) all read this file. The offline kit (`kit/`) builds the
 //! defaults, so online and offline runs use the same image references.
 
 use serde::Serialize;

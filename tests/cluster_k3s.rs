@@ -269,7 +269,7 @@ fn k3s_engine_going_away_mid_create_is_reported_and_the_next_run_converges() {
         .arg(format!("UNIX-LISTEN:{},fork", socket.display()))
         .arg("UNIX-CONNECT:/var/run/docker.sock")
         .spawn()
-        .expect("socat is installed by tests/host/setup-docker.sh");
+        .expect("socat is installed by scripts/setup-docker.sh");
     std::thread::sleep(Duration::from_millis(300));
     let profile = k3s_profile(&stack, "");
     let host = format!("unix://{}", socket.display());

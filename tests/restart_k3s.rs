@@ -4,7 +4,7 @@
 //! Docker daemon restart leaves, their restart policy being `no`); each
 //! time one `up` brings the stack back to a verified round trip, lists what
 //! it repaired, and `verify` passes afterwards. How fast is the bench's
-//! business ("up after restart" in tests/bench/run.sh), not a test's.
+//! business ("up after restart" in bench/run.sh), not a test's.
 
 mod common;
 

@@ -28,7 +28,7 @@
 #   DEVSTACK_TEST_SKIP_DOCKER the Docker tier's tests skip (each counted as
 #                             skipped); refused under CI and with the cluster
 #                             group, which requires Docker
-#   KIT_TEST_HOOKS            (tests/kit/test.sh) the kit hooks to run; the
+#   KIT_TEST_HOOKS            (kit/test.sh) the kit hooks to run; the
 #                             others are counted as skipped, and a name that
 #                             is no hook is an error
 #
@@ -79,8 +79,8 @@ fi
 
 if want cluster && [ -n "${KIT_TEST_HOOKS:-}" ]; then
   for hook in $KIT_TEST_HOOKS; do
-    [ -f "tests/kit/test.d/$hook.sh" ] ||
-      refuse "KIT_TEST_HOOKS names \`$hook\`, which is no hook; the hooks are: $(cd tests/kit/test.d && ls -- *.sh | sed 's/\.sh$//' | paste -sd, | sed 's/,/, /g')"
+    [ -f "kit/test.d/$hook.sh" ] ||
+      refuse "KIT_TEST_HOOKS names \`$hook\`, which is no hook; the hooks are: $(cd kit/test.d && ls -- *.sh | sed 's/\.sh$//' | paste -sd, | sed 's/,/, /g')"
   done
 fi
 
@@ -148,7 +148,7 @@ export -f unit_tests
 
 if (want docker && ! $skip_docker) || want cluster; then
   banner "host: Docker engine"
-  bash tests/host/setup-docker.sh || { echo "error: no Docker engine; the docker and cluster groups cannot run" >&2; exit 1; }
+  bash scripts/setup-docker.sh || { echo "error: no Docker engine; the docker and cluster groups cannot run" >&2; exit 1; }
 fi
 
 if want lint; then
@@ -158,7 +158,7 @@ fi
 if want unit; then
   group_counting_skips unit unit_tests
   # Chromium renders the --timings page headless; without it the test says
-  # SKIPPED (`.ci/run` installs it: tests/host/setup-browser.sh).
+  # SKIPPED (`.ci/run` installs it: scripts/setup-browser.sh).
   group_counting_skips browser cargo test --test timings_browser -- --nocapture
 fi
 
@@ -170,7 +170,7 @@ if want docker; then
     group_counting_skips docker "${docker_tests[@]}"
   else
     banner "kit: LocalStack image (cached after the first build)"
-    if bash tests/kit/build.sh localstack; then
+    if bash kit/build.sh localstack; then
       group_counting_skips docker "${docker_tests[@]}"
     else
       failed+=("docker (LocalStack image build failed)")
@@ -184,12 +184,12 @@ if want cluster; then
     skip cluster "DEVSTACK_KIT_BUDGET=0 (no kit build allowed)"
   else
     banner "kit: K3s, Flux, ESO and LocalStack images (seconds when cached; cold builds get ${budget}s)"
-    timeout "$budget" bash tests/kit/build.sh
+    timeout "$budget" bash kit/build.sh
     rc=$?
     kit_rc=$rc
     if [ $rc -eq 0 ]; then
       # A hook that cannot run exits 77 and test.sh prints `SKIPPED: <hook>: <why>`.
-      group_counting_skips kit-test bash tests/kit/test.sh
+      group_counting_skips kit-test bash kit/test.sh
       # One test at a time: each brings up whole clusters on a 2-core machine.
       group_counting_skips cluster env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --no-fail-fast --test cluster_k3s --test cluster_kind --test providers --test upgrade_k3s \
         --test gitops_k3s --test stack_k3s --test contract_k3s --test restart_k3s --test snapshot_k3s -- --nocapture --test-threads=1
@@ -209,7 +209,7 @@ if want online; then
   # cluster group, whose build it reuses when that ran.
   if [ "${kit_rc:-}" = "" ]; then
     budget=${DEVSTACK_KIT_BUDGET:-1800}
-    if [ "$budget" -eq 0 ]; then kit_rc=budget0; else timeout "$budget" bash tests/kit/build.sh; kit_rc=$?; fi
+    if [ "$budget" -eq 0 ]; then kit_rc=budget0; else timeout "$budget" bash kit/build.sh; kit_rc=$?; fi
   fi
   case $kit_rc in
     0) group_counting_skips online env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --no-fail-fast --test online -- --nocapture --test-threads=1 ;;

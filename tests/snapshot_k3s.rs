@@ -6,7 +6,7 @@
 //! leaves nothing behind. Restored stacks share the snapshot's image layers
 //! through one volume, and a stack restored from a snapshot can be saved
 //! again. How fast a restore is belongs to the bench
-//! ("up --from-snapshot" in tests/bench/run.sh), not to a test.
+//! ("up --from-snapshot" in bench/run.sh), not to a test.
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! The `up --timings` page in a real browser: headless Chromium renders the
 //! waterfall of a recorded `up --json` run (tests/fixtures/up-timings.json,
 //! the ci profile on K3s), and every step and part is on the page, drawn.
-//! Without Chromium the test prints `SKIPPED` (tests/host/setup-browser.sh
+//! Without Chromium the test prints `SKIPPED` (scripts/setup-browser.sh
 //! installs it).
 
 use std::io::Read;
@@ -128,7 +128,7 @@ fn decode_png(bytes: &[u8]) -> (usize, usize, Vec<[u8; 3]>) {
 fn chromium_renders_every_step_of_a_recorded_run() {
     let Some(browser) = chromium() else {
         println!(
-            "SKIPPED: chromium_renders_every_step_of_a_recorded_run: no chromium on PATH (tests/host/setup-browser.sh installs it)"
+            "SKIPPED: chromium_renders_every_step_of_a_recorded_run: no chromium on PATH (scripts/setup-browser.sh installs it)"
         );
         return;
     };

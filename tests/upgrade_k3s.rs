@@ -58,7 +58,7 @@ fn bundle_has_previous_release() -> bool {
         return true;
     }
     let why = format!(
-        "the kit lacks ESO chart {OLD_ESO_CHART} or {OLD_LOCALSTACK} (tests/kit/components/eso.sh, localstack.sh build both releases)"
+        "the kit lacks ESO chart {OLD_ESO_CHART} or {OLD_LOCALSTACK} (kit/components/eso.sh, localstack.sh build both releases)"
     );
     assert!(
         std::env::var_os("DEVSTACK_TEST_REQUIRE_CLUSTER").is_none(),

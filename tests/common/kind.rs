@@ -39,7 +39,7 @@ pub fn kind_kit(test: &str) -> Option<PathBuf> {
     match kind {
         Some(kind) if node && kind.is_file() => Some(kind),
         _ => skip(format!(
-            "the bundle at {} has no kind CLI or kind-node image (tests/kit/components/kind.sh)",
+            "the bundle at {} has no kind CLI or kind-node image (kit/components/kind.sh)",
             bundle_dir().display()
         )),
     }

@@ -67,7 +67,7 @@ pub fn require_image(image: &str) {
         .is_ok_and(|o| o.status.success());
     assert!(
         ok,
-        "image {image} is missing: build it with `make kit` (tests/kit/components/localstack.sh)"
+        "image {image} is missing: build it with `make kit` (kit/components/localstack.sh)"
     );
 }
 
@@ -398,7 +398,7 @@ pub fn ensure_busybox_image() {
     let root = dir.path().join("root/bin");
     std::fs::create_dir_all(&root).unwrap();
     std::fs::copy("/bin/busybox", root.join("busybox"))
-        .expect("busybox-static is installed by tests/host/setup-docker.sh");
+        .expect("busybox-static is installed by scripts/setup-docker.sh");
     // busybox-static's wget segfaults in pods; nc speaks HTTP well enough
     // (stdin is held open so nc reads the whole response).
     for tool in ["sh", "nc", "printf", "sleep", "nslookup", "cat", "grep"] {

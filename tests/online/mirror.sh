@@ -3,7 +3,7 @@
 # "online" tests on a machine that reaches no container registry: a real OCI
 # registry (devstack-kit/registry, distribution v3) and a static file server
 # (devstack-kit/fileserver), both built by the offline kit
-# (`bash tests/kit/build.sh mirror`), filled from the kit bundle.
+# (`bash kit/build.sh mirror`), filled from the kit bundle.
 #
 #   bash tests/online/mirror.sh start    # run both, push/lay out everything, write pins, print exports
 #   bash tests/online/mirror.sh env      # print the export lines of the running mirrors
@@ -83,7 +83,7 @@ need_tools() {
   for t in docker jq curl sha256sum flock; do
     command -v "$t" >/dev/null || die "$t is required"
   done
-  docker info >/dev/null 2>&1 || die "no Docker engine answers (run: bash tests/host/setup-docker.sh)"
+  docker info >/dev/null 2>&1 || die "no Docker engine answers (run: bash scripts/setup-docker.sh)"
 }
 
 need_index() {
@@ -125,7 +125,7 @@ published_port() {
 ensure_container() {
   local name=$1 image=$2 port=$3 cport=$4 mount=$5 want_id have
   docker image inspect "$image" >/dev/null 2>&1 \
-    || die "image $image is missing; build it: bash tests/kit/build.sh mirror"
+    || die "image $image is missing; build it: bash kit/build.sh mirror"
   want_id=$(docker image inspect -f '{{.Id}}' "$image")
   if docker inspect "$name" >/dev/null 2>&1; then
     [ "$(docker inspect -f "{{ index .Config.Labels \"$LABEL\" }}" "$name")" = 1 ] \

@@ -18,6 +18,6 @@ COREDNS_VERSION=${KIT_COREDNS_VERSION:-1.12.0}
 COREDNS_COMMIT=${KIT_COREDNS_COMMIT:-51e11f166ef6c247a78e9e15468647c593b79b9f}
 COREDNS_IMAGE=rancher/mirrored-coredns-coredns:$COREDNS_VERSION
 # CNI plugins in the node image (k3s v1.32.0 ships plugins v1.6.0-k3s1).
-CNI_PLUGINS_VERSION=v1.6.2   # pinned in tests/kit/k3s/cni/go.mod
+CNI_PLUGINS_VERSION=v1.6.2   # pinned in kit/k3s/cni/go.mod
 # Debian packages of the node image's userland.
 K3S_NODE_PACKAGES="ca-certificates,iptables,nftables,conntrack,ipset,iproute2,kmod,mount,util-linux,procps,libseccomp2,libsqlite3-0,findutils,tar,gzip,jq"

@@ -10,17 +10,11 @@
 #   BENCH_BIN    the devstack binary to time (default: a release build,
 #                built here); both sides always use the same one
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 runs=${BENCH_RUNS:-3}
-bash tests/host/setup-docker.sh >/dev/null
-if [ -n "${BENCH_BIN:-}" ]; then
-  bin=$BENCH_BIN
-else
-  cargo build --release --quiet
-  bin=${CARGO_TARGET_DIR:-$PWD/target}/release/devstack
-fi
-[ -x "$bin" ] || { echo "error: no devstack binary at $bin" >&2; exit 1; }
-echo "binary: $bin"
+source bench/lib.sh
+bash scripts/setup-docker.sh >/dev/null
+bench_binary
 bundle=${DEVSTACK_KIT_BUNDLE:-$HOME/.cache/devstack/kit/bundle}
 [ -f "$bundle/index.json" ] || { echo "error: no kit bundle at $bundle (run make kit)" >&2; exit 1; }
 work=$(mktemp -d)
@@ -46,8 +40,6 @@ profile() { # $1 name, $2 with the offline bundle (1) or not (0)
   [ "$2" = 1 ] && printf 'images:\n  bundle: %s\n' "$bundle" >>"$work/$1.yaml"
   return 0
 }
-now_ms() { date +%s%3N; }
-median() { sort -n | awk '{a[NR]=$1} END {if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 # run NAME HOME [env...] -- one `up --json` of stack NAME; appends ms to
 # the array named by $figure, or records the failure.
 declare -A failures

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # kit-test: a two-node Kind cluster from the bundle (kind CLI + kindest/node
 # image built by components/kind.sh), with the kind config devstack's Kind
-# provider uses (tests/kit/kind/cluster.yaml: control-plane + worker, kubelet
+# provider uses (kit/kind/cluster.yaml: control-plane + worker, kubelet
 # failCgroupV1: false). Checks:
 #   1. all nodes Ready, running the bundle's Kubernetes version (time measured);
 #   2. CoreDNS available;
 #   3. `kind load image-archive` works and a pod on each node reaches the
 #      other's pod IP (pod-to-pod across nodes, default CNI = flannel host-gw);
 #   4. a PVC of the default StorageClass (local-path) binds and is writable.
-# Runs standalone too (bash tests/kit/test.d/30-kind.sh). It creates its own
+# Runs standalone too (bash kit/test.d/30-kind.sh). It creates its own
 # cluster (devstack-kitprobe-<n>) and ignores the K3s node test.sh started;
 # the cluster is always deleted (EXIT trap), unless KIT_TEST_KEEP=1 and a
 # check failed. Exit 0 pass, 77 skip (no kind artifacts in the bundle), 1 fail.

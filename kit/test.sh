@@ -8,7 +8,7 @@
 #  2. waits (bounded) for the node to be Ready and CoreDNS to be available;
 #  3. from a pod: resolves kubernetes.default.svc.cluster.local through
 #     CoreDNS and fetches a page from a Service by name;
-#  4. runs every tests/kit/test.d/*.sh hook (see below);
+#  4. runs every kit/test.d/*.sh hook (see below);
 #  5. always removes the container, its volumes and leftovers (trap).
 #
 # Hooks: each test.d/*.sh runs in its own bash with these exported:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Offline kit orchestrator (`make kit`).
 #
-#   bash tests/kit/build.sh                 # every component in components/*.sh
-#   bash tests/kit/build.sh k3s coredns     # just these (names without .sh)
+#   bash kit/build.sh                 # every component in components/*.sh
+#   bash kit/build.sh k3s coredns     # just these (names without .sh)
 #
 # Each components/NAME.sh is standalone (sources lib.sh, builds itself
 # idempotently, records its artifacts in the bundle index); this script runs
@@ -29,10 +29,10 @@ else
   done
 fi
 for c in "${components[@]}"; do
-  [ -f "$KIT_DIR/components/$c.sh" ] || die "no component $c (tests/kit/components/$c.sh)"
+  [ -f "$KIT_DIR/components/$c.sh" ] || die "no component $c (kit/components/$c.sh)"
 done
 
-docker info >/dev/null 2>&1 || die "no Docker engine answers (run: bash tests/host/setup-docker.sh)"
+docker info >/dev/null 2>&1 || die "no Docker engine answers (run: bash scripts/setup-docker.sh)"
 command -v jq >/dev/null || die "jq is required"
 
 timings=()
