@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Debian's Chromium when missing: the browser test
-# (tests/timings_browser.rs) renders `up --timings` pages in it headless.
+# (tests/browser/main.rs) renders `up --timings` pages in it headless.
 # Safe to run repeatedly; nothing is fetched when it is there.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive

@@ -408,7 +408,7 @@ pub fn component(id: &str) -> Option<&'static Component> {
 }
 
 /// README's version table, as devstack renders it: the test in
-/// `tests/cli.rs` requires README to contain exactly these lines.
+/// `tests/unit/cli.rs` requires README to contain exactly these lines.
 pub fn markdown_table() -> String {
     let mut out = String::from(
         "| component | default | tested with | newest upstream | support status |\n\

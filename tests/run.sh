@@ -140,7 +140,7 @@ group_counting_skips() {
 # tests, and the doc examples (src/stack.rs's are the library's usage).
 unit_tests() {
   local rc=0
-  cargo test --lib --bins --test cli --test layers -- --nocapture || rc=1
+  cargo test --lib --bins --test unit -- --nocapture || rc=1
   cargo test --doc -- --nocapture || rc=1
   return $rc
 }
@@ -159,12 +159,11 @@ if want unit; then
   group_counting_skips unit unit_tests
   # Chromium renders the --timings page headless; without it the test says
   # SKIPPED (`.ci/run` installs it: scripts/setup-browser.sh).
-  group_counting_skips browser cargo test --test timings_browser -- --nocapture
+  group_counting_skips browser cargo test --test browser -- --nocapture
 fi
 
 if want docker; then
-  docker_tests=(env DEVSTACK_TEST_DOWN_ALL=1 cargo test --no-fail-fast --test localstack_docker --test seed_docker
-    --test gitops_docker --test down_all_docker --test exit_codes -- --nocapture)
+  docker_tests=(env DEVSTACK_TEST_DOWN_ALL=1 cargo test --no-fail-fast --test docker -- --nocapture --include-ignored)
   if $skip_docker; then
     # No image to build: each Docker test says SKIPPED and is counted.
     group_counting_skips docker "${docker_tests[@]}"
@@ -191,8 +190,7 @@ if want cluster; then
       # A hook that cannot run exits 77 and test.sh prints `SKIPPED: <hook>: <why>`.
       group_counting_skips kit-test bash kit/test.sh
       # One test at a time: each brings up whole clusters on a 2-core machine.
-      group_counting_skips cluster env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --no-fail-fast --test cluster_k3s --test cluster_kind --test providers --test upgrade_k3s \
-        --test gitops_k3s --test stack_k3s --test contract_k3s --test restart_k3s --test snapshot_k3s -- --nocapture --test-threads=1
+      group_counting_skips cluster env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --no-fail-fast --test cluster -- --nocapture --test-threads=1 --include-ignored
       group_counting_skips example bash tests/example.sh
     elif [ $rc -eq 124 ]; then
       # Not a pass: the run fails unless this very skip is allowed.
@@ -212,7 +210,7 @@ if want online; then
     if [ "$budget" -eq 0 ]; then kit_rc=budget0; else timeout "$budget" bash kit/build.sh; kit_rc=$?; fi
   fi
   case $kit_rc in
-    0) group_counting_skips online env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --no-fail-fast --test online -- --nocapture --test-threads=1 ;;
+    0) group_counting_skips online env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --no-fail-fast --test online -- --nocapture --test-threads=1 --include-ignored ;;
     budget0) skip online "DEVSTACK_KIT_BUDGET=0 (no kit build allowed)" ;;
     124) skip online "the offline kit did not finish building within ${DEVSTACK_KIT_BUDGET:-1800}s (a cold build on a new machine); run \`make kit\` once and later runs use the cache" 1 ;;
     *) failed+=("online (kit build failed, exit $kit_rc)") ;;

@@ -1,0 +1,17 @@
+//! Cluster tier: whole stacks on real K3s and Kind clusters from the offline
+//! kit. Every test is `#[ignore]`d so that a plain `cargo test` passes on
+//! any machine; `make test-cluster` (tests/run.sh) runs them one at a time
+//! with `--include-ignored`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cluster_k3s;
+mod cluster_kind;
+mod contract_k3s;
+mod gitops_k3s;
+mod providers;
+mod restart_k3s;
+mod snapshot_k3s;
+mod stack_k3s;
+mod upgrade_k3s;

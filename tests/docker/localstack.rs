@@ -1,0 +1,294 @@
+//! Docker tier: a real engine and the real LocalStack image.
+
+use crate::common::*;
+
+#[test]
+#[ignore = "needs a Docker engine: make test-docker"]
+fn localstack_starts_is_reused_restarted_and_recreated_on_a_changed_spec() {
+    if !require_docker() {
+        return;
+    }
+    require_image(LOCALSTACK_IMAGE);
+    let stack = TestStack::new("ls");
+    let profile = stack.profile("");
+
+    let first = stack.run(&profile, &["localstack", "up", "--json"]);
+    first.ok();
+    let report = first.json();
+    assert_eq!(report["action"]["action"], "created", "{report}");
+    for service in ["secretsmanager", "sts", "s3"] {
+        let state = report["services"][service].as_str().unwrap_or("absent");
+        assert!(
+            matches!(state, "available" | "running"),
+            "{service}: {state}"
+        );
+    }
+    assert_eq!(stack.containers().len(), 1);
+    assert_eq!(stack.networks().len(), 1);
+
+    let again = stack.run(&profile, &["localstack", "up", "--json"]);
+    assert_eq!(again.ok().json()["action"]["action"], "reused");
+
+    let container = format!("devstack-{}-localstack", stack.name);
+    assert!(docker(&["stop", "-t", "1", &container]).status.success());
+    let restarted = stack.run(&profile, &["localstack", "up", "--json"]);
+    assert_eq!(restarted.ok().json()["action"]["action"], "restarted");
+
+    let changed = stack.profile("  # changed spec\n");
+    std::fs::write(
+        &changed,
+        std::fs::read_to_string(&changed).unwrap().replace(
+            &format!("  port: {}\n", stack.port),
+            &format!(
+                "  port: {}\n  services: [secretsmanager, sts, s3, ssm]\n",
+                stack.port
+            ),
+        ),
+    )
+    .unwrap();
+    let recreated = stack.run(&changed, &["localstack", "up", "--json"]);
+    let report = recreated.ok().json();
+    assert_eq!(report["action"]["action"], "recreated");
+    assert!(
+        report["action"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("services"),
+        "{report}"
+    );
+    assert!(
+        recreated.stderr.contains("recreated (services"),
+        "{}",
+        recreated.stderr
+    );
+
+    let status = stack.run(&changed, &["localstack", "status", "--json"]);
+    assert_eq!(status.ok().json()["healthy"], true);
+
+    let logs = stack.run(&changed, &["localstack", "logs", "--tail", "5"]);
+    logs.ok();
+    assert!(!logs.stdout.trim().is_empty(), "logs should not be empty");
+
+    stack.run(&changed, &["localstack", "down"]).ok();
+    assert!(stack.containers().is_empty());
+    assert!(stack.networks().is_empty());
+    // Idempotent: nothing left to remove is success.
+    stack.run(&changed, &["localstack", "down"]).ok();
+    let status = stack.run(&changed, &["localstack", "status"]);
+    assert_eq!(
+        status.code, 4,
+        "status of an absent LocalStack is unhealthy"
+    );
+}
+
+#[test]
+#[ignore = "needs a Docker engine: make test-docker"]
+fn a_taken_port_is_a_clear_error_and_leaves_nothing_behind() {
+    if !require_docker() {
+        return;
+    }
+    require_image(LOCALSTACK_IMAGE);
+    let mut stack = TestStack::new("port");
+    let listener = stack.hold_its_port();
+    let profile = stack.profile("");
+    let run = stack.run(&profile, &["localstack", "up"]);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("127.0.0.1:{}", stack.port)),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("already in use"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("pid {}", std::process::id()))
+            || run.stderr.contains("held by"),
+        "names the holder: {}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+    assert!(
+        stack.containers().is_empty(),
+        "no container may be left behind"
+    );
+    drop(listener);
+}
+
+#[test]
+#[ignore = "needs a Docker engine: make test-docker"]
+fn an_unlabelled_container_with_the_same_name_is_left_alone() {
+    if !require_docker() {
+        return;
+    }
+    require_image(LOCALSTACK_IMAGE);
+    let stack = TestStack::new("foreign");
+    let name = format!("devstack-{}-localstack", stack.name);
+    let created = docker(&["create", "--name", &name, LOCALSTACK_IMAGE]);
+    assert!(created.status.success());
+    let profile = stack.profile("");
+    let up = stack.run(&profile, &["localstack", "up"]);
+    let down = stack.run(&profile, &["localstack", "down"]);
+    let still_there = docker(&["inspect", &name]).status.success();
+    let _ = docker(&["rm", "-f", "-v", &name]);
+    assert_eq!(up.code, 3, "{}", up.stderr);
+    assert!(
+        up.stderr.contains(&format!(
+            "a container named `{name}` exists but devstack did not create it\n\
+             hint: rename or remove it (`docker rm -f {name}`), or choose another stack name with --name"
+        )),
+        "{}",
+        up.stderr
+    );
+    // `down` refuses a container it does not own as an input error (2),
+    // where `up` reports the same name in the way as a prerequisite (3).
+    assert_eq!(down.code, 2, "{}", down.stderr);
+    assert!(
+        down.stderr.contains(&format!(
+            "error: container `{name}` was not created by devstack; leaving it alone"
+        )),
+        "{}",
+        down.stderr
+    );
+    assert!(
+        still_there,
+        "devstack must never remove a container it did not label"
+    );
+}
+
+#[test]
+#[ignore = "needs a Docker engine: make test-docker"]
+fn doctor_reports_the_real_engine_and_a_dead_socket() {
+    if !require_docker() {
+        return;
+    }
+    let stack = TestStack::new("doc");
+    let profile = stack.profile("");
+    let run = stack.run(&profile, &["doctor", "--json"]);
+    let report = run.json();
+    let docker_check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "docker")
+        .unwrap();
+    assert_eq!(docker_check["status"], "pass", "{report}");
+    assert!(
+        docker_check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("cgroup v"),
+        "{report}"
+    );
+    assert_eq!(run.code, if report["ok"] == true { 0 } else { 3 });
+
+    let dead = stack.dir.path().join("dead.sock");
+    let host = format!("unix://{}", dead.display());
+    let run = stack.run_env(&profile, &["doctor"], &[("DOCKER_HOST", &host)]);
+    assert_eq!(run.code, 3, "{}", run.all());
+    assert!(
+        run.stdout
+            .contains(&format!("cannot reach the Docker engine at {host}")),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("hint: start the Docker engine at"),
+        "{}",
+        run.stdout
+    );
+    let run = stack.run_env(&profile, &["localstack", "up"], &[("DOCKER_HOST", &host)]);
+    assert_eq!(run.code, 3);
+    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+}
+
+#[test]
+#[ignore = "needs a Docker engine: make test-docker"]
+fn doctor_names_the_holder_of_a_taken_port() {
+    let mut stack = TestStack::new("docport");
+    let listener = stack.hold_its_port();
+    let profile = stack.profile("");
+    let run = stack.run_env(&profile, &["doctor", "--json"], &[]);
+    let report = run.json();
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == format!("port {}", stack.port))
+        .unwrap()
+        .clone();
+    drop(listener);
+    assert_eq!(check["status"], "fail", "{report}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("pid {}", std::process::id())),
+        "{check}"
+    );
+    assert!(check["hint"].as_str().is_some());
+    assert_eq!(run.code, 3);
+}
+
+/// `port: auto` (the default): two stacks of one profile each get a free
+/// port, keep it across a restart, and report it through `env`.
+#[test]
+#[ignore = "needs a Docker engine: make test-docker"]
+fn auto_ports_let_stacks_of_one_profile_run_side_by_side() {
+    if !require_docker() {
+        return;
+    }
+    require_image(LOCALSTACK_IMAGE);
+    let first = TestStack::new("auto1");
+    let second = TestStack::new("auto2");
+    let profile = first.dir.path().join("shared.yaml");
+    std::fs::write(
+        &profile,
+        "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: shared\ntimeouts:\n  localstack: 120s\n",
+    )
+    .unwrap();
+    // Before LocalStack exists an `auto` port is unknown: `env` says how
+    // to get one instead of printing an address of no stack.
+    let early = first.run(&profile, &["env", "--name", &first.name]);
+    assert_eq!(early.code, 4, "{}", early.all());
+    assert!(
+        early.stderr.contains(&format!(
+            "hint: run `devstack -p {} --name {} up`",
+            profile.display(),
+            first.name
+        )),
+        "{}",
+        early.stderr
+    );
+
+    let port_of = |stack: &TestStack| -> u64 {
+        let run = stack.run(
+            &profile,
+            &["localstack", "up", "--json", "--name", &stack.name],
+        );
+        run.ok().json()["endpoint"]["hostPort"].as_u64().unwrap()
+    };
+    let (a, b) = (port_of(&first), port_of(&second));
+    assert_ne!(a, b, "each stack has its own port");
+    assert_eq!(port_of(&first), a, "a reused container keeps its port");
+    let container = format!("devstack-{}-localstack", first.name);
+    assert!(docker(&["stop", "-t", "1", &container]).status.success());
+    assert_eq!(port_of(&first), a, "a restarted container keeps its port");
+
+    let env = first.run(&profile, &["env", "--name", &first.name]);
+    assert!(
+        env.ok()
+            .stdout
+            .contains(&format!("AWS_ENDPOINT_URL='http://127.0.0.1:{a}'")),
+        "{}",
+        env.stdout
+    );
+    let record = std::fs::read_to_string(
+        first
+            .dir
+            .path()
+            .join("state/stacks")
+            .join(&first.name)
+            .join("stack.json"),
+    )
+    .unwrap();
+    assert!(record.contains(&format!("\"localstack\": {a}")), "{record}");
+}
