@@ -437,7 +437,7 @@ impl Stack {
             ),
             None,
             |step: Arc<Step>| async move {
-                let options = cluster::UpOptions {
+                let options = cluster::ProvisionOptions {
                     retain: true,
                     rollback_by_caller: true,
                     recreate: options.recreate,

@@ -6,10 +6,12 @@ pub mod choice;
 pub mod k3s;
 pub mod kind;
 pub mod kubeconfig;
+mod plan;
 pub mod preload;
 pub mod provider;
 
-pub use provider::{Change, ClusterProvider, Plan};
+pub use plan::{Change, Plan};
+pub use provider::ClusterProvider;
 
 use std::sync::Arc;
 
@@ -60,9 +62,9 @@ impl ClusterInfo {
     }
 }
 
-/// Options for `up` that are not settings.
+/// Options for [`provision`] and [`up`] that are not settings.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct UpOptions {
+pub struct ProvisionOptions {
     /// Keep a half-created cluster on failure, for debugging.
     pub retain: bool,
     /// With `retain`: the caller removes (or keeps) what failed, and says
@@ -118,7 +120,7 @@ pub fn node_name(settings: &Settings, role: &str, index: usize) -> String {
 pub async fn up(
     engine: &Arc<dyn Engine>,
     settings: &Settings,
-    options: UpOptions,
+    options: ProvisionOptions,
     step: &Step,
 ) -> Result<ClusterInfo, Error> {
     let started = std::time::Instant::now();
@@ -242,7 +244,7 @@ pub async fn plan(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<Plan,
 pub async fn provision(
     engine: &Arc<dyn Engine>,
     settings: &Settings,
-    options: UpOptions,
+    options: ProvisionOptions,
     step: &Step,
 ) -> Result<Provisioned, Error> {
     let path = crate::state::kubeconfig_path(settings);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use crate::cli::ClusterCommand;
-use crate::cluster::{self, UpOptions};
+use crate::cluster::{self, ProvisionOptions};
 use crate::commands::Context;
 use crate::error::Error;
 use crate::pipeline::{Interrupts, Runner};
@@ -27,7 +27,7 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
                 &docker,
                 &engine,
                 &settings,
-                UpOptions {
+                ProvisionOptions {
                     retain,
                     rollback_by_caller: false,
                     recreate,
@@ -63,7 +63,7 @@ pub async fn up(
     docker: &bollard::Docker,
     engine: &Arc<dyn docker::Engine>,
     settings: &Settings,
-    options: UpOptions,
+    options: ProvisionOptions,
 ) -> Result<i32, Error> {
     // One rollback owner, as for `up`: the runner undoes a cluster this run
     // created when provisioning fails or Ctrl-C cancels it.

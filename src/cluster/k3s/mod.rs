@@ -1,0 +1,889 @@
+//! K3s nodes as Docker containers, the way k3d runs them: privileged, named
+//! volumes for the node's state, the API server published on 127.0.0.1,
+//! every node on the stack's network. Needs nothing but Docker.
+
+mod images;
+mod node;
+mod restore;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::cluster::plan::ports_change;
+use crate::cluster::{Change, ClusterInfo, Plan, ProvisionOptions, kubeconfig, node_name};
+use crate::docker::{self, Engine};
+use crate::error::{Error, Kind};
+use crate::profile::{Provider, Settings};
+use crate::ui::Step;
+
+pub use restore::{
+    RestoredNodes, SHARED_DIRS, SHARED_IN_NODE, SNAPSHOT_PATHS, SavedCluster, SavedNode,
+    create_restored_nodes, restored_addressing, saved_cluster, start_restored_nodes,
+};
+
+pub(super) use images::load_images;
+use images::node_tarballs;
+use node::{NewNode, create_node, create_nodes};
+
+pub const ROLE_SERVER: &str = "k3s-server";
+pub const ROLE_AGENT: &str = "k3s-agent";
+const LABEL_API_PORT: &str = "dev.devstack.api-port";
+/// The node's Kubernetes name, when it is not the container's (a node
+/// restored from another stack's snapshot keeps the name it had there).
+const LABEL_NODE_NAME: &str = "dev.devstack.node-name";
+/// How many of the server's arguments are devstack's own (before
+/// `k3sArgs`), recorded on the server node: the count changes when devstack
+/// changes its defaults, and `plan` must still find the profile's part of
+/// an older node's command.
+const LABEL_FIXED_ARGS: &str = "dev.devstack.fixed-args";
+/// devstack's own arguments on nodes created before LABEL_FIXED_ARGS.
+const FIXED_ARGS_UNLABELLED: usize = 6;
+const API_PORT: u16 = 6443;
+const KUBECONFIG_IN_NODE: &str = "/etc/rancher/k3s/k3s.yaml";
+const IMAGES_IN_NODE: &str = "/var/lib/rancher/k3s/agent/images";
+/// Where a node finds the tarballs devstack imports into its containerd
+/// itself, while the node boots (see `stage_tarballs`).
+const PRELOAD_IN_NODE: &str = "/devstack/images";
+/// The node's state, as named volumes so `down` can find them by label.
+const STATE_PATHS: &[(&str, &str)] = &[
+    ("k3s", "/var/lib/rancher/k3s"),
+    ("kubelet", "/var/lib/kubelet"),
+    ("cni", "/var/lib/cni"),
+    ("log", "/var/log"),
+];
+
+fn node_labels(settings: &Settings, role: &str) -> HashMap<String, String> {
+    docker::labels(&settings.name, role)
+}
+
+/// One K3s node container.
+#[derive(Debug, Clone)]
+struct Node {
+    name: String,
+    role: String,
+    running: bool,
+    labels: HashMap<String, String>,
+}
+
+/// Every K3s node container of the stack, the server first.
+async fn nodes(engine: &dyn Engine, settings: &Settings) -> Result<Vec<Node>, Error> {
+    let mut filters = docker::stack_filter(Some(&settings.name));
+    filters.push(docker::LABEL_ROLE.to_string());
+    let containers = docker::find_containers(engine, filters).await?;
+    let mut out: Vec<Node> = containers
+        .into_iter()
+        .filter_map(|c| {
+            let labels = c.labels.clone().unwrap_or_default();
+            let role = labels.get(docker::LABEL_ROLE)?.clone();
+            (role == ROLE_SERVER || role == ROLE_AGENT).then(|| Node {
+                name: docker::container_name_of(&c),
+                running: c.state.as_ref().is_some_and(|s| s.to_string() == "running"),
+                role,
+                labels,
+            })
+        })
+        .collect();
+    // Servers first, then by name, so index 0 is the server.
+    out.sort_by(|a, b| (a.role != ROLE_SERVER, &a.name).cmp(&(b.role != ROLE_SERVER, &b.name)));
+    Ok(out)
+}
+
+/// Whether the stack has any K3s node container.
+pub(super) async fn any_node(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
+    Ok(!nodes(engine, settings).await?.is_empty())
+}
+
+/// Agent index of a node container name `devstack-<stack>-agent-<i>`.
+fn agent_index(settings: &Settings, name: &str) -> Option<usize> {
+    name.strip_prefix(&format!("{}-agent-", settings.resource_prefix()))?
+        .parse()
+        .ok()
+}
+
+/// The running cluster against the settings: the agent count changes in
+/// place; the node image, the server's arguments and a fixed API port need
+/// a new cluster.
+pub(super) async fn plan(engine: &dyn Engine, settings: &Settings) -> Result<Plan, Error> {
+    let existing = nodes(engine, settings).await?;
+    if existing.is_empty() {
+        return Ok(Plan::default());
+    }
+    let agents = existing.iter().filter(|n| n.role == ROLE_AGENT).count();
+    let server = docker::inspect(engine, &node_name(settings, "server", 0))
+        .await?
+        .map(|container| {
+            let config = container.config.unwrap_or_default();
+            let bindings = container
+                .host_config
+                .and_then(|h| h.port_bindings)
+                .unwrap_or_default();
+            let labels = config.labels.unwrap_or_default();
+            ServerFacts {
+                ports: published_ports(&bindings),
+                image: config.image.unwrap_or_default(),
+                args: config.cmd.unwrap_or_default(),
+                api_port: labels.get(LABEL_API_PORT).and_then(|p| p.parse().ok()),
+                fixed_args: labels
+                    .get(LABEL_FIXED_ARGS)
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(FIXED_ARGS_UNLABELLED),
+            }
+        });
+    Ok(plan_of(settings, agents, server.as_ref()))
+}
+
+/// What `plan` reads off the server node container.
+struct ServerFacts {
+    image: String,
+    args: Vec<String>,
+    api_port: Option<u16>,
+    /// How many of `args` are devstack's own.
+    fixed_args: usize,
+    /// `cluster.ports` as published: (port in the node, port on the host).
+    ports: Vec<(u16, u16)>,
+}
+
+/// The host ports a node publishes besides the API server's.
+fn published_ports(bindings: &bollard::models::PortMap) -> Vec<(u16, u16)> {
+    bindings
+        .iter()
+        .filter_map(|(key, to)| {
+            let inside: u16 = key.split('/').next()?.parse().ok()?;
+            let host = to.as_ref()?.first()?.host_port.as_ref()?.parse().ok()?;
+            (inside != API_PORT).then_some((inside, host))
+        })
+        .collect()
+}
+
+/// The plan rule on what exists, kept apart from Docker so it is tested
+/// without it.
+fn plan_of(settings: &Settings, agents: usize, server: Option<&ServerFacts>) -> Plan {
+    let mut changes = Vec::new();
+    let wanted = usize::from(settings.cluster.agents);
+    if agents != wanted {
+        changes.push(Change {
+            what: format!("agents {agents} -> {wanted}"),
+            in_place: true,
+        });
+    }
+    let Some(server) = server else {
+        changes.push(Change {
+            what: "the server node is missing (the cluster is created again)".into(),
+            in_place: true,
+        });
+        return Plan {
+            exists: true,
+            changes,
+        };
+    };
+    if server.image != settings.cluster.image {
+        changes.push(Change {
+            what: format!("image {} -> {}", server.image, settings.cluster.image),
+            in_place: false,
+        });
+    }
+    let extra = server.args.get(server.fixed_args..).unwrap_or_default();
+    if extra != settings.cluster.k3s_args.as_slice() {
+        changes.push(Change {
+            what: format!(
+                "k3sArgs [{}] -> [{}]",
+                extra.join(" "),
+                settings.cluster.k3s_args.join(" ")
+            ),
+            in_place: false,
+        });
+    }
+    if let (Some(have), Some(want)) = (server.api_port, settings.cluster.api_server_port.fixed())
+        && have != want
+    {
+        changes.push(Change {
+            what: format!("apiServerPort {have} -> {want}"),
+            in_place: false,
+        });
+    }
+    changes.extend(ports_change(server.ports.clone(), settings));
+    Plan {
+        exists: true,
+        changes,
+    }
+}
+
+/// Adds or removes agent nodes so the running cluster has as many as the
+/// settings ask; returns what it did and the agents it removed (whose Node
+/// objects must go too).
+async fn scale_agents(
+    engine: &dyn Engine,
+    settings: &Settings,
+    existing: &[Node],
+    step: &Step,
+) -> Result<(Vec<String>, Vec<String>), Error> {
+    let wanted = usize::from(settings.cluster.agents);
+    let mut done = Vec::new();
+    let mut removed = Vec::new();
+    let agents = existing.iter().filter(|n| n.role == ROLE_AGENT);
+    for node in agents.clone() {
+        if agent_index(settings, &node.name).is_none_or(|i| i >= wanted) {
+            step.progress(format!("removing agent node {}", node.name));
+            docker::remove_container(engine, &node.name).await?;
+            remove_node_volumes(engine, &node.name).await?;
+            done.push(format!("removed agent node {}", node.name));
+            // Its Kubernetes name, which a restored node keeps from its snapshot.
+            let identity = node.labels.get(LABEL_NODE_NAME).unwrap_or(&node.name);
+            removed.push(identity.clone());
+        }
+    }
+    let have: Vec<usize> = agents
+        .filter_map(|n| agent_index(settings, &n.name))
+        .collect();
+    let missing: Vec<usize> = (0..wanted).filter(|i| !have.contains(i)).collect();
+    if !missing.is_empty() {
+        // Agents join with the cluster's own token, which the server holds.
+        let token = cluster_token(engine, settings).await?;
+        let tarballs = node_tarballs(engine, settings).await?;
+        for index in missing {
+            let agent = node_name(settings, "agent", index);
+            step.progress(format!("adding agent node {agent}"));
+            let node = NewNode::agent(settings, &agent, &token);
+            create_node(engine, settings, node, &tarballs).await?;
+            done.push(format!("added agent node {agent}"));
+        }
+    }
+    Ok((done, removed))
+}
+
+/// The cluster's token, which the server node was started with: agents
+/// join with it, and a restored server must start with it again.
+async fn cluster_token(engine: &dyn Engine, settings: &Settings) -> Result<String, Error> {
+    let server = node_name(settings, "server", 0);
+    docker::inspect(engine, &server)
+        .await?
+        .and_then(|c| c.config)
+        .and_then(|c| c.env)
+        .unwrap_or_default()
+        .into_iter()
+        .find_map(|e| e.strip_prefix("K3S_TOKEN=").map(String::from))
+        .ok_or_else(|| {
+            Error::internal(format!("node {server} has no K3S_TOKEN"))
+                .with_hint("`devstack up --recreate` creates the cluster again")
+        })
+}
+
+/// Removes the named volumes that hold one node's state.
+async fn remove_node_volumes(engine: &dyn Engine, node: &str) -> Result<(), Error> {
+    for (suffix, _) in STATE_PATHS {
+        docker::remove_volume(engine, &format!("{node}-{suffix}")).await?;
+    }
+    Ok(())
+}
+
+/// What converging the node containers did.
+#[derive(Debug)]
+struct Converged {
+    api_port: u16,
+    created: bool,
+    repaired: Vec<String>,
+    /// Agents removed, whose Node objects must go too.
+    removed_agents: Vec<String>,
+}
+
+/// Brings the node containers to the settings' shape: creates the cluster
+/// when it has no server (rolling back what it created on failure, unless
+/// `retain`), else starts stopped nodes and adds or removes agents in place.
+async fn converge_nodes(
+    engine: &dyn Engine,
+    settings: &Settings,
+    options: ProvisionOptions,
+    step: &Step,
+) -> Result<Converged, Error> {
+    docker::ensure_network(engine, &settings.name, &settings.resource_prefix()).await?;
+    let existing = nodes(engine, settings).await?;
+    let server = node_name(settings, "server", 0);
+    let Some(found) = existing.iter().find(|n| n.name == server) else {
+        if !existing.is_empty() {
+            // Agents without their server cannot join anything: start over.
+            remove_nodes(engine, settings).await?;
+        }
+        let api_port = super::choose_api_port(settings)?;
+        return match create_nodes(engine, settings, api_port, step).await {
+            Ok(()) => Ok(Converged {
+                api_port,
+                created: true,
+                repaired: Vec::new(),
+                removed_agents: Vec::new(),
+            }),
+            Err(err) => Err(rollback(engine, settings, options, err).await),
+        };
+    };
+    let api_port = api_port_of(&found.labels, &server)?;
+    let mut repaired = Vec::new();
+    for node in existing.iter().filter(|n| !n.running) {
+        step.progress(format!("starting stopped node {}", node.name));
+        engine
+            .start_container(&node.name)
+            .await
+            .map_err(|e| docker::engine_error(format!("start node {}", node.name), e))?;
+        repaired.push(format!("started stopped node {}", node.name));
+    }
+    let (scaled, removed_agents) = scale_agents(engine, settings, &existing, step).await?;
+    repaired.extend(scaled);
+    Ok(Converged {
+        api_port,
+        created: false,
+        repaired,
+        removed_agents,
+    })
+}
+
+fn api_port_of(labels: &HashMap<String, String>, server: &str) -> Result<u16, Error> {
+    labels
+        .get(LABEL_API_PORT)
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| {
+            Error::internal(format!("node {server} lacks its {LABEL_API_PORT} label"))
+                .with_hint("remove the stack with `devstack cluster down` and bring it up again")
+        })
+}
+
+pub async fn up(
+    engine: &dyn Engine,
+    settings: &Settings,
+    options: ProvisionOptions,
+    step: &Step,
+) -> Result<ClusterInfo, Error> {
+    let started = Instant::now();
+    let span = step.span("node containers");
+    let converged = span.finish(converge_nodes(engine, settings, options, step).await)?;
+    // A new node's images are imported while it boots, off the path to
+    // its Ready (see `stage_tarballs`).
+    let images = async {
+        if converged.created {
+            let span = step.span("images imported while the nodes boot");
+            span.finish(load_images(engine, settings, step).await)?;
+        }
+        Ok::<_, Error>(())
+    };
+    let ready = async {
+        step.progress("waiting for the kubeconfig");
+        let span = step.span("API server and kubeconfig");
+        let budget = settings
+            .timeouts
+            .cluster
+            .get()
+            .saturating_sub(started.elapsed());
+        let config = span.finish(kubeconfig_within(engine, settings, budget).await)?;
+        let client = crate::k8s::client_from_kubeconfig(&config).await?;
+        for agent in &converged.removed_agents {
+            crate::k8s::delete_node(&client, agent).await?;
+        }
+        let expected = 1 + settings.cluster.agents as usize;
+        crate::k8s::wait_nodes_ready(
+            &client,
+            expected,
+            crate::k8s::Budget::since(started, settings.timeouts.cluster.get(), "timeouts.cluster"),
+            step,
+        )
+        .await?;
+        Ok::<_, Error>(ClusterInfo {
+            provider: Provider::K3s,
+            nodes: nodes(engine, settings)
+                .await?
+                .into_iter()
+                .map(|n| n.name)
+                .collect(),
+            api_server: api_server_url(converged.api_port),
+            kubeconfig: config,
+            created: converged.created,
+            repaired: converged.repaired.clone(),
+            images_loaded: converged.created,
+        })
+    };
+    let finish = async { tokio::try_join!(ready, images).map(|(info, ())| info) };
+    match finish.await {
+        Ok(info) => Ok(info),
+        Err(err) if converged.created => Err(rollback(engine, settings, options, err).await),
+        Err(err) => Err(err),
+    }
+}
+
+fn api_server_url(port: u16) -> String {
+    format!("https://127.0.0.1:{port}")
+}
+
+/// The running cluster's kubeconfig, renamed to the stack's context.
+pub(super) async fn kubeconfig(engine: &dyn Engine, settings: &Settings) -> Result<String, Error> {
+    kubeconfig_within(engine, settings, settings.timeouts.cluster.get()).await
+}
+
+/// [`kubeconfig`], waiting up to `limit` for a starting server to write it.
+async fn kubeconfig_within(
+    engine: &dyn Engine,
+    settings: &Settings,
+    limit: Duration,
+) -> Result<String, Error> {
+    let server = node_name(settings, "server", 0);
+    let labels = docker::inspect(engine, &server)
+        .await?
+        .and_then(|c| c.config)
+        .and_then(|c| c.labels)
+        .ok_or_else(|| {
+            Error::user(format!("stack `{}` has no K3s server node", settings.name))
+                .with_hint("`devstack up` creates it")
+        })?;
+    let api_server = api_server_url(api_port_of(&labels, &server)?);
+    let raw = read_kubeconfig(engine, &server, limit).await?;
+    kubeconfig::rename_context(&raw, &settings.kube_context(), Some(&api_server))
+}
+
+/// Removes what a failed `up` created, unless `--retain`, and says which.
+async fn rollback(
+    engine: &dyn Engine,
+    settings: &Settings,
+    options: ProvisionOptions,
+    err: Error,
+) -> Error {
+    if options.retain && options.rollback_by_caller {
+        return err.context("cluster creation failed");
+    }
+    if options.retain {
+        return err.context("cluster creation failed; the half-created cluster is retained for debugging (--retain)");
+    }
+    match remove_nodes(engine, settings).await {
+        Ok(_) => err.context("cluster creation failed and was rolled back"),
+        Err(rollback_err) => {
+            let message = format!(
+                "cluster creation failed, and rollback also failed ({})",
+                rollback_err.message()
+            );
+            // The CLI adds the flags that select this stack to the command.
+            err.context(message)
+                .with_hint("remove the leftovers with `devstack cluster down` once Docker answers")
+        }
+    }
+}
+
+/// Polls the server container until K3s has written its kubeconfig.
+async fn read_kubeconfig(
+    engine: &dyn Engine,
+    server: &str,
+    timeout: Duration,
+) -> Result<String, Error> {
+    let started = Instant::now();
+    loop {
+        let state = docker::inspect(engine, server).await?.and_then(|c| c.state);
+        if !state.as_ref().and_then(|s| s.running).unwrap_or(false) {
+            let logs = docker::tail_logs(engine, server, 20).await;
+            return Err(Error::new(
+                Kind::Internal,
+                format!("K3s node {server} stopped while starting; last log lines:\n{logs}"),
+            )
+            .with_hint("`docker logs` of the node shows more; check `devstack doctor`"));
+        }
+        if let Ok(bytes) = engine.download(server, KUBECONFIG_IN_NODE).await
+            && let Some(text) = first_file_in_tar(&bytes)
+            && text.contains("server:")
+        {
+            return Ok(text);
+        }
+        if started.elapsed() >= timeout {
+            return Err(Error::new(
+                Kind::Timeout,
+                format!(
+                    "K3s node {server} did not write its kubeconfig within {}s",
+                    timeout.as_secs()
+                ),
+            )
+            .with_hint("raise `timeouts.cluster`; `docker logs` of the node shows why"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn first_file_in_tar(bytes: &[u8]) -> Option<String> {
+    let mut archive = tar::Archive::new(bytes);
+    let mut entry = archive.entries().ok()?.next()?.ok()?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut entry, &mut text).ok()?;
+    Some(text)
+}
+
+/// Removes the stack's K3s node containers and their volumes.
+pub(super) async fn remove_nodes(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
+    let mut removed = false;
+    for node in nodes(engine, settings).await? {
+        removed |= docker::remove_container(engine, &node.name).await?;
+    }
+    let volumes = engine
+        .list_volumes(docker::stack_filter(Some(&settings.name)))
+        .await
+        .map_err(|e| docker::engine_error("list volumes", e))?;
+    for volume in volumes {
+        removed |= docker::remove_volume(engine, &volume).await?;
+    }
+    // Links to bundle tarballs a node never got to import: they would keep
+    // a removed bundle's files on disk.
+    let _ = std::fs::remove_dir_all(crate::state::stack_dir(settings).join("node-images"));
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node::{own_server_args, server_args};
+    use super::*;
+
+    pub(super) fn settings(cluster: &str) -> Settings {
+        let text = format!(
+            "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: t\ncluster:\n  provider: k3s\n{cluster}"
+        );
+        let loaded = crate::profile::load::parse("t.yaml", &text, ".".into()).unwrap();
+        Settings::resolve(loaded, &Default::default()).unwrap()
+    }
+
+    fn server(settings: &Settings, api_port: u16) -> ServerFacts {
+        ServerFacts {
+            image: settings.cluster.image.clone(),
+            args: server_args(settings, &node_name(settings, "server", 0)),
+            api_port: Some(api_port),
+            fixed_args: own_server_args(settings, &node_name(settings, "server", 0)).len(),
+            ports: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn agents_change_in_place_image_args_and_a_fixed_port_need_a_recreate() {
+        let same = settings("");
+        assert_eq!(plan_of(&same, 0, Some(&server(&same, 6550))).changes, []);
+
+        let more = settings("  agents: 2\n");
+        let plan = plan_of(&more, 0, Some(&server(&same, 6550)));
+        assert_eq!(plan.changes.len(), 1);
+        assert!(plan.changes[0].in_place && plan.changes[0].what == "agents 0 -> 2");
+        assert!(!plan.needs_recreate());
+
+        let image = settings("  image: rancher/k3s:v1.33.1-k3s1\n");
+        let plan = plan_of(&image, 0, Some(&server(&same, 6550)));
+        assert!(plan.needs_recreate());
+        assert_eq!(
+            plan.changes[0].what,
+            format!("image {} -> rancher/k3s:v1.33.1-k3s1", same.cluster.image)
+        );
+
+        let args = settings("  k3sArgs: [--disable-network-policy]\n");
+        let plan = plan_of(&args, 0, Some(&server(&same, 6550)));
+        assert_eq!(
+            plan.changes[0].what,
+            "k3sArgs [] -> [--disable-network-policy]"
+        );
+        assert!(plan.needs_recreate());
+        // Unchanged arguments read back from the node are no change.
+        assert_eq!(plan_of(&args, 0, Some(&server(&args, 6550))).changes, []);
+
+        let fixed = settings("  apiServerPort: 6551\n");
+        assert!(plan_of(&fixed, 0, Some(&server(&same, 6550))).needs_recreate());
+        assert!(
+            !plan_of(&same, 0, Some(&server(&same, 6551))).needs_recreate(),
+            "auto keeps any port"
+        );
+
+        let orphans = plan_of(&same, 1, None);
+        assert!(orphans.exists && !orphans.needs_recreate());
+    }
+
+    #[test]
+    fn the_profiles_arguments_are_found_after_however_many_devstack_set() {
+        let args = settings("  k3sArgs: [--x]\n");
+        // A node made when devstack set six arguments of its own (and no
+        // label said so) keeps its profile arguments apart from them.
+        let mut old = server(&args, 6550);
+        old.args = [
+            "server",
+            "--disable=a",
+            "--tls-san=1",
+            "--tls-san=2",
+            "--node-name=n",
+            "--https-listen-port=6443",
+            "--x",
+        ]
+        .map(String::from)
+        .to_vec();
+        old.fixed_args = FIXED_ARGS_UNLABELLED;
+        assert_eq!(plan_of(&args, 0, Some(&old)).changes, []);
+        // devstack's own arguments changing is no change of the profile's.
+        let mut more = server(&args, 6550);
+        more.args.insert(1, "--new-default".into());
+        more.fixed_args += 1;
+        assert_eq!(plan_of(&args, 0, Some(&more)).changes, []);
+    }
+
+    #[test]
+    fn agent_indexes_come_from_node_names() {
+        let s = settings("");
+        assert_eq!(agent_index(&s, "devstack-t-agent-3"), Some(3));
+        assert_eq!(agent_index(&s, "devstack-t-server-0"), None);
+        assert_eq!(agent_index(&s, "devstack-other-agent-0"), None);
+    }
+}
+
+/// Converge, drift and rollback against the in-memory engine, and the
+/// fixture the images tests share.
+#[cfg(test)]
+mod engine_tests {
+    use std::sync::Arc;
+
+    use super::node::{agent_args, own_server_args, server_args};
+    use super::*;
+    use crate::docker::fake::{FakeContainer, FakeEngine};
+
+    pub(super) struct Fixture {
+        pub(super) engine: Arc<FakeEngine>,
+        /// Holds the state directory (image cache) for the test's length.
+        _state: tempfile::TempDir,
+        pub(super) settings: Settings,
+    }
+
+    /// The nodes' containerd, faked: `crictl images` lists `present` and
+    /// what was imported since, `ctr import PATH` adds `image_of(PATH)`.
+    /// The imported paths, in order.
+    pub(super) fn fixture(cluster: &str) -> Fixture {
+        let state = tempfile::tempdir().unwrap();
+        let text = format!(
+            "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: t\ncluster:\n  provider: k3s\n{cluster}"
+        );
+        let loaded = crate::profile::load::parse("t.yaml", &text, ".".into()).unwrap();
+        let mut settings = Settings::resolve(loaded, &Default::default()).unwrap();
+        settings.state_dir = state.path().to_path_buf();
+        settings.images.bundle = None;
+        let engine = Arc::new(FakeEngine::new());
+        engine.with(|s| s.images.insert(settings.cluster.image.clone()));
+        Fixture {
+            engine,
+            _state: state,
+            settings,
+        }
+    }
+
+    impl Fixture {
+        pub(super) fn with(&self, cluster: &str) -> Settings {
+            let mut next = fixture(cluster).settings;
+            next.state_dir = self.settings.state_dir.clone();
+            next
+        }
+
+        /// A server node as `up` leaves it, running or stopped.
+        pub(super) fn add_server(&self, running: bool) {
+            let mut labels = node_labels(&self.settings, ROLE_SERVER);
+            labels.insert(LABEL_API_PORT.into(), "6550".into());
+            let identity = node_name(&self.settings, "server", 0);
+            labels.insert(
+                LABEL_FIXED_ARGS.into(),
+                own_server_args(&self.settings, &identity).len().to_string(),
+            );
+            let server = FakeContainer {
+                image: self.settings.cluster.image.clone(),
+                cmd: server_args(&self.settings, &identity),
+                env: vec!["K3S_TOKEN=secret-token".into()],
+                labels,
+                running,
+                ports: vec![(API_PORT, 6550)],
+                ..Default::default()
+            };
+            self.engine.with(|s| {
+                s.containers.insert("devstack-t-server-0".into(), server);
+                for (suffix, _) in STATE_PATHS {
+                    s.volumes.insert(
+                        format!("devstack-t-server-0-{suffix}"),
+                        node_labels(&self.settings, "volume"),
+                    );
+                }
+            });
+        }
+    }
+
+    pub(super) fn step() -> Step {
+        crate::ui::Ui::silent().step("test")
+    }
+
+    #[tokio::test]
+    async fn converge_starts_stopped_nodes_and_scales_agents_in_place() {
+        let f = fixture("");
+        f.add_server(false);
+        let one = f.with("  agents: 1\n");
+        let engine = f.engine.as_ref();
+
+        let done = converge_nodes(engine, &one, ProvisionOptions::default(), &step())
+            .await
+            .unwrap();
+        assert!(!done.created);
+        assert_eq!(done.api_port, 6550);
+        assert_eq!(
+            done.repaired,
+            [
+                "started stopped node devstack-t-server-0",
+                "added agent node devstack-t-agent-0"
+            ]
+        );
+        assert!(done.removed_agents.is_empty());
+        let agent = f.engine.container("devstack-t-agent-0").unwrap();
+        assert!(agent.running);
+        assert!(
+            agent.env.contains(&"K3S_TOKEN=secret-token".to_string()),
+            "agents join with the server's token: {:?}",
+            agent.env
+        );
+        assert_eq!(agent.cmd, agent_args(&one, "devstack-t-agent-0"));
+        assert_eq!(f.engine.volume_names().len(), 2 * STATE_PATHS.len());
+        assert!(f.engine.container("devstack-t-server-0").unwrap().running);
+
+        // Nothing to do: no engine call changes anything.
+        let before = f.engine.calls().len();
+        let again = converge_nodes(engine, &one, ProvisionOptions::default(), &step())
+            .await
+            .unwrap();
+        assert!(again.repaired.is_empty(), "{:?}", again.repaired);
+        assert_eq!(f.engine.calls().len(), before, "{:?}", f.engine.calls());
+
+        let none = f.with("");
+        let done = converge_nodes(engine, &none, ProvisionOptions::default(), &step())
+            .await
+            .unwrap();
+        assert_eq!(done.repaired, ["removed agent node devstack-t-agent-0"]);
+        assert_eq!(done.removed_agents, ["devstack-t-agent-0"]);
+        assert_eq!(f.engine.container_names(), ["devstack-t-server-0"]);
+        assert_eq!(
+            f.engine.volume_names().len(),
+            STATE_PATHS.len(),
+            "the agent's volumes went with it: {:?}",
+            f.engine.volume_names()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_create_removes_exactly_what_it_created() {
+        let f = fixture("  agents: 1\n");
+        // A container of another stack, which the rollback must not touch.
+        f.engine.with(|s| {
+            s.containers.insert(
+                "devstack-other-server-0".into(),
+                FakeContainer {
+                    labels: crate::docker::labels("other", ROLE_SERVER),
+                    ..Default::default()
+                },
+            );
+            s.fail_on = Some("create container devstack-t-agent-0".into());
+        });
+        let err = converge_nodes(
+            f.engine.as_ref(),
+            &f.settings,
+            ProvisionOptions::default(),
+            &step(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.message().starts_with(
+                "cluster creation failed and was rolled back: create node devstack-t-agent-0"
+            ),
+            "{}",
+            err.message()
+        );
+        assert_eq!(f.engine.container_names(), ["devstack-other-server-0"]);
+        assert!(
+            f.engine.volume_names().is_empty(),
+            "{:?}",
+            f.engine.volume_names()
+        );
+        let calls = f.engine.calls();
+        let created = calls
+            .iter()
+            .position(|c| c == "create container devstack-t-server-0");
+        let removed = calls
+            .iter()
+            .position(|c| c == "remove container devstack-t-server-0");
+        assert!(created < removed, "{calls:?}");
+
+        // --retain keeps the wreck.
+        let f = fixture("  agents: 1\n");
+        f.engine
+            .with(|s| s.fail_on = Some("create container devstack-t-agent-0".into()));
+        let retain = ProvisionOptions {
+            retain: true,
+            ..Default::default()
+        };
+        let err = converge_nodes(f.engine.as_ref(), &f.settings, retain, &step())
+            .await
+            .unwrap_err();
+        assert!(err.message().contains("retained"), "{}", err.message());
+        assert_eq!(f.engine.container_names(), ["devstack-t-server-0"]);
+    }
+
+    #[tokio::test]
+    async fn plan_reads_the_running_cluster() {
+        let f = fixture("");
+        let engine = f.engine.as_ref();
+        assert_eq!(plan(engine, &f.settings).await.unwrap(), Plan::default());
+        f.add_server(true);
+        assert_eq!(plan(engine, &f.settings).await.unwrap().changes, []);
+
+        let changed = f.with(
+            "  agents: 2\n  image: rancher/k3s:v9.9.9-k3s1\n  apiServerPort: 6551\n  ports:\n  - {hostPort: 8080, containerPort: 30080}\n",
+        );
+        let plan = plan(engine, &changed).await.unwrap();
+        let changes: Vec<(&str, bool)> = plan
+            .changes
+            .iter()
+            .map(|c| (c.what.as_str(), c.in_place))
+            .collect();
+        let image = format!(
+            "image {} -> rancher/k3s:v9.9.9-k3s1",
+            f.settings.cluster.image
+        );
+        assert_eq!(
+            changes,
+            [
+                ("agents 0 -> 2", true),
+                (image.as_str(), false),
+                ("apiServerPort 6550 -> 6551", false),
+                ("ports [] -> [8080:30080]", false),
+            ]
+        );
+        assert!(plan.check(false, &changed).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_step_that_created_the_cluster_is_undone_by_the_runner() {
+        let f = fixture("");
+        f.add_server(true);
+        let engine: Arc<dyn Engine> = f.engine.clone();
+        let runner = crate::pipeline::Runner::new(&crate::ui::Ui::silent());
+        let network = f.settings.resource_prefix();
+        assert!(
+            docker::ensure_network(engine.as_ref(), "t", &network)
+                .await
+                .unwrap()
+        );
+        let (e, n) = (engine.clone(), network.clone());
+        runner.created(format!("network {network}"), move || {
+            Box::pin(async move {
+                docker::remove_network_if_unused(e.as_ref(), &n)
+                    .await
+                    .map(drop)
+            })
+        });
+        let (e, s) = (engine.clone(), f.settings.clone());
+        runner.created("k3s cluster", move || {
+            Box::pin(async move { remove_nodes(e.as_ref(), &s).await.map(drop) })
+        });
+        let failed: Result<(), Error> = runner
+            .step("Fails", None, |_| async { Err(Error::internal("boom")) })
+            .await;
+        assert!(failed.is_err());
+        let rollback = runner.rollback(&Default::default()).await;
+        assert!(rollback.complete(), "{rollback:?}");
+        assert_eq!(
+            rollback.undone,
+            ["k3s cluster", &format!("network {network}")]
+        );
+        assert!(f.engine.container_names().is_empty());
+        assert!(f.engine.volume_names().is_empty());
+        assert!(f.engine.with(|s| s.networks.is_empty()));
+    }
+}

@@ -1,0 +1,396 @@
+//! Creating K3s node containers: their command, volumes, staged images,
+//! registry mirrors and published ports.
+
+use std::collections::HashMap;
+
+use bollard::models::{ContainerCreateBody, HostConfig, PortBinding, PortMap, VolumeCreateRequest};
+
+use super::images::{NodeTarball, Stage, file_name, node_tarballs, staged_images_dir};
+use super::restore::SHARED_IN_NODE;
+use super::{
+    API_PORT, IMAGES_IN_NODE, LABEL_API_PORT, LABEL_FIXED_ARGS, LABEL_NODE_NAME, PRELOAD_IN_NODE,
+    ROLE_AGENT, ROLE_SERVER, STATE_PATHS, node_labels,
+};
+use crate::cluster::{kubeconfig, node_name, preload};
+use crate::docker::{self, Engine};
+use crate::error::Error;
+use crate::profile::Settings;
+use crate::ui::Step;
+
+/// Where flannel's subnet file lives across a node's restarts, in its K3s
+/// volume; `/run/flannel` points here (see [`node_entrypoint`]).
+const FLANNEL_RUN_IN_NODE: &str = "/var/lib/rancher/k3s/agent/flannel-run";
+
+/// Runs K3s with `/run/flannel` kept in the node's K3s volume: `/run` is a
+/// tmpfs, and without flannel's `subnet.env` a node that starts again fails
+/// its pods' first sandboxes. The shell's `$0` is `k3s`; the node's
+/// arguments follow.
+fn node_entrypoint() -> Vec<String> {
+    let script = format!(
+        "mkdir -p {FLANNEL_RUN_IN_NODE} && rm -rf /run/flannel \
+         && ln -s {FLANNEL_RUN_IN_NODE} /run/flannel && exec /bin/k3s \"$@\""
+    );
+    vec!["/bin/sh".into(), "-c".into(), script, "k3s".into()]
+}
+
+/// Flux's downloads and ESO's webhook go through Services of pods just turned
+/// Ready: kube-proxy programs them at once, not within its default second.
+const KUBE_PROXY_SYNC_AT_ONCE: &str = "--kube-proxy-arg=iptables-min-sync-period=0s";
+
+/// devstack's own arguments of the server (recorded as LABEL_FIXED_ARGS,
+/// which `plan` skips). `identity` is its Kubernetes node name: the
+/// container's name, or for a node restored from a snapshot the name it had
+/// there, which its pods and leases are bound to.
+pub(super) fn own_server_args(settings: &Settings, identity: &str) -> Vec<String> {
+    let server = node_name(settings, "server", 0);
+    let mut args = vec![
+        "server".to_string(),
+        "--disable=traefik,servicelb,metrics-server,local-storage".into(),
+        "--tls-san=127.0.0.1".into(),
+        format!("--tls-san={server}"),
+        KUBE_PROXY_SYNC_AT_ONCE.into(),
+    ];
+    if identity != server {
+        args.push(format!("--tls-san={identity}"));
+    }
+    args.push(format!("--node-name={identity}"));
+    args.push(format!("--https-listen-port={API_PORT}"));
+    args
+}
+
+/// The server's command: devstack's own arguments, then the profile's
+/// `k3sArgs`.
+pub(super) fn server_args(settings: &Settings, identity: &str) -> Vec<String> {
+    let mut args = own_server_args(settings, identity);
+    args.extend(settings.cluster.k3s_args.iter().cloned());
+    args
+}
+
+/// An agent's command: it joins the server by its container name.
+pub(super) fn agent_args(settings: &Settings, identity: &str) -> Vec<String> {
+    vec![
+        "agent".to_string(),
+        KUBE_PROXY_SYNC_AT_ONCE.into(),
+        format!("--node-name={identity}"),
+        format!(
+            "--server=https://{}:{API_PORT}",
+            node_name(settings, "server", 0)
+        ),
+    ]
+}
+
+/// Creates and starts a new cluster's server and agents, with a new token.
+pub(super) async fn create_nodes(
+    engine: &dyn Engine,
+    settings: &Settings,
+    api_port: u16,
+    step: &Step,
+) -> Result<(), Error> {
+    let image = &settings.cluster.image;
+    let bundle = preload::open_bundle(settings)?;
+    step.progress(format!("node image {image}"));
+    crate::bundle::ensure_image(engine, image, bundle.as_ref()).await?;
+    let tarballs = node_tarballs(engine, settings).await?;
+    let token = hex::encode(rand::random::<[u8; 24]>());
+    let server = node_name(settings, "server", 0);
+    let node = NewNode {
+        name: &server,
+        identity: &server,
+        role: ROLE_SERVER,
+        args: server_args(settings, &server),
+        token: &token,
+        api_port: Some(api_port),
+        fixed_args: Some(own_server_args(settings, &server).len()),
+        start: true,
+        ip: None,
+        shared: None,
+    };
+    create_node(engine, settings, node, &tarballs).await?;
+    for index in 0..settings.cluster.agents as usize {
+        let agent = node_name(settings, "agent", index);
+        let node = NewNode::agent(settings, &agent, &token);
+        create_node(engine, settings, node, &tarballs).await?;
+    }
+    Ok(())
+}
+
+/// A node container to create.
+pub(super) struct NewNode<'a> {
+    pub(super) name: &'a str,
+    /// Its Kubernetes node name and hostname.
+    pub(super) identity: &'a str,
+    pub(super) role: &'a str,
+    pub(super) args: Vec<String>,
+    pub(super) token: &'a str,
+    /// The server's published API port.
+    pub(super) api_port: Option<u16>,
+    /// How many of the server's `args` are devstack's own.
+    pub(super) fixed_args: Option<usize>,
+    /// Start it once created (a restored node is filled first).
+    pub(super) start: bool,
+    /// The address it must have on the stack's network.
+    pub(super) ip: Option<&'a str>,
+    /// The snapshot volume a restored node shares (at [`SHARED_IN_NODE`]).
+    pub(super) shared: Option<&'a str>,
+}
+
+impl<'a> NewNode<'a> {
+    pub(super) fn agent(settings: &Settings, name: &'a str, token: &'a str) -> Self {
+        NewNode {
+            name,
+            identity: name,
+            role: ROLE_AGENT,
+            args: agent_args(settings, name),
+            token,
+            api_port: None,
+            fixed_args: None,
+            start: true,
+            ip: None,
+            shared: None,
+        }
+    }
+}
+
+/// Creates a node container (its volumes, staged images, registry mirrors
+/// and published ports with it) and starts it unless `node.start` is false.
+pub(super) async fn create_node(
+    engine: &dyn Engine,
+    settings: &Settings,
+    node: NewNode<'_>,
+    tarballs: &[NodeTarball],
+) -> Result<(), Error> {
+    let name = node.name;
+    let start = node.start;
+    let mut binds = create_state_volumes(engine, settings, name).await?;
+    binds.extend(stage_tarballs(settings, name, tarballs)?);
+    if let Some(volume) = node.shared {
+        binds.push(format!("{volume}:{SHARED_IN_NODE}:ro"));
+    }
+    if !settings.cluster.registry_mirrors.is_empty() {
+        let path = crate::state::stack_dir(settings).join("registries.yaml");
+        kubeconfig::write_private(&path, &registries_yaml(settings))?;
+        binds.push(format!(
+            "{}:/etc/rancher/k3s/registries.yaml:ro",
+            path.display()
+        ));
+    }
+    let body = container_body(settings, node, binds);
+    engine.create_container(name, body).await.map_err(|e| {
+        if docker::is_conflict(&e) {
+            Error::prerequisite(format!(
+                "a container named `{name}` exists but is not this stack's K3s node"
+            ))
+            .with_hint(format!(
+                "remove it (`docker rm -f {name}`) or use another stack name with --name"
+            ))
+        } else {
+            docker::engine_error(format!("create node {name}"), e)
+        }
+    })?;
+    if !start {
+        return Ok(());
+    }
+    engine.start_container(name).await.map_err(|e| {
+        let message = docker::docker_message(&e);
+        if message.contains("port is already allocated")
+            || message.contains("address already in use")
+        {
+            Error::prerequisite(format!("node {name} cannot publish its ports: {message}"))
+                .with_hint("choose other ports (`cluster.apiServerPort`, `cluster.ports`)")
+        } else {
+            docker::engine_error(format!("start node {name}"), e)
+        }
+    })
+}
+
+/// Creates the named volumes of a node's state; returns their binds.
+async fn create_state_volumes(
+    engine: &dyn Engine,
+    settings: &Settings,
+    name: &str,
+) -> Result<Vec<String>, Error> {
+    let mut binds = Vec::new();
+    for (suffix, path) in STATE_PATHS {
+        let volume = format!("{name}-{suffix}");
+        engine
+            .create_volume(VolumeCreateRequest {
+                name: Some(volume.clone()),
+                labels: Some(node_labels(settings, "volume")),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| docker::engine_error(format!("create volume {volume}"), e))?;
+        binds.push(format!("{volume}:{path}"));
+    }
+    Ok(binds)
+}
+
+/// Hard-links the tarballs into the node's two staged directories (K3s
+/// imports what its own pods run, devstack the rest while the node boots:
+/// K3s leaves its imports packed, `ctr import` unpacks); returns the binds
+/// of both directories and of each tarball that could not be linked.
+fn stage_tarballs(
+    settings: &Settings,
+    name: &str,
+    tarballs: &[NodeTarball],
+) -> Result<Vec<String>, Error> {
+    let mut binds = Vec::new();
+    let staged = staged_images_dir(settings, name);
+    let _ = std::fs::remove_dir_all(&staged);
+    for (stage, in_node) in [
+        (Stage::Boot, IMAGES_IN_NODE),
+        (Stage::Devstack, PRELOAD_IN_NODE),
+    ] {
+        let dir = stage.dir(&staged);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::internal(format!("create {}", dir.display())).with_source(e))?;
+        binds.push(format!("{}:{in_node}", dir.display()));
+    }
+    for (index, tarball) in tarballs.iter().enumerate() {
+        let absolute =
+            std::fs::canonicalize(&tarball.path).unwrap_or_else(|_| tarball.path.clone());
+        let file = format!("{index:02}-{}", file_name(&absolute));
+        let (stage, in_node) = if tarball.at_boot {
+            (Stage::Boot, IMAGES_IN_NODE)
+        } else {
+            (Stage::Devstack, PRELOAD_IN_NODE)
+        };
+        // Another filesystem: mounted as a file instead.
+        if std::fs::hard_link(&absolute, stage.dir(&staged).join(&file)).is_err() {
+            binds.push(format!("{}:{in_node}/{file}:ro", absolute.display()));
+        }
+    }
+    Ok(binds)
+}
+
+/// The server's published ports (its API server's, then `cluster.ports`):
+/// the exposed port keys and their bindings. None for an agent.
+fn published(settings: &Settings, api_port: Option<u16>) -> (Vec<String>, PortMap) {
+    let mut port_bindings = HashMap::new();
+    let mut exposed = Vec::new();
+    if let Some(port) = api_port {
+        let key = format!("{API_PORT}/tcp");
+        exposed.push(key.clone());
+        port_bindings.insert(
+            key,
+            Some(vec![PortBinding {
+                host_ip: Some("127.0.0.1".into()),
+                host_port: Some(port.to_string()),
+            }]),
+        );
+        for mapping in &settings.cluster.ports {
+            let key = format!("{}/{}", mapping.container_port, mapping.protocol);
+            exposed.push(key.clone());
+            port_bindings.insert(
+                key,
+                Some(vec![PortBinding {
+                    host_ip: Some(mapping.bind_address.clone()),
+                    host_port: Some(mapping.host_port.to_string()),
+                }]),
+            );
+        }
+    }
+    (exposed, port_bindings)
+}
+
+/// The node's labels: its role, Kubernetes name and, on the server, its API
+/// port and how many of its arguments are devstack's own.
+fn new_node_labels(settings: &Settings, node: &NewNode<'_>) -> HashMap<String, String> {
+    let mut labels = node_labels(settings, node.role);
+    labels.insert(LABEL_NODE_NAME.into(), node.identity.to_string());
+    if let Some(port) = node.api_port {
+        labels.insert(LABEL_API_PORT.into(), port.to_string());
+    }
+    if let Some(count) = node.fixed_args {
+        labels.insert(LABEL_FIXED_ARGS.into(), count.to_string());
+    }
+    labels
+}
+
+/// The container spec of a node: privileged, on the stack network (at
+/// `node.ip` when given), `/run` a tmpfs.
+fn container_body(
+    settings: &Settings,
+    node: NewNode<'_>,
+    binds: Vec<String>,
+) -> ContainerCreateBody {
+    let labels = new_node_labels(settings, &node);
+    let (exposed, port_bindings) = published(settings, node.api_port);
+    let mut env = vec![format!("K3S_TOKEN={}", node.token)];
+    if node.role == ROLE_AGENT {
+        env.push(format!(
+            "K3S_URL=https://{}:{API_PORT}",
+            node_name(settings, "server", 0)
+        ));
+    }
+    ContainerCreateBody {
+        image: Some(settings.cluster.image.clone()),
+        entrypoint: Some(node_entrypoint()),
+        cmd: Some(node.args),
+        env: Some(env),
+        hostname: Some(node.identity.to_string()),
+        networking_config: node.ip.map(|ip| bollard::models::NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(
+                settings.resource_prefix(),
+                bollard::models::EndpointSettings {
+                    ipam_config: Some(bollard::models::EndpointIpamConfig {
+                        ipv4_address: Some(ip.to_string()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )])),
+        }),
+        labels: Some(labels),
+        exposed_ports: Some(exposed),
+        host_config: Some(HostConfig {
+            privileged: Some(true),
+            binds: Some(binds),
+            port_bindings: Some(port_bindings),
+            network_mode: Some(settings.resource_prefix()),
+            tmpfs: Some(HashMap::from([
+                ("/run".to_string(), String::new()),
+                ("/var/run".to_string(), String::new()),
+            ])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn registries_yaml(settings: &Settings) -> String {
+    let mut out = String::from("mirrors:\n");
+    for (registry, endpoints) in &settings.cluster.registry_mirrors {
+        out.push_str(&format!(
+            "  {}:\n    endpoint:\n",
+            serde_json::to_string(registry).expect("string")
+        ));
+        for endpoint in endpoints {
+            out.push_str(&format!(
+                "      - {}\n",
+                serde_json::to_string(endpoint).expect("string")
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::settings;
+    use super::*;
+
+    #[test]
+    fn a_restored_server_keeps_its_kubernetes_name_and_answers_to_both_names() {
+        let settings = settings("");
+        let args = own_server_args(&settings, "devstack-old-server-0");
+        assert!(args.contains(&"--node-name=devstack-old-server-0".to_string()));
+        assert!(args.contains(&"--tls-san=devstack-old-server-0".to_string()));
+        assert!(args.contains(&format!("--tls-san={}", node_name(&settings, "server", 0))));
+        let own = own_server_args(&settings, &node_name(&settings, "server", 0));
+        assert!(
+            own.contains(&KUBE_PROXY_SYNC_AT_ONCE.to_string()),
+            "{own:?}"
+        );
+    }
+}

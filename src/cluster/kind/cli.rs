@@ -1,0 +1,461 @@
+//! Finding a usable `kind` binary, and running it: bounded in time, in its
+//! own process group, its failures quoting the end of its stderr.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use super::{INSTALL_HINT, STDERR_TAIL_LINES};
+use crate::cluster::preload;
+use crate::error::Error;
+use crate::hostinfo::{parse_semver, tool_version};
+use crate::profile::{HumanDuration, Settings};
+use crate::versions::KIND_MIN_VERSION;
+
+/// A usable kind CLI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindCli {
+    pub path: PathBuf,
+    pub version: (u64, u64, u64),
+    /// What `kind version` printed.
+    pub version_line: String,
+    /// `DEVSTACK_KIND`, `PATH` or `the offline bundle`.
+    pub origin: &'static str,
+}
+
+/// The kind CLI devstack drives: `DEVSTACK_KIND` when set (and then only
+/// that one), else the first usable of `kind` on `PATH` and the offline
+/// bundle's `bin/kind` (an airgapped machine gets kind with the bundle). A
+/// kind older than [`KIND_MIN_VERSION`] is refused.
+pub async fn find_kind(settings: &Settings) -> Result<KindCli, Error> {
+    let found = find_installed_kind(settings).await;
+    let Err(not_found) = found else {
+        return found;
+    };
+    if crate::envvars::is_set(crate::envvars::DEVSTACK_KIND) {
+        return Err(not_found);
+    }
+    // Kind needs nothing but Docker: the pinned release, checksum verified.
+    match crate::artifacts::fetch_kind(settings).await {
+        Ok(path) => check_kind(path, "devstack's cache").await,
+        Err(fetch) => Err(Error::prerequisite(format!(
+            "{}, and fetching kind {} failed: {}",
+            not_found.message(),
+            crate::versions::KIND_CLI_VERSION,
+            fetch.message()
+        ))
+        .with_hint(
+            not_found
+                .hint()
+                .map(String::from)
+                .unwrap_or_else(|| INSTALL_HINT.to_string()),
+        )),
+    }
+}
+
+/// [`find_kind`] without fetching: what this machine has.
+pub async fn find_installed_kind(settings: &Settings) -> Result<KindCli, Error> {
+    find_kind_from(
+        crate::envvars::get(crate::envvars::DEVSTACK_KIND).map(PathBuf::from),
+        &path_var(),
+        bundled_kind(settings),
+    )
+    .await
+}
+
+/// The offline bundle's kind binary (index entry `kind: binary`, `name: kind`).
+pub fn bundled_kind(settings: &Settings) -> Option<PathBuf> {
+    let bundle = preload::open_bundle(settings).ok().flatten()?;
+    let artifact = bundle
+        .index
+        .artifacts
+        .iter()
+        .find(|a| a.kind == "binary" && a.name == "kind")?;
+    Some(bundle.path_of(artifact))
+}
+
+/// [`find_kind`] with explicit inputs, so tests need not touch the
+/// process-wide environment.
+pub async fn find_kind_from(
+    explicit: Option<PathBuf>,
+    path_var: &OsStr,
+    bundled: Option<PathBuf>,
+) -> Result<KindCli, Error> {
+    if let Some(path) = explicit {
+        return check_kind(path, "DEVSTACK_KIND").await;
+    }
+    let candidates: Vec<(PathBuf, &'static str)> = locate("kind", path_var)
+        .map(|p| (p, "PATH"))
+        .into_iter()
+        .chain(
+            bundled
+                .filter(|p| p.is_file())
+                .map(|p| (p, "the offline bundle")),
+        )
+        .collect();
+    if candidates.is_empty() {
+        return Err(Error::prerequisite(
+            "`kind` not found on PATH, in DEVSTACK_KIND or in the offline bundle (provider kind needs it)",
+        )
+        .with_hint(format!(
+            "{INSTALL_HINT}; or use `--provider k3s`, which needs only Docker"
+        )));
+    }
+    // An old kind on PATH must not hide a good one in the bundle; when none
+    // works, the first one's problem is the one to fix.
+    let mut first_error = None;
+    for (path, origin) in candidates {
+        match check_kind(path, origin).await {
+            Ok(cli) => return Ok(cli),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_error.expect("at least one candidate"))
+}
+
+async fn check_kind(path: PathBuf, origin: &'static str) -> Result<KindCli, Error> {
+    let line = tool_version(&path, &["version"]).await;
+    let Some(version) = line.as_deref().and_then(parse_semver) else {
+        return Err(Error::prerequisite(format!(
+            "`{} version` ({origin}) does not report a version{}",
+            path.display(),
+            line.map(|l| format!(" (it printed `{l}`)"))
+                .unwrap_or_default()
+        ))
+        .with_hint(format!("reinstall kind: {INSTALL_HINT}")));
+    };
+    if version < KIND_MIN_VERSION {
+        let (a, b, c) = version;
+        let (x, y, z) = KIND_MIN_VERSION;
+        return Err(Error::prerequisite(format!(
+            "kind v{a}.{b}.{c} at {} ({origin}) is older than v{x}.{y}.{z}, the oldest devstack supports",
+            path.display()
+        ))
+        .with_hint(format!(
+            "upgrade kind: {INSTALL_HINT}; or use `--provider k3s`, which needs only Docker"
+        )));
+    }
+    Ok(KindCli {
+        path,
+        version,
+        version_line: line.unwrap_or_default(),
+        origin,
+    })
+}
+
+fn path_var() -> OsString {
+    std::env::var_os("PATH").unwrap_or_default()
+}
+
+fn locate(binary: &str, path_var: &OsStr) -> Option<PathBuf> {
+    which::which_in_global(binary, Some(path_var)).ok()?.next()
+}
+
+/// kind shells out to the Docker CLI; without it every kind command fails
+/// with a message about `docker` rather than about what is missing.
+pub(super) fn require_docker_cli() -> Result<(), Error> {
+    match locate("docker", &path_var()) {
+        Some(_) => Ok(()),
+        None => Err(Error::prerequisite(
+            "`docker` CLI not found on PATH (kind runs it to manage nodes)",
+        )
+        .with_hint(
+            "install the Docker CLI, or use `--provider k3s`, which talks to the engine directly",
+        )),
+    }
+}
+
+/// Runs kind to completion within `timeout`; callers judge the exit status.
+/// Failing to start kind is a prerequisite error (nothing happened), running
+/// past `timeout` an internal one (kind may have done part of its work).
+pub(super) async fn run_kind(
+    kind: &Path,
+    args: &[&OsStr],
+    timeout: Duration,
+) -> Result<Output, Error> {
+    let mut command = tokio::process::Command::new(kind);
+    command
+        .args(args)
+        // devstack manages the engine through Docker; an inherited podman
+        // selection would put the nodes where bollard cannot see them.
+        .env("KIND_EXPERIMENTAL_PROVIDER", "docker")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group, so that stopping kind also stops the `docker run`s
+        // it started (see `KillGroup`); devstack handles Ctrl-C itself.
+        .process_group(0)
+        .kill_on_drop(true);
+    let child = command.spawn().map_err(|e| {
+        Error::prerequisite(format!("cannot run {}", kind.display()))
+            .with_source(e)
+            .with_hint(format!("reinstall kind: {INSTALL_HINT}"))
+    })?;
+    let mut group = KillGroup(child.id());
+    let result = tokio::time::timeout(timeout, child.wait_with_output()).await;
+    match result {
+        Ok(Ok(output)) => {
+            group.0 = None;
+            Ok(output)
+        }
+        Ok(Err(e)) => {
+            Err(Error::internal(format!("waiting for {} failed", kind.display())).with_source(e))
+        }
+        Err(_) => Err(Error::timeout(format!(
+            "`{}` did not finish within {}",
+            display_command(args),
+            HumanDuration(timeout)
+        ))),
+    }
+}
+
+/// Kills a kind process group unless kind finished: Ctrl-C drops the `up`
+/// future, and neither kind nor the Docker CLIs it runs may keep creating
+/// nodes after devstack has started rolling back.
+struct KillGroup(Option<u32>);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: signals the process group devstack created for kind.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+fn display_command(args: &[&OsStr]) -> String {
+    std::iter::once("kind".into())
+        .chain(args.iter().map(|a| a.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub(super) fn tail_lines(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A failed kind command as an error quoting the end of its stderr.
+pub(super) fn kind_failed(args: &[&OsStr], output: &Output) -> Error {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let tail = tail_lines(&stderr, STDERR_TAIL_LINES);
+    let message = format!(
+        "`{}` failed ({}){}",
+        display_command(args),
+        output.status,
+        if tail.is_empty() {
+            String::new()
+        } else {
+            format!("; kind said:\n{tail}")
+        }
+    );
+    if stderr.contains("port is already allocated") || stderr.contains("address already in use") {
+        Error::prerequisite(message).with_hint(
+            "a host port is taken: change `cluster.apiServerPort` (0 picks a free one) or `cluster.ports`",
+        )
+    } else {
+        Error::internal(message).with_hint(
+            "`devstack doctor` checks what kind needs (Docker, inotify limits, memory, free ports)",
+        )
+    }
+}
+
+/// Runs kind and returns its stdout, failing on a non-zero exit.
+pub(super) async fn kind_stdout(
+    kind: &Path,
+    args: &[&OsStr],
+    timeout: Duration,
+) -> Result<String, Error> {
+    let output = run_kind(kind, args, timeout).await?;
+    if !output.status.success() {
+        return Err(kind_failed(args, &output));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+pub(super) fn scratch_dir() -> Result<tempfile::TempDir, Error> {
+    tempfile::Builder::new()
+        .prefix("devstack-kind-")
+        .tempdir()
+        .map_err(|e| {
+            Error::internal("cannot create a temporary directory for kind")
+                .with_source(e)
+                .with_hint("make the temporary directory (TMPDIR) writable")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Kind;
+
+    #[tokio::test]
+    async fn missing_kind_is_a_prerequisite_error_with_a_hint() {
+        let empty = tempfile::tempdir().unwrap();
+        let missing_bundle = Some(empty.path().join("bin/kind"));
+        let err = find_kind_from(None, empty.path().as_os_str(), missing_bundle)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), Kind::Prerequisite);
+        assert_eq!(
+            err.message(),
+            "`kind` not found on PATH, in DEVSTACK_KIND or in the offline bundle (provider kind needs it)"
+        );
+        let hint = err.hint().unwrap();
+        assert!(
+            hint.contains("go install sigs.k8s.io/kind@v0.33.0"),
+            "{hint}"
+        );
+        assert!(hint.contains("DEVSTACK_KIND"), "{hint}");
+        assert!(hint.contains("--provider k3s"), "{hint}");
+    }
+
+    /// A fake `kind` printing `version_line`, in its own directory.
+    fn fake_kind(version_line: &str) -> tempfile::TempDir {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kind");
+        std::fs::write(&path, format!("#!/bin/sh\necho '{version_line}'\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        dir
+    }
+
+    /// Retried because executing a freshly written script can fail with
+    /// ETXTBSY while another test thread forks.
+    async fn retried<F, Fut>(find: F) -> Result<KindCli, Error>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<KindCli, Error>>,
+    {
+        let mut result = find().await;
+        for _ in 0..3 {
+            match &result {
+                Err(e) if e.message().contains("does not report a version") => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    result = find().await;
+                }
+                _ => break,
+            }
+        }
+        result
+    }
+
+    /// `find_kind_from` with a fake kind on PATH.
+    async fn find_fake(version_line: &str) -> Result<KindCli, Error> {
+        let dir = fake_kind(version_line);
+        retried(|| find_kind_from(None, dir.path().as_os_str(), None)).await
+    }
+
+    #[tokio::test]
+    async fn old_kind_is_refused() {
+        let err = find_fake("kind v0.20.0 go1.20 linux/amd64")
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), Kind::Prerequisite);
+        assert!(err.message().contains("kind v0.20.0"), "{}", err.message());
+        assert!(
+            err.message().contains("older than v0.30.0"),
+            "{}",
+            err.message()
+        );
+        assert!(err.hint().unwrap().contains("upgrade kind"));
+    }
+
+    #[tokio::test]
+    async fn supported_kind_is_found() {
+        let cli = find_fake("kind v0.33.0 go1.26.8 linux/amd64")
+            .await
+            .unwrap();
+        assert!(cli.path.ends_with("kind"));
+        assert_eq!(cli.version, (0, 33, 0));
+        assert_eq!(cli.origin, "PATH");
+    }
+
+    #[tokio::test]
+    async fn kind_without_a_version_is_refused() {
+        let err = find_fake("something else").await.unwrap_err();
+        assert_eq!(err.kind(), Kind::Prerequisite);
+        assert!(err.message().contains("does not report a version"));
+        assert!(err.message().contains("`something else`"));
+    }
+
+    #[tokio::test]
+    async fn the_bundle_kind_is_used_when_path_has_none_or_an_old_one() {
+        let bundled = fake_kind("kind v0.33.0 go1.26.8 linux/amd64");
+        let bundled_path = bundled.path().join("kind");
+        let empty = tempfile::tempdir().unwrap();
+        let cli =
+            retried(|| find_kind_from(None, empty.path().as_os_str(), Some(bundled_path.clone())))
+                .await
+                .unwrap();
+        assert_eq!(
+            (cli.path.as_path(), cli.origin),
+            (bundled_path.as_path(), "the offline bundle")
+        );
+
+        let old = fake_kind("kind v0.20.0 go1.20 linux/amd64");
+        let cli =
+            retried(|| find_kind_from(None, old.path().as_os_str(), Some(bundled_path.clone())))
+                .await
+                .unwrap();
+        assert_eq!(cli.origin, "the offline bundle");
+    }
+
+    #[tokio::test]
+    async fn devstack_kind_wins_and_is_not_second_guessed() {
+        let good = fake_kind("kind v0.33.0 go1.26.8 linux/amd64");
+        let old = fake_kind("kind v0.20.0 go1.20 linux/amd64");
+        let cli = retried(|| {
+            find_kind_from(Some(old.path().join("kind")), good.path().as_os_str(), None)
+        })
+        .await
+        .unwrap_err();
+        assert!(
+            cli.message().contains("(DEVSTACK_KIND)"),
+            "{}",
+            cli.message()
+        );
+        let cli = retried(|| {
+            find_kind_from(Some(good.path().join("kind")), old.path().as_os_str(), None)
+        })
+        .await
+        .unwrap();
+        assert_eq!(cli.origin, "DEVSTACK_KIND");
+    }
+
+    #[test]
+    fn kind_failures_quote_the_end_of_stderr() {
+        use std::os::unix::process::ExitStatusExt;
+        let stderr: String = (1..=30).map(|i| format!("line {i}\n")).collect();
+        let output = Output {
+            status: std::process::ExitStatus::from_raw(256),
+            stdout: Vec::new(),
+            stderr: stderr.into_bytes(),
+        };
+        let args = [OsStr::new("create"), OsStr::new("cluster")];
+        let err = kind_failed(&args, &output);
+        assert_eq!(err.kind(), Kind::Internal);
+        let message = err.message();
+        assert!(
+            message.starts_with("`kind create cluster` failed"),
+            "{message}"
+        );
+        assert!(
+            message.contains("line 11\n") && message.ends_with("line 30"),
+            "{message}"
+        );
+        assert!(!message.contains("line 10\n"), "{message}");
+        assert!(err.hint().is_some());
+
+        let output = Output {
+            stderr: b"Bind for 127.0.0.1:8080 failed: port is already allocated\n".to_vec(),
+            ..output
+        };
+        assert_eq!(kind_failed(&args, &output).kind(), Kind::Prerequisite);
+    }
+}
