@@ -68,7 +68,7 @@ pub struct UpReport {
     /// The artifacts resolved into the cache (`None` with an offline bundle).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub artifacts: Option<crate::artifacts::PullReport>,
-    pub localstack: localstack::UpReport,
+    pub localstack: localstack::LocalStackReport,
     pub cluster: Provisioned,
     pub seed: SeedReport,
     pub gitops: DeliverReport,
