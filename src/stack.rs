@@ -471,21 +471,13 @@ impl Stack {
         }
 
         let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
-        let moved_kubelets = if restore.is_some() {
-            let engine = docker::shared(docker);
-            let moved =
-                crate::snapshot::correct_node_addresses(engine.as_ref(), settings, &client).await?;
-            (!moved.is_empty()).then(|| {
-                tokio::spawn(crate::snapshot::wait_kubelets_reachable(
-                    client.clone(),
-                    moved,
-                    crate::snapshot::KUBELET_CERTIFICATE_WAIT,
-                ))
-            })
-        } else {
-            None
+        let after_restore = match restore {
+            Some(_) => {
+                let engine = docker::shared(docker);
+                Some(crate::snapshot::after_restore(engine.as_ref(), settings, &client).await?)
+            }
+            None => None,
         };
-        let moved_kubelets = moved_kubelets.map(AbortOnDrop);
         // A node that starts again (restored, or its container restarted)
         // crashes its pods the same way; on a node that did not, there is
         // nothing to find. Lives until `up` returns.
@@ -599,8 +591,8 @@ impl Stack {
                     .map(|pod| format!("pod {pod} crashed as its node started: recreated it")),
             );
         }
-        if let Some(mut waiting) = moved_kubelets {
-            let _ = (&mut waiting.0).await;
+        if let Some(after_restore) = after_restore {
+            after_restore.finish().await;
         }
         for repair in &repaired {
             self.ui.info(format!("  repaired: {repair}"));
