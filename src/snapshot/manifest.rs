@@ -55,9 +55,9 @@ pub struct SavedFile {
     pub file: String,
     pub bytes: u64,
     pub blake3: String,
-    /// It holds the node's shared part ([`super::shared`]): a restore puts it in
-    /// the snapshot's volume, not in the node, whose `path` is where the
-    /// node sees that volume.
+    /// It holds the node's shared part (see `snapshot/shared.rs`): a
+    /// restore puts it in the snapshot's volume, not in the node, whose
+    /// `path` is where the node sees that volume.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared: bool,
 }
