@@ -61,7 +61,7 @@ pub struct Endpoint {
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct UpReport {
+pub struct LocalStackReport {
     pub action: Action,
     pub endpoint: Endpoint,
     pub services: BTreeMap<String, String>,
@@ -195,7 +195,7 @@ pub async fn up(
     docker: &Docker,
     settings: &Settings,
     progress: &dyn Fn(&str),
-) -> Result<UpReport, Error> {
+) -> Result<LocalStackReport, Error> {
     let name = container_name(settings);
     let network = network_name(settings);
     let started = Instant::now();
@@ -266,7 +266,7 @@ pub async fn up(
     progress("waiting for services to report available");
     let services = wait_healthy(docker, settings, started).await?;
     let endpoint = describe(docker, settings).await?;
-    Ok(UpReport {
+    Ok(LocalStackReport {
         action,
         endpoint,
         services,

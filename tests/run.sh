@@ -137,7 +137,7 @@ group_counting_skips() {
 }
 
 # The unit group: the library's and binaries' tests, the CLI and layering
-# tests, and the doc examples (src/stack.rs's are the library's usage).
+# tests, and the doc examples (src/stack/mod.rs's are the library's usage).
 unit_tests() {
   local rc=0
   cargo test --lib --bins --test unit -- --nocapture || rc=1

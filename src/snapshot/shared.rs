@@ -1,6 +1,6 @@
 //! The part of a saved node that every stack restored from the snapshot
 //! shares instead of copying: containerd's content blobs and overlay
-//! snapshots (image layers, 1.3 GB for the ci profile). Neither changes once
+//! snapshots (the image layers, most of a node's bytes). Neither changes once
 //! written, so a restore puts them once in a Docker volume of the snapshot,
 //! mounted read-only into each restored node, and fills the node's own state
 //! with symlinks into it. containerd reads through the links and mounts

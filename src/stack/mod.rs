@@ -1,0 +1,270 @@
+//! The whole stack as one object: what `devstack up` and `down` do, and the
+//! library API Rust integration test suites use:
+//!
+//! ```no_run
+//! # async fn demo() -> devstack::Result<()> {
+//! use devstack::stack::{Stack, UpOptions};
+//! let stack = Stack::from_profile(Some("ci"), &Default::default())?;
+//! let up = stack.up(UpOptions::default()).await?;
+//! let client = stack.kube_client().await?;      // talk to the cluster
+//! let env = stack.env();                         // AWS_ENDPOINT_URL, KUBECONFIG, ...
+//! stack.verify(Default::default()).await?;
+//! stack.down().await?;
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use crate::cluster;
+use crate::error::Error;
+use crate::health::StatusReport;
+use crate::localstack;
+use crate::profile::{Overrides, Settings};
+use crate::timeline::Timeline;
+use crate::ui::Ui;
+use crate::verify::{VerifyOptions, VerifyReport};
+use crate::{docker, state};
+
+mod guard;
+mod repair;
+mod up;
+
+pub use guard::StackGuard;
+pub use up::{UpOptions, UpReport};
+
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DownReport {
+    pub stack: String,
+    pub cluster: bool,
+    pub localstack: bool,
+    pub state: bool,
+}
+
+impl DownReport {
+    pub fn removed_anything(&self) -> bool {
+        self.cluster || self.localstack || self.state
+    }
+}
+
+pub struct Stack {
+    settings: Settings,
+    ui: Ui,
+    timeline: Timeline,
+}
+
+impl Stack {
+    pub fn new(settings: Settings) -> Self {
+        Stack {
+            settings,
+            ui: Ui::silent(),
+            timeline: Timeline::new(),
+        }
+    }
+
+    /// The settings with what the stack's record knows now (the ports
+    /// `auto` chose), which an `up` of this same object may have just set.
+    fn current(&self) -> Settings {
+        let mut settings = self.settings.clone();
+        state::attach_record(&mut settings);
+        settings
+    }
+
+    /// A profile file or shipped profile name (`None`: the default profile).
+    pub fn from_profile(profile: Option<&str>, overrides: &Overrides) -> Result<Self, Error> {
+        Ok(Self::new(crate::profile::select(profile, overrides)?))
+    }
+
+    /// Progress output (the CLI's printer; library callers get a silent one).
+    pub fn with_ui(mut self, ui: Ui) -> Self {
+        self.ui = ui;
+        self
+    }
+
+    /// Records each `up` on `timeline` (restarted at the start of each),
+    /// which the caller keeps to read what ran even when `up` fails.
+    pub fn with_timeline(mut self, timeline: Timeline) -> Self {
+        self.timeline = timeline;
+        self
+    }
+
+    /// What the last (or the running) `up` did when.
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    /// `KUBECONFIG`, `AWS_ENDPOINT_URL`, region and test credentials.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        exports(&self.current())
+    }
+
+    pub async fn kube_client(&self) -> Result<kube::Client, Error> {
+        crate::k8s::stack_client(&self.settings).await
+    }
+
+    /// The health model: every part of the stack, healthy, reconciling,
+    /// unhealthy or missing, by the same rules `devstack status` uses.
+    pub async fn status(&self) -> StatusReport {
+        crate::health::collect(&self.current()).await
+    }
+
+    /// Waits until the stack is settled (everything Ready, nothing
+    /// reconciling) or `limit` passes; returns the last report either way.
+    pub async fn wait_settled(&self, limit: std::time::Duration) -> StatusReport {
+        crate::health::wait_settled(&self.current(), limit, &|_| {}).await
+    }
+
+    /// Holds this stack's lock for a run that changes it, telling the user
+    /// when another run holds it first.
+    async fn lock(&self, command: &str) -> Result<state::StackLock, Error> {
+        let ui = self.ui.clone();
+        state::StackLock::acquire(&self.settings, command, &move |m| ui.info(m)).await
+    }
+
+    /// Whether any labelled container of this stack exists.
+    pub async fn exists(&self, docker: &bollard::Docker) -> Result<bool, Error> {
+        Ok(
+            !docker::find_containers(docker, docker::stack_filter(Some(&self.settings.name)))
+                .await?
+                .is_empty()
+                || cluster::exists(&docker::shared(docker), &self.settings).await?,
+        )
+    }
+
+    /// Saves the stack's cluster as snapshot `name` (default: the stack's
+    /// name), replacing one of that name, once the round trip passes on it.
+    /// The nodes are paused while their files are read (seconds) and run on.
+    pub async fn snapshot_save(
+        &self,
+        name: Option<&str>,
+    ) -> Result<crate::snapshot::SaveReport, Error> {
+        let settings = self.current();
+        let name = name.unwrap_or(&settings.name).to_string();
+        crate::snapshot::check_name(&name)?;
+        crate::snapshot::require_k3s(&settings)?;
+        let docker = docker::connect().await?;
+        let _lock = self.lock("snapshot save").await?;
+        let client = self
+            .kube_client()
+            .await
+            .map_err(|e| e.context("the stack is not up, so there is nothing to save"))?;
+        self.ui.info("verifying the stack before saving it");
+        let report =
+            crate::verify::run(&settings, &client, VerifyOptions::default(), &self.ui).await?;
+        if let Some(err) = report.to_error(&settings) {
+            return Err(err
+                .context("the round trip fails on the stack, so it is not saved")
+                .with_hint("`devstack up` repairs the stack; save once it is verified"));
+        }
+        let ui = self.ui.clone();
+        crate::snapshot::save(
+            docker::shared(&docker).as_ref(),
+            &settings,
+            &name,
+            &move |m| ui.info(m),
+        )
+        .await
+    }
+
+    /// The round trip against a running stack.
+    pub async fn verify(&self, options: VerifyOptions) -> Result<VerifyReport, Error> {
+        let client = self.kube_client().await?;
+        crate::verify::run(&self.current(), &client, options, &self.ui).await
+    }
+
+    /// Removes the stack's cluster, LocalStack, network, volumes, kubeconfig
+    /// context and state, by labels. Idempotent.
+    pub async fn down(&self) -> Result<DownReport, Error> {
+        let docker = docker::connect().await?;
+        let _lock = self.lock("down").await?;
+        self.remove(&docker).await
+    }
+
+    async fn remove(&self, docker: &bollard::Docker) -> Result<DownReport, Error> {
+        let settings = &self.settings;
+        let engine = docker::shared(docker);
+        let cluster = cluster::remove(&engine, settings).await?;
+        // A stack restored from a removed or replaced snapshot held its
+        // shared volume: free now, unless another stack uses it.
+        let _ = crate::snapshot::prune_shared_volumes(engine.as_ref(), settings).await;
+        let localstack = localstack::down(docker, settings).await?;
+        docker::remove_network_if_unused(docker, &localstack::network_name(settings)).await?;
+        let dir = state::stack_dir(settings);
+        let state = dir.exists() && std::fs::remove_dir_all(&dir).is_ok();
+        Ok(DownReport {
+            stack: settings.name.clone(),
+            cluster,
+            localstack,
+            state,
+        })
+    }
+}
+
+/// Variables for using the stack from other tools; no secret values.
+pub fn exports(settings: &Settings) -> Vec<(&'static str, String)> {
+    let endpoint = settings.localstack.endpoint_url();
+    let region = settings.localstack.region.clone();
+    let mut vars = vec![
+        ("DEVSTACK_STACK", settings.name.clone()),
+        ("AWS_ENDPOINT_URL", endpoint),
+        ("AWS_REGION", region.clone()),
+        ("AWS_DEFAULT_REGION", region),
+        (
+            "AWS_ACCESS_KEY_ID",
+            crate::aws::TEST_ACCESS_KEY_ID.to_string(),
+        ),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            crate::aws::TEST_SECRET_ACCESS_KEY.to_string(),
+        ),
+    ];
+    let kubeconfig = state::kubeconfig_path(settings);
+    if kubeconfig.is_file() {
+        vars.push(("KUBECONFIG", kubeconfig.display().to_string()));
+    }
+    vars
+}
+
+/// Names of every stack with a labelled container, network or volume here.
+pub async fn all_stack_names(docker: &bollard::Docker) -> Result<BTreeSet<String>, Error> {
+    let mut names = BTreeSet::new();
+    for container in docker::find_containers(docker, docker::stack_filter(None)).await? {
+        if let Some(name) = container
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(docker::LABEL_STACK))
+        {
+            names.insert(name.clone());
+        }
+    }
+    let options = bollard::query_parameters::ListNetworksOptions {
+        filters: Some(std::collections::HashMap::from([(
+            "label".to_string(),
+            docker::stack_filter(None),
+        )])),
+    };
+    let networks = docker
+        .list_networks(Some(options))
+        .await
+        .map_err(|e| docker::engine_error("list networks", e))?;
+    for network in networks {
+        if let Some(name) = network
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(docker::LABEL_STACK))
+        {
+            names.insert(name.clone());
+        }
+    }
+    Ok(names)
+}
