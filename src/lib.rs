@@ -13,6 +13,7 @@ pub mod cli;
 pub mod cluster;
 pub mod commands;
 pub mod docker;
+pub mod doctor;
 pub mod envvars;
 pub mod error;
 pub mod gitops;

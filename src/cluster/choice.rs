@@ -3,11 +3,14 @@
 //! a usable kind CLI is found, else K3s, which needs nothing but Docker.
 //! The decision is a pure function; [`settle`] gathers its inputs.
 
+use serde::Serialize;
+
 use crate::error::Error;
 use crate::profile::{Provider, Settings};
 
 /// What decided the provider, for the line `up` prints.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Reason {
     /// A flag, an environment variable or the profile named it.
     Pinned,
@@ -17,9 +20,11 @@ pub enum Reason {
     Default,
     /// The default needs kind and none is usable: K3s instead. Carries why.
     KindMissing(String),
+    /// A snapshot restores into K3s, the provider snapshots hold.
+    Snapshot,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Choice {
     pub provider: Provider,
     pub reason: Reason,
@@ -110,6 +115,36 @@ pub async fn settle(
     };
     let choice = decide(None, existing, kind);
     Ok((settings.with_provider(choice.provider)?, choice))
+}
+
+/// `settings` for a restore from a snapshot: K3s unless pinned (a pinned
+/// Kind is refused by the restore itself, naming the reason).
+pub fn settle_for_restore(settings: &Settings) -> Result<(Settings, Choice), Error> {
+    if settings.provider_pinned() {
+        let choice = decide(Some(settings.cluster.provider), None, Ok(()));
+        return Ok((settings.clone(), choice));
+    }
+    let choice = Choice {
+        provider: Provider::K3s,
+        reason: Reason::Snapshot,
+    };
+    Ok((settings.with_provider(Provider::K3s)?, choice))
+}
+
+/// `settings` on the provider of the stack's existing cluster when the
+/// profile does not pin one: what `down` must remove, even for a stack made
+/// before its record kept the provider.
+pub async fn on_existing_provider(
+    docker: &bollard::Docker,
+    settings: Settings,
+) -> Result<Settings, Error> {
+    if settings.provider_pinned() {
+        return Ok(settings);
+    }
+    match existing_provider(docker, &settings).await? {
+        Some(provider) => settings.with_provider(provider),
+        None => Ok(settings),
+    }
 }
 
 #[cfg(test)]

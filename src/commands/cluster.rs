@@ -38,7 +38,7 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
             .await
         }
         ClusterCommand::Down => {
-            let settings = super::on_existing_provider(&docker, settings).await?;
+            let settings = cluster::choice::on_existing_provider(&docker, settings).await?;
             let removed = cluster::remove(&engine, &settings).await?;
             ctx.ui.info(if removed {
                 format!(

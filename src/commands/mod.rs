@@ -28,64 +28,25 @@ pub struct Context {
 }
 
 impl Context {
-    /// Settings for commands that act on a stack, with the global overrides
-    /// and what the stack's record knows (the ports `auto` chose).
-    pub fn settings(&self, extra: impl FnOnce(&mut Overrides)) -> Result<Settings, Error> {
-        let mut overrides = Overrides {
+    /// The global flags that override the profile.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
             name: self.global.name.clone(),
             provider: self.global.provider.map(Into::into),
             bundle: self.global.bundle.clone(),
             ..Overrides::default()
-        };
+        }
+    }
+
+    /// Settings for commands that act on a stack, with the global overrides
+    /// and what the stack's record knows (the ports `auto` chose).
+    pub fn settings(&self, extra: impl FnOnce(&mut Overrides)) -> Result<Settings, Error> {
+        let mut overrides = self.overrides();
         extra(&mut overrides);
         let mut settings = crate::profile::select(self.global.profile.as_deref(), &overrides)?;
         crate::state::attach_record(&mut settings);
         Ok(settings)
     }
-}
-
-/// Settings on the provider of the stack's existing cluster when the
-/// profile does not pin one: what `down` must remove, even for a stack
-/// made before its record kept the provider (or before Kind was the default).
-pub async fn on_existing_provider(
-    docker: &bollard::Docker,
-    settings: Settings,
-) -> Result<Settings, Error> {
-    if settings.provider_pinned() {
-        return Ok(settings);
-    }
-    match crate::cluster::choice::existing_provider(docker, &settings).await? {
-        Some(provider) => settings.with_provider(provider),
-        None => Ok(settings),
-    }
-}
-
-/// The Kubernetes version a stack's API server reports, and why the
-/// stack's components may not suit it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct KubernetesCheck {
-    pub version: String,
-    pub warnings: Vec<String>,
-}
-
-/// [`KubernetesCheck`] of the running stack; `None` when its API server
-/// does not answer (no cluster yet).
-pub async fn kubernetes_check(settings: &Settings) -> Option<KubernetesCheck> {
-    let client = crate::k8s::stack_client(settings).await.ok()?;
-    let info = tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        client.apiserver_version(),
-    )
-    .await
-    .ok()?
-    .ok()?;
-    let warnings = crate::versions::parse_kube_version(&info.git_version)
-        .map(crate::versions::kubernetes_warnings)
-        .unwrap_or_default();
-    Some(KubernetesCheck {
-        version: info.git_version,
-        warnings,
-    })
 }
 
 pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {

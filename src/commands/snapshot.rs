@@ -14,8 +14,6 @@ pub async fn run(ctx: &Context, command: SnapshotCommand) -> Result<i32, Error> 
     let settings = ctx.settings(|_| {})?;
     match command {
         SnapshotCommand::Save { snapshot: name } => {
-            let docker = crate::docker::connect().await?;
-            let settings = super::on_existing_provider(&docker, settings).await?;
             let stack = Stack::new(settings).with_ui(ctx.ui.clone());
             let report = stack.snapshot_save(name.as_deref()).await?;
             let info = &report.snapshot;

@@ -7,19 +7,7 @@ use crate::stack::{Stack, UpOptions};
 use crate::timeline::Timeline;
 
 pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
-    let mut settings = ctx.settings(|_| {})?;
-    if args.from_snapshot.is_some() && !settings.provider_pinned() {
-        // Snapshots hold K3s clusters; a profile that leaves the provider
-        // open restores on K3s rather than on the default choice.
-        settings = settings.with_provider(crate::profile::Provider::K3s)?;
-    }
-    // Before anything else: which provider, and why when it is not the
-    // one the user would expect (the K3s fallback, an existing stack's).
-    let docker = crate::docker::connect().await?;
-    let (settings, choice) = crate::cluster::choice::settle(&docker, &settings).await?;
-    if let Some(notice) = choice.notice() {
-        ctx.ui.warn(notice);
-    }
+    let settings = ctx.settings(|_| {})?;
     let timeline = Timeline::new();
     let stack = Stack::new(settings)
         .with_ui(ctx.ui.clone())
@@ -69,8 +57,7 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
         report.stack,
         crate::ui::format_duration(std::time::Duration::from_millis(report.elapsed_ms))
     ));
-    let kubernetes = super::kubernetes_check(stack.settings()).await;
-    if let Some(check) = &kubernetes {
+    if let Some(check) = &report.kubernetes {
         for warning in &check.warnings {
             ctx.ui
                 .warn(format!("Kubernetes {} is {warning}", check.version));
@@ -78,10 +65,8 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
     }
     ctx.ui.info(next_commands(&stack.settings().cli_flags()));
     if ctx.ui.json() {
-        let mut value = serde_json::to_value(&report).expect("report serializes");
-        value["provider"] = serde_json::json!(stack.settings().cluster.provider);
-        value["kubernetes"] = serde_json::to_value(&kubernetes).expect("check serializes");
-        ctx.ui.emit_json(&value);
+        ctx.ui
+            .emit_json(&serde_json::to_value(&report).expect("report serializes"));
     }
     Ok(0)
 }

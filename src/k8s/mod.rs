@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod conditions;
 pub mod sandbox;
+pub mod version;
 pub mod wait;
 
 use std::time::Duration;

@@ -109,7 +109,7 @@ impl Stack {
     }
 
     pub async fn kube_client(&self) -> Result<kube::Client, Error> {
-        crate::k8s::stack_client(&self.settings).await
+        crate::k8s::stack_client(&self.current()).await
     }
 
     /// The health model: every part of the stack, healthy, reconciling,
@@ -148,11 +148,11 @@ impl Stack {
         &self,
         name: Option<&str>,
     ) -> Result<crate::snapshot::SaveReport, Error> {
-        let settings = self.current();
+        let docker = docker::connect().await?;
+        let settings = cluster::choice::on_existing_provider(&docker, self.current()).await?;
         let name = name.unwrap_or(&settings.name).to_string();
         crate::snapshot::check_name(&name)?;
         crate::snapshot::require_k3s(&settings)?;
-        let docker = docker::connect().await?;
         let _lock = self.lock("snapshot save").await?;
         let client = self
             .kube_client()
@@ -184,10 +184,19 @@ impl Stack {
 
     /// Removes the stack's cluster, LocalStack, network, volumes, kubeconfig
     /// context and state, by labels. Idempotent.
+    ///
+    /// A profile that does not pin the provider removes the cluster of the
+    /// provider it was made with.
     pub async fn down(&self) -> Result<DownReport, Error> {
         let docker = docker::connect().await?;
         let _lock = self.lock("down").await?;
-        self.remove(&docker).await
+        let settings = cluster::choice::on_existing_provider(&docker, self.current()).await?;
+        let run = Stack {
+            settings,
+            ui: self.ui.clone(),
+            timeline: self.timeline.clone(),
+        };
+        run.remove(&docker).await
     }
 
     async fn remove(&self, docker: &bollard::Docker) -> Result<DownReport, Error> {
@@ -233,6 +242,45 @@ pub fn exports(settings: &Settings) -> Vec<(&'static str, String)> {
         vars.push(("KUBECONFIG", kubeconfig.display().to_string()));
     }
     vars
+}
+
+/// Removes every devstack stack on this machine (found by its labels) and
+/// nothing else, each on the profile `profile` with `overrides` and its
+/// own name. A Kind cluster carries kind's labels, not devstack's: both
+/// providers' removal runs, so a stack whose record is gone goes whole.
+pub async fn down_all(
+    profile: Option<&str>,
+    overrides: &Overrides,
+    ui: &Ui,
+) -> Result<Vec<DownReport>, Error> {
+    let docker = docker::connect().await?;
+    let mut reports = Vec::new();
+    for name in all_stack_names(&docker).await? {
+        let named = Overrides {
+            name: Some(name.clone()),
+            ..overrides.clone()
+        };
+        let settings = crate::profile::select(profile, &named)?;
+        let mut report = Stack::new(settings.clone())
+            .with_ui(ui.clone())
+            .down()
+            .await?;
+        let other = match settings.cluster.provider {
+            crate::profile::Provider::K3s => crate::profile::Provider::Kind,
+            crate::profile::Provider::Kind => crate::profile::Provider::K3s,
+        };
+        let on_other = Overrides {
+            provider: Some(other),
+            ..named
+        };
+        if let Ok(settings) = crate::profile::select(profile, &on_other)
+            && let Ok(again) = Stack::new(settings).with_ui(ui.clone()).down().await
+        {
+            report.cluster |= again.cluster;
+        }
+        reports.push(report);
+    }
+    Ok(reports)
 }
 
 /// Names of every stack with a labelled container, network or volume here.

@@ -9,13 +9,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::Stack;
 use super::repair::{CrashedPods, localstack_repair, missing_flux_objects};
+use crate::cluster::choice::{self, Choice};
 use crate::cluster::{self, Provisioned};
 use crate::error::Error;
 use crate::gitops::{self, DeliverOptions, DeliverReport};
 use crate::health::StatusReport;
+use crate::k8s::version::KubernetesCheck;
 use crate::localstack::{self, LocalStackReport};
 use crate::pipeline::{Interrupts, Runner, StepRecord};
-use crate::profile::Settings;
+use crate::profile::{Provider, Settings};
 use crate::seed::{self, SeedOptions, SeedReport};
 use crate::snapshot::{self, AfterRestore, Snapshot};
 use crate::timeline::Span;
@@ -41,6 +43,12 @@ pub struct UpOptions {
 #[serde(rename_all = "camelCase")]
 pub struct UpReport {
     pub stack: String,
+    /// The provider the stack runs on, and what decided it.
+    pub provider: Provider,
+    pub choice: Choice,
+    /// The Kubernetes version the API server reports, and whether the
+    /// stack's components support it (`None`: it did not answer).
+    pub kubernetes: Option<KubernetesCheck>,
     /// The stack did not exist before this `up`.
     pub created: bool,
     /// The snapshot the stack was created from (`up --from-snapshot`).
@@ -78,12 +86,39 @@ impl Stack {
     /// route, Flux and the External Secrets chain, then the round trip.
     /// A stack this call created is rolled back on failure (and on Ctrl-C
     /// with `handle_interrupt`) unless `retain`.
+    ///
+    /// A profile that does not pin the provider gets the one the stack's
+    /// cluster was made with, else Kind, else K3s when no usable kind CLI
+    /// is found (said through the ui, and in the report's `choice`).
     pub async fn up(&self, options: UpOptions) -> Result<UpReport, Error> {
         self.timeline.restart();
         let docker = docker::connect().await?;
+        let (run, choice) = self.settled(choice::settle(&docker, &self.current()).await?);
         let interrupts = Interrupts::watch(options.handle_interrupt);
         // Boxed: debug builds' futures are large, and a test thread's stack is small.
-        Box::pin(self.up_locked(&docker, options, None, &interrupts.cancel, &interrupts.stop)).await
+        Box::pin(run.up_locked(
+            &docker,
+            options,
+            None,
+            choice,
+            &interrupts.cancel,
+            &interrupts.stop,
+        ))
+        .await
+    }
+
+    /// This stack on the settled provider, with the notice the user should
+    /// read before anything else.
+    fn settled(&self, (settings, choice): (Settings, Choice)) -> (Stack, Choice) {
+        if let Some(notice) = choice.notice() {
+            self.ui.warn(notice);
+        }
+        let run = Stack {
+            settings,
+            ui: self.ui.clone(),
+            timeline: self.timeline.clone(),
+        };
+        (run, choice)
     }
 
     /// Creates the stack from snapshot `name` ([`Stack::snapshot_save`]):
@@ -98,13 +133,15 @@ impl Stack {
         options: UpOptions,
     ) -> Result<UpReport, Error> {
         self.timeline.restart();
-        let snapshot = snapshot::open(&self.settings, name)?;
+        let (run, choice) = self.settled(choice::settle_for_restore(&self.current())?);
+        let snapshot = snapshot::open(&run.settings, name)?;
         let docker = docker::connect().await?;
         let interrupts = Interrupts::watch(options.handle_interrupt);
-        Box::pin(self.up_locked(
+        Box::pin(run.up_locked(
             &docker,
             options,
             Some(&snapshot),
+            choice,
             &interrupts.cancel,
             &interrupts.stop,
         ))
@@ -116,6 +153,7 @@ impl Stack {
         docker: &bollard::Docker,
         options: UpOptions,
         restore: Option<&Snapshot>,
+        choice: Choice,
         cancel: &CancellationToken,
         stop: &CancellationToken,
     ) -> Result<UpReport, Error> {
@@ -143,6 +181,7 @@ impl Stack {
             docker,
             existed,
             restore,
+            choice,
             options,
             runner: &runner,
         };
@@ -165,6 +204,7 @@ struct UpRun<'a> {
     existed: bool,
     /// The snapshot the cluster is restored from.
     restore: Option<&'a Snapshot>,
+    choice: Choice,
     options: UpOptions,
     runner: &'a Runner,
 }
@@ -233,6 +273,9 @@ impl UpRun<'_> {
         let health = crate::health::collect(settings).await;
         Ok(UpReport {
             stack: settings.name.clone(),
+            provider: settings.cluster.provider,
+            choice: self.choice.clone(),
+            kubernetes: crate::k8s::version::check(settings).await,
             ports: state::StackRecord::load(settings).ports,
             created: !self.existed,
             from_snapshot: self.restore.map(|s| s.manifest.name.clone()),

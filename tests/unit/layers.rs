@@ -15,6 +15,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "library",
         &[
             "stack",
+            "doctor",
             "artifacts",
             "health",
             "pipeline",

@@ -1,0 +1,457 @@
+//! Can this machine run the profile? Every check `devstack doctor` shows,
+//! for the CLI and for a test suite that wants to skip with a reason.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::docker;
+use crate::hostinfo;
+use crate::profile::{Provider, Settings};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub status: Status,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+impl Check {
+    fn pass(name: &str, detail: impl Into<String>) -> Self {
+        Check {
+            name: name.into(),
+            status: Status::Pass,
+            detail: detail.into(),
+            hint: None,
+        }
+    }
+    fn warn(name: &str, detail: impl Into<String>, hint: impl Into<String>) -> Self {
+        Check {
+            name: name.into(),
+            status: Status::Warn,
+            detail: detail.into(),
+            hint: Some(hint.into()),
+        }
+    }
+    fn fail(name: &str, detail: impl Into<String>, hint: impl Into<String>) -> Self {
+        Check {
+            name: name.into(),
+            status: Status::Fail,
+            detail: detail.into(),
+            hint: Some(hint.into()),
+        }
+    }
+}
+
+const MIN_MEMORY: u64 = 2 << 30;
+const GOOD_MEMORY: u64 = 4 << 30;
+const MIN_DISK: u64 = 2 << 30;
+const GOOD_DISK: u64 = 10 << 30;
+/// kind's known-issues page: clusters exhaust lower limits ("too many open files").
+const INOTIFY_WATCHES: u64 = 524_288;
+const INOTIFY_INSTANCES: u64 = 512;
+
+/// The checks for the provider `up` would use (an existing stack's, or the
+/// K3s fallback); without Docker, for the profile's.
+#[derive(Debug, Clone, Serialize)]
+pub struct DoctorReport {
+    pub ok: bool,
+    pub profile: String,
+    pub stack: String,
+    pub provider: Provider,
+    pub checks: Vec<Check>,
+}
+
+pub async fn examine(settings: &Settings) -> DoctorReport {
+    let settings = match docker::connect().await {
+        Ok(docker) => crate::cluster::choice::settle(&docker, settings)
+            .await
+            .map(|(settled, _)| settled)
+            .unwrap_or_else(|_| settings.clone()),
+        Err(_) => settings.clone(),
+    };
+    let checks = checks(&settings).await;
+    DoctorReport {
+        ok: checks.iter().all(|c| c.status != Status::Fail),
+        profile: settings.profile.clone(),
+        stack: settings.name.clone(),
+        provider: settings.cluster.provider,
+        checks,
+    }
+}
+
+/// Every check for the profile; never fails as a whole.
+pub async fn checks(settings: &Settings) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let engine = docker_checks(&mut checks).await;
+    checks.extend(binary_checks(settings).await);
+    checks.extend(port_checks(settings, engine.as_ref()).await);
+    checks.push(kubernetes_check(settings).await);
+    if settings.cluster.provider == Provider::K3s {
+        checks.push(k3s_support_check(settings));
+    }
+    checks.push(memory_check());
+    if settings.cluster.provider == Provider::Kind || cfg!(target_os = "linux") {
+        checks.push(inotify_check(settings.cluster.provider));
+    }
+    checks
+}
+
+async fn docker_checks(checks: &mut Vec<Check>) -> Option<bollard::Docker> {
+    let docker = match docker::connect().await {
+        Ok(d) => d,
+        Err(err) => {
+            checks.push(Check::fail(
+                "docker",
+                err.message(),
+                err.hint().unwrap_or_default(),
+            ));
+            return None;
+        }
+    };
+    match docker.info().await {
+        Ok(info) => {
+            let version = info.server_version.clone().unwrap_or_else(|| "?".into());
+            let cgroup = info
+                .cgroup_version
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "?".into());
+            let driver = info
+                .cgroup_driver
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "?".into());
+            let api = docker.client_version().to_string();
+            checks.push(Check::pass(
+                "docker",
+                format!(
+                    "engine {version} (API {api}), cgroup v{cgroup} ({driver} driver) at {}",
+                    docker::engine_address()
+                ),
+            ));
+            if let Some(root) = info.docker_root_dir.as_deref() {
+                checks.push(disk_check(Path::new(root)));
+            }
+        }
+        Err(err) => checks.push(Check::fail(
+            "docker",
+            format!(
+                "engine answered ping but not info: {}",
+                docker::docker_message(&err)
+            ),
+            "check the engine's log; devstack needs a working engine",
+        )),
+    }
+    Some(docker)
+}
+
+fn disk_check(root: &Path) -> Check {
+    match hostinfo::free_disk(root) {
+        // The engine may be remote (DOCKER_HOST); its root dir is not ours to measure.
+        None => Check::pass(
+            "disk",
+            format!("{} not visible from here; skipped", root.display()),
+        ),
+        Some(free) if free < MIN_DISK => Check::fail(
+            "disk",
+            format!(
+                "{} free under {}",
+                hostinfo::human_bytes(free),
+                root.display()
+            ),
+            "free at least 2 GiB (`docker system prune` removes unused images and containers)",
+        ),
+        Some(free) if free < GOOD_DISK => Check::warn(
+            "disk",
+            format!(
+                "{} free under {}",
+                hostinfo::human_bytes(free),
+                root.display()
+            ),
+            "10 GiB or more is recommended for node images and LocalStack",
+        ),
+        Some(free) => Check::pass(
+            "disk",
+            format!(
+                "{} free under {}",
+                hostinfo::human_bytes(free),
+                root.display()
+            ),
+        ),
+    }
+}
+
+async fn binary_checks(settings: &Settings) -> Vec<Check> {
+    let mut out = vec![kind_check(settings).await];
+    // Optional: devstack installs Flux and charts itself; these only help
+    // inspecting the stack by hand.
+    let tools: [(&str, &[&str]); 3] = [
+        ("kubectl", &["version", "--client"]),
+        ("flux", &["version", "--client"]),
+        ("helm", &["version", "--short"]),
+    ];
+    for (tool, args) in tools {
+        match which::which(tool) {
+            Ok(path) => {
+                let version = hostinfo::tool_version(&path, args).await;
+                out.push(Check::pass(
+                    tool,
+                    format!(
+                        "{} ({})",
+                        version.unwrap_or_else(|| "version unknown".into()),
+                        path.display()
+                    ),
+                ));
+            }
+            Err(_) => out.push(Check::pass(tool, "not installed (optional)")),
+        }
+    }
+    out
+}
+
+/// The Kubernetes version against the ranges devstack knows (Flux 2.9,
+/// ESO 2.9): the running stack's API server, else the node image's tag.
+/// Outside a range is a warning: the stack still runs.
+async fn kubernetes_check(settings: &Settings) -> Check {
+    let (version, source) = match crate::k8s::version::check(settings).await {
+        Some(check) => (
+            crate::versions::parse_kube_version(&check.version),
+            format!("{} (the stack's API server)", check.version),
+        ),
+        None => (
+            crate::versions::kubernetes_of_image(&settings.cluster.image),
+            format!("from the node image {}", settings.cluster.image),
+        ),
+    };
+    let Some(version) = version else {
+        return Check::pass(
+            "kubernetes",
+            format!("version unknown ({source}); not checked"),
+        );
+    };
+    let (major, minor, patch) = version;
+    let warnings = crate::versions::kubernetes_warnings(version);
+    if warnings.is_empty() {
+        return Check::pass(
+            "kubernetes",
+            format!("{major}.{minor}.{patch} {source}: within Flux 2.9's and ESO 2.9's ranges"),
+        );
+    }
+    Check::warn(
+        "kubernetes",
+        format!("{major}.{minor}.{patch} {source}: {}", warnings.join("; ")),
+        format!(
+            "Kind runs Kubernetes 1.36 (`--provider kind`, node image {})",
+            crate::versions::KIND_NODE_IMAGE
+        ),
+    )
+}
+
+/// K3s's support status, from the version matrix.
+fn k3s_support_check(settings: &Settings) -> Check {
+    let k3s = crate::versions::component("k3s").expect("the matrix has K3s");
+    if settings.cluster.image == k3s.default {
+        Check::warn(
+            "k3s",
+            format!(
+                "{}: {} ({})",
+                k3s.default,
+                k3s.support.as_str(),
+                k3s.support_note
+            ),
+            "the Kind provider runs a supported Kubernetes; any `rancher/k3s` tag works online with `cluster.image`",
+        )
+    } else {
+        Check::pass(
+            "k3s",
+            format!(
+                "{} (devstack's default {} is {})",
+                settings.cluster.image,
+                k3s.default,
+                k3s.support.as_str()
+            ),
+        )
+    }
+}
+
+/// kind as the Kind provider finds it (DEVSTACK_KIND, PATH, the bundle or
+/// devstack's cache). Without one, `up` fetches the pinned release, so only
+/// a broken DEVSTACK_KIND (which is used alone) fails.
+async fn kind_check(settings: &Settings) -> Check {
+    let wanted = settings.cluster.provider == Provider::Kind;
+    match crate::cluster::kind::find_installed_kind(settings).await {
+        Ok(cli) => Check::pass(
+            "kind",
+            format!(
+                "{} ({}, from {})",
+                cli.version_line,
+                cli.path.display(),
+                cli.origin
+            ),
+        ),
+        Err(err) if crate::envvars::is_set(crate::envvars::DEVSTACK_KIND) => Check::fail(
+            "kind",
+            err.message(),
+            err.hint().unwrap_or(crate::cluster::kind::INSTALL_HINT),
+        ),
+        Err(err) if wanted => match crate::artifacts::kind_reachable(settings).await {
+            Ok(url) => Check::pass(
+                "kind",
+                format!(
+                    "not installed: `devstack up` fetches kind {} from {url} (checksum verified) into devstack's cache",
+                    crate::versions::KIND_CLI_VERSION
+                ),
+            ),
+            Err(why) => Check::fail(
+                "kind",
+                format!("{}, and it cannot be fetched: {why}", err.message()),
+                format!(
+                    "{}; or set {} to a mirror of the download; or use `--provider k3s`, which needs only Docker",
+                    crate::cluster::kind::INSTALL_HINT,
+                    crate::envvars::DEVSTACK_DOWNLOAD_MIRROR
+                ),
+            ),
+        },
+        Err(_) => Check::pass("kind", "not found (only the Kind provider needs it)"),
+    }
+}
+
+/// Ports the profile publishes on the host.
+pub fn required_ports(settings: &Settings) -> Vec<(String, IpAddr, u16)> {
+    let mut ports = Vec::new();
+    // `auto` ports are chosen free at creation: nothing to check.
+    if let Some(port) = settings.localstack.port.fixed() {
+        ports.push((
+            "localstack".to_string(),
+            settings.localstack.bind_address,
+            port,
+        ));
+    }
+    if let Some(port) = settings.cluster.api_server_port.fixed() {
+        ports.push(("api-server".into(), IpAddr::from([127, 0, 0, 1]), port));
+    }
+    for mapping in &settings.cluster.ports {
+        let addr = mapping
+            .bind_address
+            .parse()
+            .unwrap_or(IpAddr::from([127, 0, 0, 1]));
+        ports.push((
+            format!("port {}", mapping.host_port),
+            addr,
+            mapping.host_port,
+        ));
+    }
+    ports
+}
+
+async fn port_checks(settings: &Settings, engine: Option<&bollard::Docker>) -> Vec<Check> {
+    let mut out = Vec::new();
+    let owned = match engine {
+        Some(d) => docker_port_owners(d).await,
+        None => Vec::new(),
+    };
+    for (what, address, port) in required_ports(settings) {
+        let name = format!("port {port}");
+        let owner = owned.iter().find(|(p, _, _)| *p == port);
+        if let Some((_, container, stack)) = owner
+            && stack.as_deref() == Some(settings.name.as_str())
+        {
+            out.push(Check::pass(
+                &name,
+                format!("{what}: held by this stack's {container}"),
+            ));
+            continue;
+        }
+        if hostinfo::port_is_free(address, port) {
+            out.push(Check::pass(&name, format!("{what}: free on {address}")));
+            continue;
+        }
+        let holder = match owner {
+            Some((_, container, _)) => format!("container {container}"),
+            None => hostinfo::port_holder(port).unwrap_or_else(|| "another process".into()),
+        };
+        out.push(Check::fail(
+            &name,
+            format!("{what}: {address}:{port} is taken by {holder}"),
+            format!("stop {holder}, or choose another port in the profile (e.g. `localstack.port`) or with the matching environment variable"),
+        ));
+    }
+    out
+}
+
+/// (host port, container name, devstack stack label) for running containers.
+async fn docker_port_owners(docker: &bollard::Docker) -> Vec<(u16, String, Option<String>)> {
+    let Ok(containers) = docker
+        .list_containers(None::<bollard::query_parameters::ListContainersOptions>)
+        .await
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for c in containers {
+        let name = c
+            .names
+            .as_ref()
+            .and_then(|n| n.first())
+            .map(|n| n.trim_start_matches('/').to_string())
+            .unwrap_or_default();
+        let stack = c
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(docker::LABEL_STACK).cloned());
+        for p in c.ports.unwrap_or_default() {
+            if let Some(public) = p.public_port {
+                out.push((public, name.clone(), stack.clone()));
+            }
+        }
+    }
+    out
+}
+
+fn memory_check() -> Check {
+    match hostinfo::available_memory() {
+        None => Check::pass("memory", "unknown (no /proc/meminfo); skipped"),
+        Some(m) if m < MIN_MEMORY => Check::fail(
+            "memory",
+            format!("{} available", hostinfo::human_bytes(m)),
+            "a stack needs about 2 GiB: close other programs or stop other clusters (`devstack down --all`)",
+        ),
+        Some(m) if m < GOOD_MEMORY => Check::warn(
+            "memory",
+            format!("{} available", hostinfo::human_bytes(m)),
+            "4 GiB or more is recommended",
+        ),
+        Some(m) => Check::pass("memory", format!("{} available", hostinfo::human_bytes(m))),
+    }
+}
+
+fn inotify_check(provider: Provider) -> Check {
+    let watches = hostinfo::read_sysctl("/proc/sys/fs/inotify/max_user_watches");
+    let instances = hostinfo::read_sysctl("/proc/sys/fs/inotify/max_user_instances");
+    let (Some(watches), Some(instances)) = (watches, instances) else {
+        return Check::pass("inotify", "limits not readable; skipped");
+    };
+    let detail = format!("max_user_watches={watches}, max_user_instances={instances}");
+    if watches >= INOTIFY_WATCHES && instances >= INOTIFY_INSTANCES {
+        return Check::pass("inotify", detail);
+    }
+    let hint = format!(
+        "raise the limits: `sudo sysctl fs.inotify.max_user_watches={INOTIFY_WATCHES} fs.inotify.max_user_instances={INOTIFY_INSTANCES}` (persist in /etc/sysctl.d/)"
+    );
+    // Kind nodes run systemd and many watchers; they fail with "too many open
+    // files" below these limits. A single K3s node rarely does.
+    match provider {
+        Provider::Kind => Check::fail("inotify", format!("{detail} (too low for Kind)"), hint),
+        Provider::K3s => Check::warn("inotify", format!("{detail} (low)"), hint),
+    }
+}
