@@ -1,0 +1,774 @@
+//! The round trip's checks, run in order against the stack, each recorded
+//! with its latency, and the removal of every probe object afterwards.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, DynamicObject};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::probe::{
+    COMPONENT, LATE_WRITE_WINDOW, MANAGED_BY, Probe, VALUE_KEY, bounded, delete_object,
+    probe_external_secret, probe_push_objects, remove_late_writes,
+};
+use super::report::{CheckResult, CheckStatus};
+use super::{ESO_GROUP, ESO_VERSION, PUSH_SECRET_VERSION, external_secret_synced};
+use crate::error::{Error, Kind};
+use crate::gitops::CLUSTER_SECRET_STORE;
+use crate::k8s::wait::ready_verdict;
+use crate::k8s::{Budget, Verdict, Wait, conditions, dynamic_api};
+use crate::profile::settings::profile_external_secret_name;
+use crate::profile::{SecretString, Settings};
+use crate::ui::{Step, Ui, format_duration};
+
+const POLL: Duration = Duration::from_millis(250);
+
+/// A profile ExternalSecret (its JSON, `None` while absent) as a wait sees it.
+fn external_secret_verdict(object: Option<&Value>) -> Verdict {
+    match object {
+        Some(es) if external_secret_synced(es) => Verdict::Done,
+        Some(es) => Verdict::Waiting(
+            conditions::condition(es, "Ready")
+                .map(|c| c.summary())
+                .unwrap_or_else(|| "no Ready condition yet".into()),
+        ),
+        None => Verdict::Waiting("does not exist".into()),
+    }
+}
+
+/// Whether the probe Secret `name` holds `expected` and, when `replaced`
+/// is given, is a new object (another uid). Never quotes a value.
+fn secret_verdict(
+    secret: Option<&Secret>,
+    name: &str,
+    expected: &[u8],
+    replaced: Option<&str>,
+) -> Verdict {
+    let Some(secret) = secret else {
+        return Verdict::Waiting(format!("Secret {name} absent"));
+    };
+    if replaced.is_some() && replaced == secret.metadata.uid.as_deref() {
+        return Verdict::Waiting(format!("Secret {name} not deleted yet"));
+    }
+    match secret.data.as_ref().and_then(|d| d.get(VALUE_KEY)) {
+        Some(bytes) if bytes.0 == expected => Verdict::Done,
+        Some(_) => Verdict::Waiting(format!("Secret {name} holds another value")),
+        None => Verdict::Waiting(format!("Secret {name} has no key `{VALUE_KEY}`")),
+    }
+}
+
+/// What the run may have created, for cleanup (marked before each request:
+/// a request that timed out may still have happened).
+#[derive(Default)]
+struct Touched {
+    remote: bool,
+    external_secret: bool,
+    push_source: bool,
+    push_secret: bool,
+}
+
+enum Fail {
+    Reason(String),
+    Cancelled,
+}
+
+/// Latency and a detail line, or why the check failed.
+type Outcome = Result<(Duration, String), Fail>;
+
+/// One run of the checks with its probe: what it created (for cleanup),
+/// what each check found, and whether it was interrupted.
+pub(super) struct RoundTrip<'a> {
+    settings: &'a Settings,
+    client: kube::Client,
+    sm: aws_sdk_secretsmanager::Client,
+    ui: &'a Ui,
+    timeout: Duration,
+    cancel: CancellationToken,
+    pub(super) probe: Probe,
+    touched: Touched,
+    pub(super) checks: Vec<CheckResult>,
+    pub(super) interrupted: bool,
+}
+
+impl<'a> RoundTrip<'a> {
+    pub(super) fn new(
+        settings: &'a Settings,
+        client: &kube::Client,
+        ui: &'a Ui,
+        timeout: Duration,
+        cancel: CancellationToken,
+        probe: Probe,
+    ) -> Self {
+        RoundTrip {
+            settings,
+            client: client.clone(),
+            sm: crate::aws::secrets_manager(settings),
+            ui,
+            timeout,
+            cancel,
+            probe,
+            touched: Touched::default(),
+            checks: Vec::new(),
+            interrupted: false,
+        }
+    }
+
+    pub(super) async fn ensure_namespace(&self) -> Result<(), Error> {
+        let ns = &self.probe.namespace;
+        crate::k8s::apply(
+            &self.client,
+            &json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {MANAGED_BY.0: MANAGED_BY.1}},
+            }),
+        )
+        .await
+        .map_err(|e| {
+            Error::unhealthy(format!(
+                "cannot reach the cluster of stack `{}`: {}",
+                self.settings.name,
+                e.message()
+            ))
+            .with_hint("`devstack status` shows what is down; `devstack up` starts the stack")
+        })
+    }
+
+    pub(super) async fn run_checks(&mut self, push_secret: bool) {
+        /// Runs one check method with a progress step and records it;
+        /// evaluates to whether it passed. Nothing runs once interrupted.
+        macro_rules! check {
+            ($name:expr, $description:expr, $method:ident) => {{
+                let description: String = $description.into();
+                if self.interrupted {
+                    false
+                } else {
+                    let step = self.ui.step(&description);
+                    let outcome = self.$method().await;
+                    self.record(step, $name, None, description, outcome)
+                }
+            }};
+        }
+        const SYNC: &str = "ExternalSecret syncs a new secret";
+        const ROTATE: &str = "A rotated value reaches the cluster (force-sync)";
+        const RECREATE: &str = "A deleted Secret is recreated";
+        const PUSH: &str = "PushSecret writes to LocalStack";
+
+        let store = check!(
+            "clusterSecretStore",
+            format!("ClusterSecretStore {CLUSTER_SECRET_STORE} Ready"),
+            check_store
+        );
+        let synced = if store {
+            check!("sync", SYNC, check_sync)
+        } else {
+            self.skip("sync", SYNC, "the store is not Ready");
+            false
+        };
+        let rotated = if synced {
+            check!("rotate", ROTATE, check_rotate)
+        } else {
+            self.skip("rotate", ROTATE, "the first sync failed");
+            false
+        };
+        if rotated {
+            check!("recreate", RECREATE, check_recreate);
+        } else {
+            self.skip("recreate", RECREATE, "an earlier check failed");
+        }
+        if push_secret {
+            if synced {
+                check!("push", PUSH, check_push);
+            } else {
+                self.skip("push", PUSH, "the first sync failed");
+            }
+        }
+        if !self.interrupted {
+            self.check_profile(synced).await;
+        }
+    }
+
+    fn record(
+        &mut self,
+        step: Step,
+        name: &str,
+        object: Option<String>,
+        description: String,
+        outcome: Outcome,
+    ) -> bool {
+        let (status, latency, detail) = match outcome {
+            Ok((latency, detail)) => {
+                let detail = self.probe.scrub(&detail);
+                step.done(&detail);
+                (CheckStatus::Passed, Some(latency), detail)
+            }
+            Err(Fail::Reason(why)) => {
+                let why = self.probe.scrub(&why);
+                step.fail(&why);
+                (CheckStatus::Failed, None, why)
+            }
+            Err(Fail::Cancelled) => {
+                self.interrupted = true;
+                step.fail("interrupted");
+                (CheckStatus::Failed, None, "interrupted".to_string())
+            }
+        };
+        self.checks.push(CheckResult {
+            name: name.to_string(),
+            object,
+            description,
+            status,
+            passed: status == CheckStatus::Passed,
+            latency_ms: latency.map(|d| d.as_millis() as u64),
+            detail: (!detail.is_empty()).then_some(detail),
+        });
+        status == CheckStatus::Passed
+    }
+
+    fn skip(&mut self, name: &str, description: &str, why: &str) {
+        if self.interrupted {
+            return;
+        }
+        self.ui.step(description).skip(why);
+        self.checks.push(CheckResult {
+            name: name.to_string(),
+            object: None,
+            description: description.to_string(),
+            status: CheckStatus::Skipped,
+            passed: false,
+            latency_ms: None,
+            detail: Some(why.to_string()),
+        });
+    }
+
+    /// Polls `attempt` every 250 ms until it yields a value, `timeout`
+    /// passes (at least one attempt is made) or the run is cancelled.
+    /// `attempt` returns `Err(observation)` while not there yet; the last
+    /// observation explains a timeout.
+    async fn wait_for<T, F, Fut>(&self, timeout: Duration, mut attempt: F) -> Result<T, Fail>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, String>>,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            // Each attempt is bounded too, but always gets a moment.
+            let bound = deadline.max(Instant::now() + Duration::from_secs(5));
+            let result = tokio::select! {
+                _ = self.cancel.cancelled() => return Err(Fail::Cancelled),
+                r = tokio::time::timeout_at(bound, attempt()) => r,
+            };
+            let last = match result {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(observed)) => observed,
+                Err(_) => "the request did not finish in time".to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(Fail::Reason(format!(
+                    "not within {} ({last})",
+                    format_duration(timeout)
+                )));
+            }
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Err(Fail::Cancelled),
+                _ = tokio::time::sleep(POLL) => {}
+            }
+        }
+    }
+
+    /// Runs a watch-driven Kubernetes wait unless the run is cancelled; its
+    /// error (a timeout naming the last state seen) is the check's reason.
+    async fn watch<T>(
+        &self,
+        wait: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Fail> {
+        tokio::select! {
+            _ = self.cancel.cancelled() => Err(Fail::Cancelled),
+            result = wait => result.map_err(|e| Fail::Reason(e.message().to_string())),
+        }
+    }
+
+    /// Each wait of a check may take `timeouts.verify` (or the caller's bound).
+    fn budget(&self, limit: Duration) -> Budget {
+        Budget::new(limit, "timeouts.verify")
+    }
+
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.probe.namespace)
+    }
+
+    fn external_secrets(&self, namespace: &str) -> Api<DynamicObject> {
+        dynamic_api(
+            &self.client,
+            &format!("{ESO_GROUP}/{ESO_VERSION}"),
+            "ExternalSecret",
+            Some(namespace),
+        )
+    }
+
+    fn push_secrets(&self) -> Api<DynamicObject> {
+        dynamic_api(
+            &self.client,
+            &format!("{ESO_GROUP}/{PUSH_SECRET_VERSION}"),
+            "PushSecret",
+            Some(&self.probe.namespace),
+        )
+    }
+
+    fn aws_tags(&self) -> Vec<aws_sdk_secretsmanager::types::Tag> {
+        let tag = |k: &str, v: &str| {
+            aws_sdk_secretsmanager::types::Tag::builder()
+                .key(k)
+                .value(v)
+                .build()
+        };
+        vec![
+            tag(
+                crate::docker::LABEL_MANAGED_BY,
+                crate::docker::MANAGED_BY_VALUE,
+            ),
+            tag(crate::docker::LABEL_STACK, &self.settings.name),
+            tag(crate::docker::LABEL_ROLE, COMPONENT.1),
+        ]
+    }
+
+    fn aws_reason<E: ProvideErrorMetadata, R>(&self, what: &str, err: &SdkError<E, R>) -> String {
+        let endpoint = self.settings.localstack.endpoint_url();
+        match err {
+            SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => {
+                format!("cannot {what}: LocalStack at {endpoint} did not answer")
+            }
+            _ => format!(
+                "cannot {what}: LocalStack answered {}: {}",
+                err.code().unwrap_or("an error"),
+                err.message().unwrap_or("no message")
+            ),
+        }
+    }
+
+    /// The Ready condition of the probe ExternalSecret, to explain a timeout.
+    async fn external_secret_state(&self) -> String {
+        match self
+            .external_secrets(&self.probe.namespace)
+            .get_opt(&self.probe.object)
+            .await
+        {
+            Ok(Some(es)) => match conditions::condition(&es.data, "Ready") {
+                Some(c) => format!("ExternalSecret: {}", c.summary()),
+                None => "ExternalSecret has no Ready condition yet".into(),
+            },
+            Ok(None) => "ExternalSecret is gone".into(),
+            Err(e) => format!("ExternalSecret unreadable: {e}"),
+        }
+    }
+
+    /// Waits until the probe's Kubernetes Secret holds `expected` (and, when
+    /// given, is not the object with uid `replaced`); returns its uid.
+    async fn wait_secret_value(
+        &self,
+        expected: &SecretString,
+        replaced: Option<&str>,
+    ) -> Result<String, Fail> {
+        let name = self.probe.object.as_str();
+        let wait = Wait::new(
+            format!("Secret {}/{name}", self.probe.namespace),
+            if replaced.is_some() {
+                "recreated with the probe value"
+            } else {
+                "synced with the probe value"
+            },
+            self.budget(self.timeout),
+        );
+        let check = |secret: Option<&Secret>| {
+            secret_verdict(secret, name, expected.expose().as_bytes(), replaced)
+        };
+        let result = self
+            .watch(wait.object(self.secrets(), name, check))
+            .await
+            .map(|secret| secret.and_then(|s| s.metadata.uid).unwrap_or_default());
+        match result {
+            Err(Fail::Reason(why)) => Err(Fail::Reason(format!(
+                "{why}; {}",
+                self.external_secret_state().await
+            ))),
+            other => other,
+        }
+    }
+
+    async fn check_store(&mut self) -> Outcome {
+        let api = crate::gitops::cluster_secret_stores(&self.client);
+        let started = Instant::now();
+        let wait = Wait::new(
+            format!("ClusterSecretStore {CLUSTER_SECRET_STORE}"),
+            "Ready",
+            self.budget(self.timeout),
+        );
+        let store = self
+            .watch(wait.object(api, CLUSTER_SECRET_STORE, |store| match store {
+                Some(store) => ready_verdict(&store.data),
+                None => Verdict::Waiting(format!(
+                    "ClusterSecretStore {CLUSTER_SECRET_STORE} does not exist (or ESO's CRDs are not installed)"
+                )),
+            }))
+            .await?;
+        let detail = store
+            .and_then(|s| conditions::condition(&s.data, "Ready"))
+            .map(|c| c.summary())
+            .unwrap_or_default();
+        Ok((started.elapsed(), detail))
+    }
+
+    async fn check_sync(&mut self) -> Outcome {
+        self.touched.remote = true;
+        let remote = self.probe.remote.clone();
+        let created = self
+            .sm
+            .create_secret()
+            .name(&remote)
+            .description("devstack verify probe; removed when verify ends")
+            .secret_string(self.probe.initial.expose())
+            .set_tags(Some(self.aws_tags()))
+            .send()
+            .await;
+        if let Err(e) = created {
+            return Err(Fail::Reason(
+                self.aws_reason(&format!("create secret `{remote}`"), &e),
+            ));
+        }
+        self.touched.external_secret = true;
+        let started = Instant::now();
+        crate::k8s::apply(&self.client, &probe_external_secret(&self.probe, None))
+            .await
+            .map_err(|e| Fail::Reason(e.message().to_string()))?;
+        self.wait_secret_value(&self.probe.initial, None).await?;
+        Ok((
+            started.elapsed(),
+            format!(
+                "{} -> Secret {}/{}",
+                remote, self.probe.namespace, self.probe.object
+            ),
+        ))
+    }
+
+    async fn check_rotate(&mut self) -> Outcome {
+        let remote = self.probe.remote.clone();
+        let put = self
+            .sm
+            .put_secret_value()
+            .secret_id(&remote)
+            .secret_string(self.probe.rotated.expose())
+            .send()
+            .await;
+        if let Err(e) = put {
+            return Err(Fail::Reason(
+                self.aws_reason(&format!("rotate secret `{remote}`"), &e),
+            ));
+        }
+        let started = Instant::now();
+        let stamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis()
+            .to_string();
+        crate::k8s::apply(
+            &self.client,
+            &probe_external_secret(&self.probe, Some(&stamp)),
+        )
+        .await
+        .map_err(|e| Fail::Reason(e.message().to_string()))?;
+        self.wait_secret_value(&self.probe.rotated, None).await?;
+        Ok((started.elapsed(), String::new()))
+    }
+
+    async fn check_recreate(&mut self) -> Outcome {
+        let api = self.secrets();
+        let name = &self.probe.object;
+        let old = match api.get_opt(name).await {
+            Ok(Some(s)) => s.metadata.uid.unwrap_or_default(),
+            Ok(None) => return Err(Fail::Reason(format!("Secret {name} vanished"))),
+            Err(e) => return Err(Fail::Reason(format!("reading Secret {name}: {e}"))),
+        };
+        let started = Instant::now();
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => return Err(Fail::Reason(format!("deleting Secret {name}: {e}"))),
+        }
+        self.wait_secret_value(&self.probe.rotated, Some(&old))
+            .await?;
+        Ok((started.elapsed(), String::new()))
+    }
+
+    async fn check_push(&mut self) -> Outcome {
+        let (source, push) = probe_push_objects(&self.probe);
+        self.touched.push_source = true;
+        crate::k8s::apply(&self.client, &source)
+            .await
+            .map_err(|e| Fail::Reason(e.message().to_string()))?;
+        self.touched.push_secret = true;
+        let started = Instant::now();
+        crate::k8s::apply(&self.client, &push)
+            .await
+            .map_err(|e| Fail::Reason(e.message().to_string()))?;
+        let this: &Self = self;
+        let remote = this.probe.push_remote.as_str();
+        let expected = this.probe.pushed.expose().as_bytes();
+        let result = this
+            .wait_for(this.timeout, move || async move {
+                match this.sm.get_secret_value().secret_id(remote).send().await {
+                    Ok(out) => {
+                        // ESO pushes binary by default (`secretPushFormat`).
+                        let matches = out.secret_string().map(str::as_bytes) == Some(expected)
+                            || out.secret_binary().map(|b| b.as_ref()) == Some(expected);
+                        if matches {
+                            Ok(())
+                        } else {
+                            Err(format!("`{remote}` holds another value"))
+                        }
+                    }
+                    Err(e)
+                        if e.as_service_error()
+                            .is_some_and(|s| s.is_resource_not_found_exception()) =>
+                    {
+                        Err(format!("`{remote}` not in LocalStack yet"))
+                    }
+                    Err(e) => Err(this.aws_reason(&format!("read secret `{remote}`"), &e)),
+                }
+            })
+            .await;
+        match result {
+            Ok(()) => Ok((
+                started.elapsed(),
+                format!(
+                    "Secret {}/{} -> {remote}",
+                    self.probe.namespace, self.probe.push_object
+                ),
+            )),
+            Err(Fail::Reason(why)) => {
+                let state = match self.push_secrets().get_opt(&self.probe.push_object).await {
+                    Ok(Some(ps)) => match conditions::condition(&ps.data, "Ready") {
+                        Some(c) => format!("PushSecret: {}", c.summary()),
+                        None => "PushSecret has no Ready condition yet".into(),
+                    },
+                    Ok(None) => "PushSecret is gone".into(),
+                    Err(e) => format!("PushSecret unreadable: {e}"),
+                };
+                Err(Fail::Reason(format!("{why}; {state}")))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every ExternalSecret the profile declares is Ready (SecretSynced).
+    /// Waits for them when the probe round trip worked (they may have been
+    /// created moments ago); otherwise looks once.
+    async fn check_profile(&mut self, wait: bool) {
+        let targets: Vec<(String, String)> = self
+            .settings
+            .secrets
+            .iter()
+            .filter(|s| s.sync.is_some())
+            .map(profile_external_secret_name)
+            .collect();
+        if targets.is_empty() {
+            return;
+        }
+        let step = self.ui.step(format!(
+            "{} profile ExternalSecret(s) Synced",
+            targets.len()
+        ));
+        let started = Instant::now();
+        let timeout = if wait { self.timeout } else { Duration::ZERO };
+        let budget = self.budget(timeout);
+        let this: &Self = self;
+        // (namespace, name) -> Ok(latency) once synced, or Err(last state).
+        let waits = targets.iter().map(|(ns, name)| async move {
+            let until = Wait::new(format!("ExternalSecret {ns}/{name}"), "Synced", budget);
+            // The report names the object: its detail is the state alone.
+            let mut last = "not read yet".to_string();
+            let synced = until
+                .object(this.external_secrets(ns), name, |es| {
+                    let verdict = external_secret_verdict(es.map(|es| &es.data));
+                    if let Verdict::Waiting(state) = &verdict {
+                        last.clone_from(state);
+                    }
+                    verdict
+                })
+                .await;
+            let state = match synced {
+                Ok(_) => Ok(started.elapsed()),
+                Err(e) if e.kind() == Kind::Timeout => Err(last),
+                Err(e) => Err(e.message().to_string()),
+            };
+            ((ns.clone(), name.clone()), state)
+        });
+        let all = async { Ok::<_, Error>(futures::future::join_all(waits).await) };
+        let (cancelled, states): (bool, BTreeMap<_, _>) = match this.watch(all).await {
+            Ok(states) => (false, states.into_iter().collect()),
+            Err(_) => (
+                true,
+                targets
+                    .iter()
+                    .map(|t| (t.clone(), Err("interrupted".to_string())))
+                    .collect(),
+            ),
+        };
+        let failed = states.values().filter(|s| s.is_err()).count();
+        if cancelled {
+            self.interrupted = true;
+            step.fail("interrupted");
+        } else if failed == 0 {
+            step.done("");
+        } else {
+            step.fail(format!("{failed} of {} not synced", states.len()));
+        }
+        for ((ns, name), state) in states {
+            let (status, latency, detail) = match state {
+                Ok(latency) => (CheckStatus::Passed, Some(latency), None),
+                Err(_) if cancelled => (CheckStatus::Failed, None, Some("interrupted".into())),
+                Err(why) => (CheckStatus::Failed, None, Some(self.probe.scrub(&why))),
+            };
+            if let Some(why) = &detail {
+                self.ui.info(format!("  {ns}/{name}: {why}"));
+            }
+            self.checks.push(CheckResult {
+                name: "profileExternalSecret".into(),
+                object: Some(format!("{ns}/{name}")),
+                description: format!("ExternalSecret {ns}/{name} Synced"),
+                status,
+                passed: status == CheckStatus::Passed,
+                latency_ms: latency.map(|d| d.as_millis() as u64),
+                detail,
+            });
+        }
+    }
+
+    /// Removes every probe object that may exist; returns what failed.
+    pub(super) async fn cleanup(&self) -> Vec<String> {
+        let p = &self.probe;
+        let ns = &p.namespace;
+        let delete_remote = |name: String| async move {
+            match self
+                .sm
+                .delete_secret()
+                .secret_id(&name)
+                .force_delete_without_recovery(true)
+                .send()
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_resource_not_found_exception()) =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(self.aws_reason(&format!("delete secret `{name}`"), &e)),
+            }
+        };
+        let mut warnings = Vec::new();
+        // The ExternalSecret goes first so ESO does not recreate its Secret;
+        // the PushSecret before its remote secret so ESO does not push again.
+        if self.touched.external_secret {
+            let what = format!("ExternalSecret {ns}/{}", p.object);
+            let request = delete_object(self.external_secrets(ns), p.object.clone());
+            warnings.extend(bounded(what, request).await);
+            let what = format!("Secret {ns}/{}", p.object);
+            let request = delete_object(self.secrets(), p.object.clone());
+            warnings.extend(bounded(what.clone(), request).await);
+            // Interrupted, the round trip did not wait for ESO's reconcile of
+            // the probe: one still in flight can write the Secret after both
+            // removals above, within moments or not at all.
+            if self.interrupted {
+                let request =
+                    remove_late_writes(self.secrets(), p.object.clone(), LATE_WRITE_WINDOW);
+                warnings.extend(bounded(what, request).await);
+            }
+        }
+        if self.touched.push_secret {
+            let what = format!("PushSecret {ns}/{}", p.push_object);
+            let request = delete_object(self.push_secrets(), p.push_object.clone());
+            warnings.extend(bounded(what, request).await);
+        }
+        if self.touched.push_source {
+            let what = format!("Secret {ns}/{}", p.push_object);
+            let request = delete_object(self.secrets(), p.push_object.clone());
+            warnings.extend(bounded(what, request).await);
+        }
+        if self.touched.remote {
+            let what = format!("LocalStack secret `{}`", p.remote);
+            warnings.extend(bounded(what, delete_remote(p.remote.clone())).await);
+        }
+        if self.touched.push_secret {
+            let what = format!("LocalStack secret `{}`", p.push_remote);
+            warnings.extend(bounded(what, delete_remote(p.push_remote.clone())).await);
+        }
+        warnings.iter().map(|w| p.scrub(w)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::REASON_SECRET_SYNCED;
+
+    #[test]
+    fn secret_waits_say_what_is_wrong_without_the_value() {
+        use k8s_openapi::ByteString;
+        let secret = |uid: &str, value: &str| {
+            let mut s = Secret::default();
+            s.metadata.uid = Some(uid.into());
+            s.data = Some([(VALUE_KEY.to_string(), ByteString(value.as_bytes().to_vec()))].into());
+            s
+        };
+        let state = |v: Verdict| match v {
+            Verdict::Waiting(state) => state,
+            Verdict::Done => "done".into(),
+            Verdict::Failed(e) => panic!("{e:?}"),
+        };
+        let old = secret("u1", "hunter2");
+        assert_eq!(
+            state(secret_verdict(Some(&old), "p", b"hunter2", None)),
+            "done"
+        );
+        assert_eq!(
+            state(secret_verdict(Some(&old), "p", b"rotated", None)),
+            "Secret p holds another value"
+        );
+        assert_eq!(
+            state(secret_verdict(Some(&old), "p", b"hunter2", Some("u1"))),
+            "Secret p not deleted yet"
+        );
+        let new = secret("u2", "hunter2");
+        assert_eq!(
+            state(secret_verdict(Some(&new), "p", b"hunter2", Some("u1"))),
+            "done"
+        );
+        assert_eq!(
+            state(secret_verdict(None, "p", b"x", None)),
+            "Secret p absent"
+        );
+    }
+
+    #[test]
+    fn external_secret_waits_need_secret_synced() {
+        let es = |status: &str, reason: &str| json!({"status": {"conditions": [{"type": "Ready", "status": status, "reason": reason}]}});
+        assert!(matches!(
+            external_secret_verdict(Some(&es("True", REASON_SECRET_SYNCED))),
+            Verdict::Done
+        ));
+        assert!(matches!(
+            external_secret_verdict(Some(&es("False", "SecretSyncedError"))),
+            Verdict::Waiting(s) if s == "SecretSyncedError"
+        ));
+        assert!(
+            matches!(external_secret_verdict(None), Verdict::Waiting(s) if s == "does not exist")
+        );
+        assert!(
+            matches!(ready_verdict(&json!({})), Verdict::Waiting(s) if s == "no Ready condition yet")
+        );
+    }
+}
