@@ -1,10 +1,9 @@
 //! `devstack verify`: the round trip, cancellable with Ctrl-C.
 
-use tokio_util::sync::CancellationToken;
-
 use crate::cli::VerifyArgs;
 use crate::commands::Context;
 use crate::error::Error;
+use crate::pipeline::Interrupts;
 use crate::ui::format_duration;
 use crate::verify::{self, VerifyOptions};
 
@@ -12,23 +11,16 @@ pub async fn run(ctx: &Context, args: VerifyArgs) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
     crate::localstack::require_port(&settings)?;
     let client = crate::k8s::stack_client(&settings).await?;
-    // Ctrl-C stops the checks; the probe objects are still removed.
-    let cancel = CancellationToken::new();
-    let watcher = tokio::spawn({
-        let cancel = cancel.clone();
-        async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                cancel.cancel();
-            }
-        }
-    });
+    // Ctrl-C stops the checks; the probe objects are still removed. The
+    // round trip's cleanup is bounded, so it watches only the first Ctrl-C.
+    let interrupts = Interrupts::watch(true);
     let options = VerifyOptions {
         push_secret: args.push_secret,
         timeout: None,
-        cancel: Some(cancel),
+        cancel: Some(interrupts.cancel.clone()),
     };
     let result = verify::run(&settings, &client, options, &ctx.ui).await;
-    watcher.abort();
+    drop(interrupts);
     let report = result?;
     ctx.ui.info(format!(
         "{} {} in {}",

@@ -218,7 +218,7 @@ fn probe_readiness_every_second(container: &mut Value) {
 /// With this gate, a reconcile request (or a new source revision) cancels
 /// the running check and starts a new one, which polls at once: the chain's
 /// wait asks for one as soon as what a level checks is healthy (see
-/// `chain::checking_health`). Upstream's purpose, a fix applied without
+/// `chain::judge::checking_health`). Upstream's purpose, a fix applied without
 /// waiting out a failing check, comes with it.
 fn cancel_health_checks_on_requeue(container: &mut Value) {
     const GATE: &str = "CancelHealthCheckOnNewRevision=true";
@@ -243,7 +243,7 @@ fn cancel_health_checks_on_requeue(container: &mut Value) {
 /// ...) before trying a refused download again; after a restart the first
 /// downloads race the artifact server that starts beside them and all of
 /// them paid that wait. Failed at once, a level is asked again by the
-/// chain within a moment (`chain::artifact_server_not_serving`; without
+/// chain within a moment (`chain::retry::artifact_server_not_serving`; without
 /// devstack Flux tries again at the level's `retryInterval`), and
 /// helm-controller retries the HelmRelease itself within a second (its
 /// failure back-off starts at 750 ms).

@@ -102,9 +102,7 @@ pub fn offline_eso(settings: &Settings) -> Result<Option<OfflineEso>, Error> {
         format!("{ESO_CRDS_PREFIX}/{ESO_CRDS_FILE}"),
         read(bundle.path_of(crds))?,
     );
-    // Without one, kustomize-controller parses every file of the directory
-    // to write a kustomization itself, on each reconcile of the CRD level:
-    // 0.2 s of its 2.3 s for ESO's 1.9 MB of CRDs (measured after a restore).
+    // Spares kustomize-controller generating one from ESO's 1.9 MB of CRDs on each reconcile.
     objects.insert(
         format!("{ESO_CRDS_PREFIX}/kustomization.yaml"),
         format!(

@@ -7,7 +7,7 @@
 //! starts before the Secret is filled checks its certificate files again
 //! only 10 s later, and kubelet refreshes a pod's Secret volume only on its
 //! periodic sync (a minute apart), so on a cold install the webhook, which
-//! the operator level of the chain waits for, used to become Ready 10-70 s
+//! the operator level of the chain waits for, would become Ready 10-70 s
 //! after its pod.
 //!
 //! Three things close that gap, for as long as the chain is awaited:
@@ -15,9 +15,9 @@
 //!   certificate made the way the cert-controller makes them, so the
 //!   webhook finds its certificate at its first look. The cert-controller
 //!   then judges the certificate valid, keeps it, and injects its CA. The
-//!   certificate is issued before the chart creates the Secret: the pods
-//!   mount it about a second after it appears, and an RSA key takes a
-//!   good part of that on a busy machine (a race lost 1 in ~15 times).
+//!   certificate is issued before the chart creates the Secret, since the
+//!   pods mount it about a second after it appears and an RSA key can take
+//!   most of that second on a busy machine.
 //! - should a webhook pod still have mounted the Secret empty, it is
 //!   annotated once the Secret holds a certificate: an update of the pod
 //!   makes kubelet sync its volumes at once, in time if its container has
@@ -81,7 +81,7 @@ pub async fn keep_certificate_ready(client: &kube::Client) -> std::convert::Infa
 /// ExternalSecret written is validated by it. The operator level's health
 /// checks vouch for that only when the level reconciles, and an `up` of a
 /// stack whose levels are Ready for the current revision leaves them
-/// alone: a webhook pod restarting meanwhile made the profile's
+/// alone, and a webhook pod restarting meanwhile would make the profile's
 /// ExternalSecrets fail ("no endpoints available"). Manifests that run ESO
 /// without its webhook (no Service) have nothing to wait for.
 pub async fn wait_serving(client: &kube::Client, budget: Budget) -> Result<(), Error> {

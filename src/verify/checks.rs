@@ -1,178 +1,31 @@
-//! The ExternalSecret round trip, proven with a fresh random probe.
-//!
-//! `run` writes a randomly named secret with a random value into LocalStack,
-//! points an ExternalSecret at it through the stack's ClusterSecretStore and
-//! waits until the Kubernetes Secret holds the same value; then rotates the
-//! value (refreshed at once through the `force-sync` annotation), deletes the
-//! Kubernetes Secret and waits for ESO to recreate it, optionally pushes a
-//! value back to LocalStack with a PushSecret, and checks that every
-//! ExternalSecret the profile declares is synced. Every probe object is
-//! removed afterwards, whatever happened.
-//!
-//! Probe values are compared in memory only: they never appear in progress
-//! lines, errors, logs or the report (any text that passes through here is
-//! scrubbed of them).
+//! The round trip's checks, run in order against the stack, each recorded
+//! with its latency, and the removal of every probe object afterwards.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
-use base64::Engine;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, DynamicObject};
-use rand::Rng;
-use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::probe::{
+    COMPONENT, LATE_WRITE_WINDOW, MANAGED_BY, Probe, VALUE_KEY, bounded, delete_object,
+    probe_external_secret, probe_push_objects, remove_late_writes,
+};
+use super::report::{CheckResult, CheckStatus};
+use super::{ESO_GROUP, ESO_VERSION, PUSH_SECRET_VERSION, external_secret_synced};
 use crate::error::{Error, Kind};
 use crate::gitops::CLUSTER_SECRET_STORE;
 use crate::k8s::wait::ready_verdict;
 use crate::k8s::{Budget, Verdict, Wait, conditions, dynamic_api};
-use crate::profile::schema::{Charset, GenerateSpec};
 use crate::profile::settings::profile_external_secret_name;
 use crate::profile::{SecretString, Settings};
 use crate::ui::{Step, Ui, format_duration};
 
-/// Prefix of every probe name, in LocalStack and in the cluster.
-pub const PROBE_PREFIX: &str = "devstack-verify";
-pub use crate::gitops::{ESO_GROUP, ESO_VERSION};
-/// PushSecret is still `v1alpha1` in ESO 0.19.
-pub const PUSH_SECRET_VERSION: &str = "v1alpha1";
-/// Annotation whose change makes ESO refresh an ExternalSecret at once.
-pub const FORCE_SYNC_ANNOTATION: &str = "force-sync";
-/// Condition reason of a synced ExternalSecret.
-pub const REASON_SECRET_SYNCED: &str = "SecretSynced";
-
-const VALUE_KEY: &str = "value";
 const POLL: Duration = Duration::from_millis(250);
-/// Bound of each cleanup request (cleanup runs even after the deadline).
-const CLEANUP_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "devstack");
-const COMPONENT: (&str, &str) = ("app.kubernetes.io/component", "verify-probe");
-
-/// What `run` does beyond the settings.
-#[derive(Debug, Clone, Default)]
-pub struct VerifyOptions {
-    /// Also prove the push direction with a PushSecret (also on when the
-    /// profile sets `verify.pushSecret`).
-    pub push_secret: bool,
-    /// Bound of each wait; `None` = `timeouts.verify`.
-    pub timeout: Option<Duration>,
-    /// Cancelling stops the checks; the probe objects are still removed and
-    /// `run` returns an `interrupted` error.
-    pub cancel: Option<CancellationToken>,
-}
-
-impl VerifyOptions {
-    /// The profile's choices: `verify.pushSecret`, `timeouts.verify`.
-    pub fn from_settings(settings: &Settings) -> Self {
-        VerifyOptions {
-            push_secret: settings.verify.push_secret,
-            timeout: Some(settings.timeouts.verify.get()),
-            cancel: None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CheckStatus {
-    Passed,
-    Failed,
-    /// Not run because a check it depends on failed.
-    Skipped,
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CheckResult {
-    /// Stable identifier: `clusterSecretStore`, `sync`, `rotate`,
-    /// `recreate`, `push`, `profileExternalSecret`.
-    pub name: String,
-    /// The object the check is about (`namespace/name`), when not the probe.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub object: Option<String>,
-    pub description: String,
-    pub status: CheckStatus,
-    pub passed: bool,
-    /// From the action (create, rotate, delete, push) to the observed result.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub latency_ms: Option<u64>,
-    /// Why it failed or was skipped, or what was observed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VerifyReport {
-    pub stack: String,
-    pub passed: bool,
-    /// Random id of this run's probe objects (`devstack-verify-<probe>`).
-    pub probe: String,
-    pub push_secret: bool,
-    pub checks: Vec<CheckResult>,
-    /// Probe objects that could not be removed.
-    pub cleanup_warnings: Vec<String>,
-    pub elapsed_ms: u64,
-}
-
-impl VerifyReport {
-    pub fn failures(&self) -> impl Iterator<Item = &CheckResult> {
-        self.checks
-            .iter()
-            .filter(|c| c.status == CheckStatus::Failed)
-    }
-
-    /// `passed of total checks passed` (skipped ones count as not passed).
-    pub fn summary(&self) -> String {
-        let passed = self.checks.iter().filter(|c| c.passed).count();
-        format!("{passed} of {} checks passed", self.checks.len())
-    }
-
-    /// The `unhealthy` error (exit 4) a failed run amounts to, with a hint
-    /// naming what to look at; `None` when every check passed.
-    pub fn to_error(&self, settings: &Settings) -> Option<Error> {
-        let first = self.failures().next()?;
-        let count = self.failures().count();
-        let mut message = format!(
-            "verify failed: {}: {}",
-            first.description,
-            first.detail.as_deref().unwrap_or("failed")
-        );
-        if count > 1 {
-            message.push_str(&format!(" (and {} more failed checks)", count - 1));
-        }
-        Some(Error::unhealthy(message).with_hint(failure_hint(settings, &first.name)))
-    }
-}
-
-fn failure_hint(settings: &Settings, check: &str) -> String {
-    let (ns, _) = crate::gitops::HELM_RELEASE;
-    let eso_logs = format!(
-        "ESO's log: `kubectl --context {} -n {ns} logs deploy/external-secrets`",
-        settings.kube_context()
-    );
-    match check {
-        "clusterSecretStore" => format!(
-            "`devstack status` shows the Flux chain and the store; {eso_logs}; `devstack up` converges the stack"
-        ),
-        "profileExternalSecret" => format!(
-            "check the secret exists in LocalStack (`devstack seed`), then `devstack status`; {eso_logs}"
-        ),
-        _ => format!(
-            "`devstack status` shows each component; {eso_logs}; LocalStack's log: `devstack localstack logs`"
-        ),
-    }
-}
-
-/// Whether an ExternalSecret (as JSON) reports Ready=True, SecretSynced.
-pub fn external_secret_synced(object: &Value) -> bool {
-    conditions::condition(object, "Ready")
-        .is_some_and(|c| c.is_true() && c.reason.as_deref() == Some(REASON_SECRET_SYNCED))
-}
 
 /// A profile ExternalSecret (its JSON, `None` while absent) as a wait sees it.
 fn external_secret_verdict(object: Option<&Value>) -> Verdict {
@@ -208,276 +61,6 @@ fn secret_verdict(
     }
 }
 
-/// Proves the secret path with a fresh probe. Fails fast (`Err`) when
-/// LocalStack or the cluster cannot be reached; otherwise returns the report,
-/// passed or not (see [`VerifyReport::to_error`]). Progress goes to `ui`.
-pub async fn run(
-    settings: &Settings,
-    client: &kube::Client,
-    options: VerifyOptions,
-    ui: &Ui,
-) -> Result<VerifyReport, Error> {
-    let started = Instant::now();
-    preflight_localstack(settings).await?;
-    let probe = Probe::new(&settings.verify.namespace);
-    let push_secret = options.push_secret || settings.verify.push_secret;
-    let mut runner = Runner {
-        settings,
-        client: client.clone(),
-        sm: crate::aws::secrets_manager(settings),
-        ui,
-        timeout: options
-            .timeout
-            .unwrap_or_else(|| settings.timeouts.verify.get()),
-        cancel: options.cancel.unwrap_or_default(),
-        probe,
-        touched: Touched::default(),
-        checks: Vec::new(),
-        interrupted: false,
-    };
-    runner.ensure_namespace().await?;
-    tracing::debug!("verify probe {}", runner.probe.id);
-    runner.run_checks(push_secret).await;
-    let cleanup_warnings = runner.cleanup().await;
-    for warning in &cleanup_warnings {
-        ui.warn(warning);
-    }
-    if runner.interrupted {
-        return Err(
-            Error::interrupted().context(if cleanup_warnings.is_empty() {
-                "verify interrupted; its probe objects were removed"
-            } else {
-                "verify interrupted; some probe objects remain (see the warnings)"
-            }),
-        );
-    }
-    let checks = runner.checks;
-    Ok(VerifyReport {
-        stack: settings.name.clone(),
-        passed: checks.iter().all(|c| c.passed),
-        probe: runner.probe.id.clone(),
-        push_secret,
-        checks,
-        cleanup_warnings,
-        elapsed_ms: started.elapsed().as_millis() as u64,
-    })
-}
-
-/// LocalStack must answer before anything is created.
-async fn preflight_localstack(settings: &Settings) -> Result<(), Error> {
-    let endpoint = settings.localstack.endpoint_url();
-    let hint = "start it with `devstack localstack up` (or the whole stack with `devstack up`)";
-    match crate::localstack::HealthClient::new(&endpoint)?
-        .services()
-        .await
-    {
-        Err(why) => Err(Error::unhealthy(format!(
-            "LocalStack at {endpoint} is not reachable ({why})"
-        ))
-        .with_hint(hint)),
-        Ok(services) => match services.get("secretsmanager").map(String::as_str) {
-            Some("available" | "running") => Ok(()),
-            state => Err(Error::unhealthy(format!(
-                "LocalStack at {endpoint} answers, but its secretsmanager service is {}",
-                state.unwrap_or("absent")
-            ))
-            .with_hint(format!(
-                "{hint}; `devstack localstack status` shows each service"
-            ))),
-        },
-    }
-}
-
-/// Names and values of one run. The values never leave this struct except
-/// to be sent, and every text produced during the run is scrubbed of them.
-struct Probe {
-    id: String,
-    namespace: String,
-    /// LocalStack secret the ExternalSecret reads.
-    remote: String,
-    /// LocalStack secret the PushSecret writes.
-    push_remote: String,
-    /// ExternalSecret and its target Secret.
-    object: String,
-    /// PushSecret and its source Secret.
-    push_object: String,
-    initial: SecretString,
-    rotated: SecretString,
-    pushed: SecretString,
-}
-
-impl Probe {
-    fn new(namespace: &str) -> Self {
-        const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-        let mut rng = rand::rng();
-        let id: String = (0..10)
-            .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-            .collect();
-        let value = || {
-            crate::seed::generate(&GenerateSpec {
-                length: 32,
-                charset: Charset::Alphanumeric,
-            })
-        };
-        Probe {
-            remote: format!("{PROBE_PREFIX}/{id}"),
-            push_remote: format!("{PROBE_PREFIX}/{id}-push"),
-            object: format!("{PROBE_PREFIX}-{id}"),
-            push_object: format!("{PROBE_PREFIX}-{id}-push"),
-            namespace: namespace.to_string(),
-            initial: value(),
-            rotated: value(),
-            pushed: value(),
-            id,
-        }
-    }
-
-    fn scrub(&self, text: &str) -> String {
-        scrub(text, &[&self.initial, &self.rotated, &self.pushed])
-    }
-}
-
-/// `text` with every occurrence of a secret value, plain or base64 (as a
-/// Secret's `data` carries it), masked.
-fn scrub(text: &str, values: &[&SecretString]) -> String {
-    let mut out = text.to_string();
-    for value in values.iter().filter(|v| !v.is_empty()) {
-        let encoded = base64::engine::general_purpose::STANDARD.encode(value.expose());
-        for form in [value.expose(), encoded.as_str()] {
-            out = out.replace(form, crate::profile::secret::MASK);
-        }
-    }
-    out
-}
-
-fn probe_labels() -> Value {
-    json!({MANAGED_BY.0: MANAGED_BY.1, COMPONENT.0: COMPONENT.1})
-}
-
-/// The probe ExternalSecret, with a `force-sync` annotation when given.
-fn probe_external_secret(p: &Probe, force_sync: Option<&str>) -> Value {
-    let mut metadata = json!({
-        "name": p.object, "namespace": p.namespace, "labels": probe_labels(),
-    });
-    if let Some(stamp) = force_sync {
-        metadata["annotations"] = json!({FORCE_SYNC_ANNOTATION: stamp});
-    }
-    json!({
-        "apiVersion": format!("{ESO_GROUP}/{ESO_VERSION}"),
-        "kind": "ExternalSecret",
-        "metadata": metadata,
-        "spec": {
-            "refreshInterval": "1h",
-            "secretStoreRef": {"name": CLUSTER_SECRET_STORE, "kind": "ClusterSecretStore"},
-            "target": {"name": p.object, "creationPolicy": "Owner"},
-            "data": [{"secretKey": VALUE_KEY, "remoteRef": {"key": p.remote}}],
-        },
-    })
-}
-
-/// The Secret holding the value to push, and the PushSecret that pushes it
-/// to a new LocalStack secret (ESO creates it, tagged as its own).
-fn probe_push_objects(p: &Probe) -> (Value, Value) {
-    let encoded = base64::engine::general_purpose::STANDARD.encode(p.pushed.expose());
-    let source = json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": p.push_object, "namespace": p.namespace, "labels": probe_labels()},
-        "type": "Opaque",
-        "data": {VALUE_KEY: encoded},
-    });
-    let push = json!({
-        "apiVersion": format!("{ESO_GROUP}/{PUSH_SECRET_VERSION}"),
-        "kind": "PushSecret",
-        "metadata": {"name": p.push_object, "namespace": p.namespace, "labels": probe_labels()},
-        "spec": {
-            "refreshInterval": "1h",
-            "updatePolicy": "Replace",
-            // devstack removes the remote secret itself: no finalizer that
-            // could hang the cleanup when ESO is down.
-            "deletionPolicy": "None",
-            "secretStoreRefs": [{"name": CLUSTER_SECRET_STORE, "kind": "ClusterSecretStore"}],
-            "selector": {"secret": {"name": p.push_object}},
-            "data": [{"match": {"secretKey": VALUE_KEY, "remoteRef": {"remoteKey": p.push_remote}}}],
-        },
-    });
-    (source, push)
-}
-
-/// Runs one cleanup request within its bound; `Some(warning)` on failure.
-async fn bounded(
-    what: String,
-    request: impl std::future::Future<Output = Result<(), String>>,
-) -> Option<String> {
-    match tokio::time::timeout(CLEANUP_REQUEST_TIMEOUT, request).await {
-        Ok(Ok(())) => None,
-        Ok(Err(why)) => Some(format!("could not remove {what}: {why}")),
-        Err(_) => Some(format!(
-            "could not remove {what}: not done within {}",
-            format_duration(CLEANUP_REQUEST_TIMEOUT)
-        )),
-    }
-}
-
-/// Deletes an object and returns once it is gone: an accepted delete is not
-/// yet a removal (a finalizer, or a controller still holding it, keeps it
-/// listed), and a caller told "removed" must not find it right after. An
-/// object written again after the delete (listed, not being deleted) is
-/// deleted again rather than waited on: it would never go by itself.
-/// The caller bounds the whole of it.
-async fn delete_object<K>(api: Api<K>, name: String) -> Result<(), String>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    loop {
-        match api.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
-            Err(e) => return Err(e.to_string()),
-        }
-        let budget = Budget::new(CLEANUP_REQUEST_TIMEOUT, "timeouts.verify");
-        let left = Wait::new(name.clone(), "gone", budget)
-            .object(api.clone(), &name, |object| match object {
-                None => Verdict::Done,
-                Some(o) if kube::Resource::meta(o).deletion_timestamp.is_none() => Verdict::Done,
-                Some(_) => Verdict::Waiting("still listed".into()),
-            })
-            .await
-            .map_err(|e| e.message().to_string())?;
-        if left.is_none() {
-            return Ok(());
-        }
-        tracing::debug!("{name} is listed again after its delete; deleting it again");
-    }
-}
-
-/// How long an interrupted round trip's cleanup watches for a probe Secret
-/// written again after its removal.
-const LATE_WRITE_WINDOW: Duration = Duration::from_secs(2);
-
-/// For `window`, removes object `name` each time it appears again.
-async fn remove_late_writes<K>(api: Api<K>, name: String, window: Duration) -> Result<(), String>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    let until = tokio::time::Instant::now() + window;
-    loop {
-        let budget = Budget::new(CLEANUP_REQUEST_TIMEOUT, "timeouts.verify");
-        let wait = Wait::new(name.clone(), "written again", budget);
-        let appeared = wait.object(api.clone(), &name, |object| match object {
-            Some(_) => Verdict::Done,
-            None => Verdict::Waiting("absent".into()),
-        });
-        match tokio::time::timeout_at(until, appeared).await {
-            Err(_) => return Ok(()),
-            Ok(Err(e)) => return Err(e.message().to_string()),
-            Ok(Ok(_)) => {
-                tracing::debug!("{name} was written again after its removal; removing it");
-                delete_object(api.clone(), name.clone()).await?;
-            }
-        }
-    }
-}
-
 /// What the run may have created, for cleanup (marked before each request:
 /// a request that timed out may still have happened).
 #[derive(Default)]
@@ -496,21 +79,45 @@ enum Fail {
 /// Latency and a detail line, or why the check failed.
 type Outcome = Result<(Duration, String), Fail>;
 
-struct Runner<'a> {
+/// One run of the checks with its probe: what it created (for cleanup),
+/// what each check found, and whether it was interrupted.
+pub(super) struct RoundTrip<'a> {
     settings: &'a Settings,
     client: kube::Client,
     sm: aws_sdk_secretsmanager::Client,
     ui: &'a Ui,
     timeout: Duration,
     cancel: CancellationToken,
-    probe: Probe,
+    pub(super) probe: Probe,
     touched: Touched,
-    checks: Vec<CheckResult>,
-    interrupted: bool,
+    pub(super) checks: Vec<CheckResult>,
+    pub(super) interrupted: bool,
 }
 
-impl Runner<'_> {
-    async fn ensure_namespace(&self) -> Result<(), Error> {
+impl<'a> RoundTrip<'a> {
+    pub(super) fn new(
+        settings: &'a Settings,
+        client: &kube::Client,
+        ui: &'a Ui,
+        timeout: Duration,
+        cancel: CancellationToken,
+        probe: Probe,
+    ) -> Self {
+        RoundTrip {
+            settings,
+            client: client.clone(),
+            sm: crate::aws::secrets_manager(settings),
+            ui,
+            timeout,
+            cancel,
+            probe,
+            touched: Touched::default(),
+            checks: Vec::new(),
+            interrupted: false,
+        }
+    }
+
+    pub(super) async fn ensure_namespace(&self) -> Result<(), Error> {
         let ns = &self.probe.namespace;
         crate::k8s::apply(
             &self.client,
@@ -530,7 +137,7 @@ impl Runner<'_> {
         })
     }
 
-    async fn run_checks(&mut self, push_secret: bool) {
+    pub(super) async fn run_checks(&mut self, push_secret: bool) {
         /// Runs one check method with a progress step and records it;
         /// evaluates to whether it passed. Nothing runs once interrupted.
         macro_rules! check {
@@ -1040,7 +647,7 @@ impl Runner<'_> {
     }
 
     /// Removes every probe object that may exist; returns what failed.
-    async fn cleanup(&self) -> Vec<String> {
+    pub(super) async fn cleanup(&self) -> Vec<String> {
         let p = &self.probe;
         let ns = &p.namespace;
         let delete_remote = |name: String| async move {
@@ -1074,8 +681,7 @@ impl Runner<'_> {
             warnings.extend(bounded(what.clone(), request).await);
             // Interrupted, the round trip did not wait for ESO's reconcile of
             // the probe: one still in flight can write the Secret after both
-            // removals above (seen once in CI, a probe Secret left after
-            // Ctrl-C). Its next write comes within moments, or not at all.
+            // removals above, within moments or not at all.
             if self.interrupted {
                 let request =
                     remove_late_writes(self.secrets(), p.object.clone(), LATE_WRITE_WINDOW);
@@ -1107,9 +713,7 @@ impl Runner<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Kind;
-    use crate::profile::schema::{SecretFormat, SyncSpec};
-    use crate::profile::settings::{SecretSettings, kube_name};
+    use crate::verify::REASON_SECRET_SYNCED;
 
     #[test]
     fn secret_waits_say_what_is_wrong_without_the_value() {
@@ -1166,182 +770,5 @@ mod tests {
         assert!(
             matches!(ready_verdict(&json!({})), Verdict::Waiting(s) if s == "no Ready condition yet")
         );
-    }
-
-    fn secret(name: &str, sync: Option<SyncSpec>) -> SecretSettings {
-        SecretSettings {
-            name: name.into(),
-            description: None,
-            tags: BTreeMap::new(),
-            source: crate::profile::SecretSource::Literal(SecretString::new("x")),
-            format: SecretFormat::Text,
-            sync,
-        }
-    }
-
-    fn sync(namespace: &str, secret_name: Option<&str>) -> SyncSpec {
-        SyncSpec {
-            namespace: namespace.into(),
-            secret_name: secret_name.map(String::from),
-            refresh_interval: None,
-        }
-    }
-
-    #[test]
-    fn profile_external_secret_names() {
-        assert_eq!(
-            profile_external_secret_name(&secret("app/db", Some(sync("default", None)))),
-            ("default".into(), "app-db".into())
-        );
-        assert_eq!(
-            profile_external_secret_name(&secret("app/db", Some(sync("apps", Some("db-creds"))))),
-            ("apps".into(), "db-creds".into())
-        );
-        assert_eq!(
-            profile_external_secret_name(&secret("team/App_DB+x", Some(sync("default", None)))),
-            ("default".into(), "team-app-db-x".into())
-        );
-        assert_eq!(
-            profile_external_secret_name(&secret("/odd/", None)),
-            ("default".into(), "odd".into())
-        );
-        assert_eq!(kube_name("___"), "secret");
-        assert_eq!(kube_name(&"a".repeat(600)).len(), 253);
-    }
-
-    #[test]
-    fn synced_means_ready_true_with_reason_secret_synced() {
-        let es = |status: &str, reason: &str| json!({"status": {"conditions": [{"type": "Ready", "status": status, "reason": reason}]}});
-        assert!(external_secret_synced(&es("True", "SecretSynced")));
-        assert!(!external_secret_synced(&es("False", "SecretSyncedError")));
-        assert!(!external_secret_synced(&es("True", "SecretDeleted")));
-        assert!(!external_secret_synced(&json!({})));
-    }
-
-    #[test]
-    fn probe_names_are_valid_and_values_distinct() {
-        let p = Probe::new("devstack-verify");
-        assert_eq!(p.id.len(), 10);
-        assert!(p.object.starts_with("devstack-verify-"));
-        assert_eq!(kube_name(&p.object), p.object);
-        assert_eq!(kube_name(&p.push_object), p.push_object);
-        assert!(p.remote.starts_with("devstack-verify/"));
-        crate::profile::settings::validate_secret_name(&p.push_remote).unwrap();
-        assert_ne!(p.initial, p.rotated);
-        assert_ne!(p.rotated, p.pushed);
-        assert_eq!(p.initial.expose().len(), 32);
-    }
-
-    #[test]
-    fn scrub_masks_every_probe_value() {
-        let p = Probe::new("ns");
-        let text = format!(
-            "saw {} then {} and {}",
-            p.initial.expose(),
-            p.rotated.expose(),
-            p.pushed.expose()
-        );
-        let clean = p.scrub(&text);
-        assert_eq!(clean, "saw ******** then ******** and ********");
-        let (source, _) = probe_push_objects(&p);
-        let clean = p.scrub(&format!("rejected: {source}"));
-        assert!(!clean.contains(source["data"][VALUE_KEY].as_str().unwrap()));
-        assert!(clean.contains("********"));
-    }
-
-    #[test]
-    fn probe_objects_reference_the_store_and_carry_no_plain_value() {
-        let p = Probe::new("verify-ns");
-        let es = probe_external_secret(&p, None);
-        assert_eq!(es["apiVersion"], "external-secrets.io/v1");
-        assert_eq!(es["metadata"]["namespace"], "verify-ns");
-        assert!(es["metadata"].get("annotations").is_none());
-        assert_eq!(es["spec"]["secretStoreRef"]["kind"], "ClusterSecretStore");
-        assert_eq!(es["spec"]["secretStoreRef"]["name"], CLUSTER_SECRET_STORE);
-        assert_eq!(es["spec"]["target"]["name"], p.object.as_str());
-        assert_eq!(es["spec"]["data"][0]["remoteRef"]["key"], p.remote.as_str());
-        let forced = probe_external_secret(&p, Some("123"));
-        assert_eq!(forced["metadata"]["annotations"]["force-sync"], "123");
-
-        let (source, push) = probe_push_objects(&p);
-        assert_eq!(push["apiVersion"], "external-secrets.io/v1alpha1");
-        assert_eq!(
-            push["spec"]["selector"]["secret"]["name"],
-            p.push_object.as_str()
-        );
-        assert_eq!(
-            push["spec"]["secretStoreRefs"][0]["kind"],
-            "ClusterSecretStore"
-        );
-        let matched = &push["spec"]["data"][0]["match"];
-        assert_eq!(matched["secretKey"], VALUE_KEY);
-        assert_eq!(matched["remoteRef"]["remoteKey"], p.push_remote.as_str());
-        let encoded = source["data"][VALUE_KEY].as_str().unwrap();
-        let decoded = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .unwrap();
-        assert_eq!(decoded, p.pushed.expose().as_bytes());
-        for object in [&es, &forced, &source, &push] {
-            let text = object.to_string();
-            for value in [&p.initial, &p.rotated, &p.pushed] {
-                assert!(!text.contains(value.expose()), "{text}");
-            }
-        }
-    }
-
-    fn report(statuses: &[(&str, CheckStatus)]) -> VerifyReport {
-        VerifyReport {
-            stack: "dev".into(),
-            passed: statuses.iter().all(|(_, s)| *s == CheckStatus::Passed),
-            probe: "abc".into(),
-            push_secret: false,
-            checks: statuses
-                .iter()
-                .map(|(name, status)| CheckResult {
-                    name: name.to_string(),
-                    object: None,
-                    description: format!("check {name}"),
-                    status: *status,
-                    passed: *status == CheckStatus::Passed,
-                    latency_ms: Some(12),
-                    detail: (*status != CheckStatus::Passed).then(|| "timed out".to_string()),
-                })
-                .collect(),
-            cleanup_warnings: vec![],
-            elapsed_ms: 40,
-        }
-    }
-
-    #[test]
-    fn report_json_is_camel_case_and_errors_are_unhealthy() {
-        let settings = Settings::builtin(&Default::default()).unwrap();
-        let ok = report(&[("sync", CheckStatus::Passed)]);
-        assert!(ok.to_error(&settings).is_none());
-        let value = serde_json::to_value(&ok).unwrap();
-        assert_eq!(value["checks"][0]["latencyMs"], 12);
-        assert_eq!(value["checks"][0]["status"], "passed");
-        assert!(value.get("cleanupWarnings").is_some());
-        assert!(value["checks"][0].get("object").is_none());
-
-        let bad = report(&[
-            ("sync", CheckStatus::Failed),
-            ("rotate", CheckStatus::Skipped),
-            ("push", CheckStatus::Failed),
-        ]);
-        let err = bad.to_error(&settings).unwrap();
-        assert_eq!(err.kind(), Kind::Unhealthy);
-        assert_eq!(
-            err.message(),
-            "verify failed: check sync: timed out (and 1 more failed checks)"
-        );
-        assert!(err.hint().unwrap().contains("devstack status"));
-        assert_eq!(bad.summary(), "0 of 3 checks passed");
-    }
-
-    /// `up` and the `Stack` API may run verify on a spawned task.
-    #[allow(dead_code)]
-    fn run_is_send(settings: &Settings, client: &kube::Client, ui: &Ui) {
-        fn send<T: Send>(_: &T) {}
-        send(&run(settings, client, VerifyOptions::default(), ui));
     }
 }
