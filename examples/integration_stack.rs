@@ -23,6 +23,9 @@ async fn main() -> devstack::Result<()> {
         up.elapsed_ms,
         up.verify.as_ref().is_some_and(|v| v.passed)
     );
+    // The provider the library chose, as `devstack up` would: the profile's,
+    // the stack's existing one, Kind, or K3s when no kind CLI is usable.
+    println!("provider: {} ({:?})", up.provider.as_str(), up.choice.reason);
     run(&guard).await?;
     if keep {
         let stack = guard.keep();

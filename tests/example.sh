@@ -1,22 +1,38 @@
 #!/usr/bin/env bash
 # Runs examples/integration_stack.rs the way a Rust test suite uses the
-# library, on the ci profile with the kit's bundle, and checks that the
-# guard took the stack down: nothing labelled with its name is left.
+# library, on the ci profile without its provider (so the library makes
+# the choice), with the kit's bundle. Checks that the library chose what
+# the CLI chooses for the same profile (`doctor --json` settles the
+# provider as `up` does), that the round trip passed, and that the guard
+# took the stack down: nothing labelled with its name is left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name="example-$$"
 home=$(mktemp -d)
 cleanup() {
+  DEVSTACK_HOME=$home "$bin" -p "$home/unpinned.yaml" -q down >/dev/null 2>&1 || true
   ids=$(docker ps -aq --filter "label=dev.devstack.stack=$name")
   [ -z "$ids" ] || docker rm -f -v $ids >/dev/null
   rm -rf "$home"
 }
 trap cleanup EXIT
+cargo build --quiet --bin devstack --example integration_stack
+bin=${CARGO_TARGET_DIR:-$PWD/target}/debug/devstack
+example=${CARGO_TARGET_DIR:-$PWD/target}/debug/examples/integration_stack
 export DEVSTACK_NAME=$name DEVSTACK_HOME=$home
 export DEVSTACK_BUNDLE=${DEVSTACK_KIT_BUNDLE:-$HOME/.cache/devstack/kit/bundle}
-cargo run --quiet --example integration_stack -- ci | tee "$home/out.txt"
+grep -q '^  provider: k3s$' profiles/ci.yaml || { echo "error: profiles/ci.yaml no longer pins k3s; update tests/example.sh" >&2; exit 1; }
+sed '/^  provider: k3s$/d' profiles/ci.yaml >"$home/unpinned.yaml"
+cli=$("$bin" -p "$home/unpinned.yaml" doctor --json | jq -er .provider)
+"$example" "$home/unpinned.yaml" | tee "$home/out.txt"
 grep -q "round trip verified: true" "$home/out.txt"
 grep -q "healthy: true, settled: true" "$home/out.txt"
+library=$(sed -n 's/^provider: \([a-z0-9]*\) .*/\1/p' "$home/out.txt")
+if [ "$library" != "$cli" ]; then
+  echo "error: the library chose provider \`$library\`, the CLI \`$cli\`, for one profile" >&2
+  exit 1
+fi
+echo "example: the library and the CLI both chose $cli"
 left=$(docker ps -aq --filter "label=dev.devstack.stack=$name")
 if [ -n "$left" ]; then
   echo "error: the guard left containers of stack $name: $left" >&2
