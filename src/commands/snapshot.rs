@@ -143,3 +143,42 @@ fn table(snapshots: &[Info]) -> String {
     }
     out.trim_end().to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(name: &str, profile: &str, stack: &str, bytes: u64, image: Option<&str>) -> Info {
+        Info {
+            name: name.into(),
+            created: 0,
+            stack: stack.into(),
+            profile: profile.into(),
+            versions: image
+                .map(|i| [("clusterImage".to_string(), i.to_string())].into())
+                .unwrap_or_default(),
+            nodes: Vec::new(),
+            bytes,
+            path: "/tmp/s".into(),
+        }
+    }
+
+    #[test]
+    fn table_pads_fixed_columns_and_right_aligns_the_size() {
+        let snapshots = vec![
+            info(
+                "base",
+                "dev",
+                "dev",
+                512 * 1024 * 1024,
+                Some("rancher/k3s:v1.32.0-k3s1"),
+            ),
+            info("seeded", "ci", "job1", 3 * 1024 * 1024 * 1024, None),
+        ];
+        insta::assert_snapshot!(table(&snapshots), @r"
+        NAME                 PROFILE    STACK              SIZE  CLUSTER IMAGE
+        base                 dev        dev           512.0 MiB  rancher/k3s:v1.32.0-k3s1
+        seeded               ci         job1         3072.0 MiB  ?
+        ");
+    }
+}
