@@ -4,6 +4,7 @@
 //!   when stderr is not a terminal or `CI` is set.
 //! - Machine output (`--json`) goes to stdout, and nothing else does then.
 //! - `NO_COLOR` disables colour; `-q` silences progress, `-v` adds detail.
+//! - Tables on stdout are rendered by [`Table`], so they all align alike.
 
 use std::fmt::Display;
 use std::sync::Arc;
@@ -320,5 +321,205 @@ pub fn format_duration(d: Duration) -> String {
         format!("{secs:.1}s")
     } else {
         format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60)
+    }
+}
+
+/// A plain-text table for stdout: columns as wide as their widest cell, the
+/// last one unpadded, no trailing spaces; `Display` renders it.
+#[derive(Debug, Clone)]
+pub struct Table {
+    header: Option<Vec<String>>,
+    rows: Vec<(Option<String>, Vec<String>)>,
+    columns: Vec<Column>,
+    indent: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Column {
+    min_width: usize,
+    right_aligned: bool,
+    /// Spaces before the column (none before the first).
+    gap: usize,
+}
+
+impl Table {
+    /// A table whose first line names its columns.
+    pub fn new(header: &[&str]) -> Table {
+        let mut table = Table::headless(header.len());
+        table.header = Some(header.iter().map(|h| h.to_string()).collect());
+        table
+    }
+
+    /// A table without a header line, such as a list of keys and values.
+    pub fn headless(columns: usize) -> Table {
+        Table {
+            header: None,
+            rows: Vec::new(),
+            columns: vec![
+                Column {
+                    min_width: 0,
+                    right_aligned: false,
+                    gap: 2,
+                };
+                columns
+            ],
+            indent: 0,
+        }
+    }
+
+    /// Every line starts with `width` spaces; a marked row's mark takes the first.
+    pub fn indent(mut self, width: usize) -> Table {
+        self.indent = width;
+        self
+    }
+
+    /// Spaces between every two columns (2 unless set).
+    pub fn gap(mut self, spaces: usize) -> Table {
+        for column in &mut self.columns {
+            column.gap = spaces;
+        }
+        self
+    }
+
+    /// Spaces before column `column` only.
+    pub fn gap_before(mut self, column: usize, spaces: usize) -> Table {
+        self.columns[column].gap = spaces;
+        self
+    }
+
+    /// Columns at least this wide, however narrow their cells.
+    pub fn min_widths(mut self, widths: &[usize]) -> Table {
+        for (column, width) in self.columns.iter_mut().zip(widths) {
+            column.min_width = *width;
+        }
+        self
+    }
+
+    /// Cells of `column` (numbers, sizes) aligned to the right.
+    pub fn right_aligned(mut self, column: usize) -> Table {
+        self.columns[column].right_aligned = true;
+        self
+    }
+
+    pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
+        self.rows
+            .push((None, cells.into_iter().map(Into::into).collect()));
+    }
+
+    /// A row whose indent starts with `mark`, a symbol one column wide (✓, ✗).
+    pub fn marked_row<S: Into<String>>(
+        &mut self,
+        mark: impl Into<String>,
+        cells: impl IntoIterator<Item = S>,
+    ) {
+        self.rows.push((
+            Some(mark.into()),
+            cells.into_iter().map(Into::into).collect(),
+        ));
+    }
+
+    fn widths(&self) -> Vec<usize> {
+        let mut widths: Vec<usize> = self.columns.iter().map(|c| c.min_width).collect();
+        let lines = self
+            .header
+            .iter()
+            .chain(self.rows.iter().map(|(_, cells)| cells));
+        for cells in lines {
+            for (width, cell) in widths.iter_mut().zip(cells) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        widths
+    }
+
+    fn line(&self, mark: Option<&str>, cells: &[String], widths: &[usize]) -> String {
+        let mut out = match mark {
+            Some(mark) => format!("{mark}{}", " ".repeat(self.indent.saturating_sub(1))),
+            None => " ".repeat(self.indent),
+        };
+        let last = self.columns.len().saturating_sub(1);
+        for (i, (column, width)) in self.columns.iter().zip(widths).enumerate() {
+            if i > 0 {
+                out.push_str(&" ".repeat(column.gap));
+            }
+            let cell = cells.get(i).map_or("", String::as_str);
+            let pad = " ".repeat(width.saturating_sub(cell.chars().count()));
+            match (column.right_aligned, i == last) {
+                (true, _) => out.push_str(&format!("{pad}{cell}")),
+                (false, true) => out.push_str(cell),
+                (false, false) => out.push_str(&format!("{cell}{pad}")),
+            }
+        }
+        out.trim_end().to_string()
+    }
+}
+
+impl Display for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let widths = self.widths();
+        let header = self
+            .header
+            .iter()
+            .map(|cells| self.line(None, cells, &widths));
+        let rows = self
+            .rows
+            .iter()
+            .map(|(mark, cells)| self.line(mark.as_deref(), cells, &widths));
+        let lines: Vec<String> = header.chain(rows).collect();
+        f.write_str(&lines.join("\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Table;
+
+    #[test]
+    fn columns_fit_their_widest_cell_and_the_last_is_unpadded() {
+        let mut table = Table::new(&["NAME", "STATE", "DETAIL"]);
+        table.row(["cluster", "ok", "k3s, 1 node(s)"]);
+        table.row(["localstack-container", "missing", ""]);
+        assert_eq!(
+            table.to_string(),
+            "NAME                  STATE    DETAIL\n\
+             cluster               ok       k3s, 1 node(s)\n\
+             localstack-container  missing"
+        );
+    }
+
+    #[test]
+    fn marks_take_the_indent_and_the_header_is_indented() {
+        let mut table = Table::new(&["A", "B"]).indent(2);
+        table.marked_row("✓", ["x", "y"]);
+        table.marked_row("✗", ["long", "z"]);
+        assert_eq!(table.to_string(), "  A     B\n✓ x     y\n✗ long  z");
+    }
+
+    #[test]
+    fn minimum_widths_gaps_and_right_alignment() {
+        let mut table = Table::new(&["NAME", "SIZE", "IMAGE"])
+            .gap(1)
+            .gap_before(2, 2)
+            .min_widths(&[6, 8])
+            .right_aligned(1);
+        table.row(["a", "1.0 MiB", "img"]);
+        table.row(["longer-name", "12.5 MiB", "?"]);
+        assert_eq!(
+            table.to_string(),
+            "NAME            SIZE  IMAGE\n\
+             a            1.0 MiB  img\n\
+             longer-name 12.5 MiB  ?"
+        );
+    }
+
+    #[test]
+    fn a_headless_table_lists_keys_and_values() {
+        let mut table = Table::headless(2).indent(2);
+        table.row(["default", "v1"]);
+        table.row(["newest upstream", "v2"]);
+        assert_eq!(
+            table.to_string(),
+            "  default          v1\n  newest upstream  v2"
+        );
     }
 }

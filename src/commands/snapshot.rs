@@ -8,7 +8,7 @@ use crate::commands::Context;
 use crate::error::Error;
 use crate::snapshot::{self, Info};
 use crate::stack::Stack;
-use crate::ui::format_duration;
+use crate::ui::{Table, format_duration};
 
 pub async fn run(ctx: &Context, command: SnapshotCommand) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
@@ -122,22 +122,78 @@ fn size(bytes: u64) -> String {
 }
 
 fn table(snapshots: &[Info]) -> String {
-    let mut out = format!(
-        "{:<20} {:<10} {:<12} {:>10}  {}\n",
-        "NAME", "PROFILE", "STACK", "SIZE", "CLUSTER IMAGE"
-    );
+    let mut table = Table::new(&["NAME", "PROFILE", "STACK", "SIZE", "CLUSTER IMAGE"])
+        .gap(1)
+        .gap_before(4, 2)
+        .min_widths(&[20, 10, 12, 10])
+        .right_aligned(3);
     for s in snapshots {
-        out.push_str(&format!(
-            "{:<20} {:<10} {:<12} {:>10}  {}\n",
-            s.name,
-            s.profile,
-            s.stack,
-            size(s.bytes),
-            s.versions
-                .get("clusterImage")
-                .map(String::as_str)
-                .unwrap_or("?")
-        ));
+        let image = s.versions.get("clusterImage").map_or("?", String::as_str);
+        table.row([
+            s.name.as_str(),
+            s.profile.as_str(),
+            s.stack.as_str(),
+            &size(s.bytes),
+            image,
+        ]);
     }
-    out.trim_end().to_string()
+    table.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(name: &str, profile: &str, stack: &str, bytes: u64, image: Option<&str>) -> Info {
+        Info {
+            name: name.into(),
+            created: 0,
+            stack: stack.into(),
+            profile: profile.into(),
+            versions: image
+                .map(|i| [("clusterImage".to_string(), i.to_string())].into())
+                .unwrap_or_default(),
+            nodes: Vec::new(),
+            bytes,
+            path: "/tmp/s".into(),
+        }
+    }
+
+    #[test]
+    fn table_pads_fixed_columns_and_right_aligns_the_size() {
+        let snapshots = vec![
+            info(
+                "base",
+                "dev",
+                "dev",
+                512 * 1024 * 1024,
+                Some("rancher/k3s:v1.32.0-k3s1"),
+            ),
+            info("seeded", "ci", "job1", 3 * 1024 * 1024 * 1024, None),
+        ];
+        insta::assert_snapshot!(table(&snapshots), @r"
+        NAME                 PROFILE    STACK              SIZE  CLUSTER IMAGE
+        base                 dev        dev           512.0 MiB  rancher/k3s:v1.32.0-k3s1
+        seeded               ci         job1         3072.0 MiB  ?
+        ");
+    }
+
+    #[test]
+    fn cells_wider_than_a_column_widen_it_for_every_row() {
+        let snapshots = vec![
+            info(
+                "base",
+                "<built-in default>",
+                "dev",
+                1024 * 1024,
+                Some("kindest/node:v1.36.4"),
+            ),
+            info("seeded", "ci", "job1", 2 * 1024 * 1024, None),
+        ];
+        insta::assert_snapshot!(table(&snapshots), @r"
+        NAME                 PROFILE            STACK              SIZE  CLUSTER IMAGE
+        base                 <built-in default> dev             1.0 MiB  kindest/node:v1.36.4
+        seeded               ci                 job1            2.0 MiB  ?
+        ");
+    }
 }

@@ -5,6 +5,7 @@ use crate::cli::StatusArgs;
 use crate::commands::Context;
 use crate::error::Error;
 use crate::health::{self, StatusRow};
+use crate::ui::Table;
 
 pub async fn run(ctx: &Context, args: StatusArgs) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
@@ -42,40 +43,19 @@ pub async fn run(ctx: &Context, args: StatusArgs) -> Result<i32, Error> {
 
 /// The table on stdout: a mark, then aligned columns.
 pub fn render_table(rows: &[StatusRow], mark: &dyn Fn(bool) -> String) -> String {
-    let headers = ["COMPONENT", "NAME", "STATE", "DETAIL"];
-    let cells: Vec<[&str; 4]> = rows
-        .iter()
-        .map(|r| {
+    let mut table = Table::new(&["COMPONENT", "NAME", "STATE", "DETAIL"]).indent(2);
+    for r in rows {
+        table.marked_row(
+            mark(r.healthy),
             [
                 r.component.as_str(),
                 r.name.as_str(),
                 r.state.as_str(),
                 r.detail.as_str(),
-            ]
-        })
-        .collect();
-    let mut widths = headers.map(str::len);
-    for row in &cells {
-        for (i, cell) in row.iter().enumerate() {
-            widths[i] = widths[i].max(cell.chars().count());
-        }
+            ],
+        );
     }
-    let line = |prefix: &str, row: [&str; 4]| {
-        let mut out = String::from(prefix);
-        for (i, cell) in row.iter().enumerate() {
-            if i == row.len() - 1 {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
-            }
-        }
-        out.trim_end().to_string()
-    };
-    let mut out = vec![line("  ", headers)];
-    for (row, cell) in rows.iter().zip(cells) {
-        out.push(line(&format!("{} ", mark(row.healthy)), cell));
-    }
-    out.join("\n")
+    table.to_string()
 }
 
 #[cfg(test)]

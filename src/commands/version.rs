@@ -7,6 +7,7 @@ use crate::artifacts::Pins;
 use crate::commands::Context;
 use crate::envvars;
 use crate::error::Error;
+use crate::ui::Table;
 use crate::versions::{self, MATRIX};
 
 pub fn run(ctx: &Context) -> Result<i32, Error> {
@@ -29,14 +30,15 @@ pub fn run(ctx: &Context) -> Result<i32, Error> {
     for c in MATRIX {
         ctx.ui.out(format!("\n{} ({})", c.name, c.support.as_str()));
         let default = versions::pinned(c.default).unwrap_or_else(|| c.default.to_string());
-        ctx.ui.out(format!("  default          {default}"));
-        ctx.ui.out(format!("  tested with      {}", c.tested_with));
-        ctx.ui
-            .out(format!("  newest upstream  {}", c.newest_upstream));
-        ctx.ui.out(format!("  support          {}", c.support_note));
+        let mut table = Table::headless(2).indent(2);
+        table.row(["default", default.as_str()]);
+        table.row(["tested with", c.tested_with]);
+        table.row(["newest upstream", c.newest_upstream]);
+        table.row(["support", c.support_note]);
         if let Some(range) = c.kubernetes {
-            ctx.ui.out(format!("  kubernetes       {}", range.says));
+            table.row(["kubernetes", range.says]);
         }
+        ctx.ui.out(table);
     }
     if let Some(path) = &pins.replaced_by {
         ctx.ui.out(format!(

@@ -145,9 +145,7 @@ pub fn parse_recovering(
             hint,
         }])
     };
-    // The envelope decides which schema applies: its errors are the only ones
-    // worth reporting, since the rest of the file would be checked against
-    // the wrong schema.
+    // Only the envelope's errors count: the rest would be checked against the wrong schema.
     let envelope: Envelope =
         from_str(text).map_err(|e| ProfileErrors(vec![translate(origin, text, &e)]))?;
     let api_version = envelope.api_version.ok_or_else(|| {
@@ -241,8 +239,7 @@ fn read_spec(origin: &str, text: &str) -> (Option<(ProfileV1Alpha1, String)>, Pr
                     misspelt.push((parent, close.to_string()));
                 }
             }
-            // A mapping where a scalar belongs is reported at its first key;
-            // the node at fault is the one that holds the mapping.
+            // A mapping given for a scalar is reported at its first key; its holder is at fault.
             let on_key = scratch.entry_start(line, column) == Some((line, column));
             let target = if about_key || !on_key {
                 scratch.entry_at(line, column)
@@ -256,8 +253,7 @@ fn read_spec(origin: &str, text: &str) -> (Option<(ProfileV1Alpha1, String)>, Pr
         if !consequence && !errors.contains(&translated) {
             errors.push(translated);
         }
-        // Syntax errors leave the parser's state unknown: whatever follows
-        // would be guesswork.
+        // A syntax error leaves the parser's state unknown: whatever follows would be guesswork.
         if is_syntax_error(&err) {
             break;
         }
@@ -296,8 +292,7 @@ pub fn raw_message(err: &serde_saphyr::Error) -> String {
         serde_saphyr::Error::Message { msg, .. } => msg.clone(),
         other => {
             let text = other.to_string();
-            // The rendered form may append " at line X column Y"; the position
-            // is reported separately.
+            // The position the rendered form appends (" at line X column Y") is reported apart.
             text.split(" at line ")
                 .next()
                 .unwrap_or(&text)

@@ -2,6 +2,7 @@
 
 pub mod duration;
 pub mod load;
+pub mod resolve;
 pub mod schema;
 pub mod secret;
 pub mod settings;

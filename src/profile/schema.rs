@@ -1,6 +1,6 @@
 //! The profile file format, `apiVersion: devstack.dev/v1alpha1`, as written
 //! by users. Every struct rejects unknown fields; optional fields fall back to
-//! built-in defaults during resolution (see `settings.rs`).
+//! built-in defaults during resolution (see `resolve/`).
 
 use std::collections::BTreeMap;
 

@@ -43,8 +43,7 @@ impl Serialize for SecretString {
 
 impl<'de> Deserialize<'de> for SecretString {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        // Scalars of any YAML type are accepted as text: `port: 5432` is a
-        // legitimate secret value and should not need quoting.
+        // Any YAML scalar is text: `port: 5432` is a legitimate secret value, unquoted.
         struct Visitor;
         impl serde::de::Visitor<'_> for Visitor {
             type Value = SecretString;

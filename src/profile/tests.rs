@@ -5,8 +5,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use super::load::{Position, parse_for_test};
+use super::resolve::resolve_with_env;
 use super::schema::{HostPort, Provider};
-use super::settings::{Origin, Overrides, SecretSource, resolve_with_env};
+use super::settings::{Origin, Overrides, SecretSource};
 
 const HEADER: &str = "apiVersion: devstack.dev/v1alpha1\nkind: Profile\n";
 
@@ -54,8 +55,7 @@ fn unknown_key_inside_a_list_item() {
 fn wrong_type_names_the_key_and_position() {
     let text = format!("{HEADER}name: x\nlocalstack:\n  port: lots\n");
     let err = err_of(&text);
-    // A port is a number or `auto`, read by its own visitor: the parser
-    // then reports the key's position.
+    // A port is read by its own visitor, so the parser reports the key's position.
     assert_eq!(err.position, at(5, 3));
     assert!(
         err.message.starts_with("wrong type for `localstack.port`"),
@@ -667,8 +667,7 @@ fn eso_values_that_rename_or_drop_the_checked_workloads_are_refused_where_they_a
     assert!(err.message().contains("test.yaml:8:"), "{}", err.message());
     assert!(err.hint().unwrap_or_default().contains("gitops.path"));
 
-    // Values that keep every Deployment and its name are fine, and so is
-    // anything with the user's own manifests.
+    // Values that keep every Deployment and its name are fine, as is anything with own manifests.
     let fine = format!(
         "{HEADER}name: x\neso:\n  values:\n    webhook:\n      create: true\n    fullnameOverride: \"\"\n"
     );
@@ -687,7 +686,7 @@ fn every_value_that_changes_the_eso_workloads_is_named() {
         "certController": {"create": false},
     });
     let keys: Vec<&str> =
-        super::settings::renamed_or_dropped_eso_workloads(values.as_object().unwrap())
+        super::resolve::renamed_or_dropped_eso_workloads(values.as_object().unwrap())
             .into_iter()
             .map(|(key, _)| key)
             .collect();
@@ -704,7 +703,7 @@ fn every_value_that_changes_the_eso_workloads_is_named() {
     );
     let harmless = serde_json::json!({"createOperator": true, "webhook": {"port": 1}});
     assert!(
-        super::settings::renamed_or_dropped_eso_workloads(harmless.as_object().unwrap()).is_empty()
+        super::resolve::renamed_or_dropped_eso_workloads(harmless.as_object().unwrap()).is_empty()
     );
 }
 

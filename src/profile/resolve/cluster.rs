@@ -1,0 +1,142 @@
+//! The `cluster` section: provider, node image, node counts and ports.
+
+use std::net::IpAddr;
+
+use super::{BIND_ADDRESS_HINT, Resolver};
+use crate::envvars;
+use crate::error::Error;
+use crate::profile::schema::{ClusterSpec, PortMappingSpec, Provider};
+use crate::profile::settings::ClusterSettings;
+use crate::versions;
+
+pub(super) fn resolve(
+    r: &mut Resolver,
+    spec: Option<ClusterSpec>,
+) -> Result<ClusterSettings, Error> {
+    let provider = provider(r, spec.as_ref())?;
+    let (version, image, servers, agents, api_port, ports, mirrors, kubeconfig, k3s_args) =
+        match spec {
+            Some(c) => (
+                c.version,
+                c.image,
+                c.servers,
+                c.agents,
+                c.api_server_port,
+                c.ports,
+                c.registry_mirrors,
+                c.kubeconfig,
+                c.k3s_args,
+            ),
+            None => Default::default(),
+        };
+    let asked_version = if image.is_none() {
+        version.clone()
+    } else {
+        None
+    };
+    let image = match (image, version) {
+        (Some(image), _) => image,
+        (None, Some(version)) => node_image_for_version(provider, &version),
+        (None, None) => match provider {
+            Provider::K3s => versions::K3S_IMAGE.to_string(),
+            Provider::Kind => versions::KIND_NODE_IMAGE.to_string(),
+        },
+    };
+    let servers = servers.unwrap_or(1);
+    check_servers(r, provider, servers);
+    check_ports(r, &ports);
+    Ok(ClusterSettings {
+        provider,
+        image,
+        version: asked_version,
+        servers,
+        agents: agents.unwrap_or(0),
+        api_server_port: api_port.unwrap_or_default(),
+        ports,
+        registry_mirrors: mirrors,
+        merge_kubeconfig: kubeconfig.as_ref().and_then(|k| k.merge).unwrap_or(true),
+        switch_context: kubeconfig
+            .as_ref()
+            .and_then(|k| k.switch_context)
+            .unwrap_or(false),
+        k3s_args,
+    })
+}
+
+fn provider(r: &mut Resolver, spec: Option<&ClusterSpec>) -> Result<Provider, Error> {
+    let env_provider = match r.env(envvars::DEVSTACK_PROVIDER).as_deref() {
+        None => None,
+        Some("k3s") => Some(Provider::K3s),
+        Some("kind") => Some(Provider::Kind),
+        Some(other) => {
+            return Err(Error::user(format!(
+                "environment variable {} has an invalid value `{other}`",
+                envvars::DEVSTACK_PROVIDER
+            ))
+            .with_hint("use `k3s` or `kind`"));
+        }
+    };
+    Ok(r.pick(
+        "cluster.provider",
+        r.overrides.provider,
+        env_provider,
+        spec.map(|c| c.provider),
+        // K3s past 1.32 cannot be built offline; `up` falls back to it without a kind CLI.
+        Provider::Kind,
+    ))
+}
+
+fn check_servers(r: &mut Resolver, provider: Provider, servers: u8) {
+    if servers == 0 {
+        r.problems.at_path(
+            "cluster.servers",
+            "`cluster.servers` must be at least 1".into(),
+            None,
+        );
+    }
+    if provider == Provider::K3s && servers > 1 {
+        r.problems.at_path(
+            "cluster.servers",
+            format!("`cluster.servers: {servers}` is not supported with provider k3s"),
+            Some("use one server and add `cluster.agents` for more nodes".into()),
+        );
+    }
+}
+
+fn check_ports(r: &mut Resolver, ports: &[PortMappingSpec]) {
+    for (index, mapping) in ports.iter().enumerate() {
+        if mapping.bind_address.parse::<IpAddr>().is_err() {
+            r.problems.at_path(
+                &format!("cluster.ports[{index}].bindAddress"),
+                format!(
+                    "`cluster.ports` bindAddress `{}` is not an IP address",
+                    mapping.bind_address
+                ),
+                Some(BIND_ADDRESS_HINT.into()),
+            );
+        }
+        if !matches!(mapping.protocol.as_str(), "tcp" | "udp" | "sctp") {
+            r.problems.at_path(
+                &format!("cluster.ports[{index}].protocol"),
+                format!(
+                    "`cluster.ports` protocol `{}` is not tcp, udp or sctp",
+                    mapping.protocol
+                ),
+                Some("use tcp (the default), udp or sctp".into()),
+            );
+        }
+    }
+}
+
+fn node_image_for_version(provider: Provider, version: &str) -> String {
+    let v = if version.starts_with('v') {
+        version.to_string()
+    } else {
+        format!("v{version}")
+    };
+    match provider {
+        Provider::K3s if v.contains("k3s") => format!("rancher/k3s:{v}"),
+        Provider::K3s => format!("rancher/k3s:{v}-k3s1"),
+        Provider::Kind => format!("kindest/node:{v}"),
+    }
+}

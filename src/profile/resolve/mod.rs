@@ -1,0 +1,290 @@
+//! Resolution: the loaded profile with defaults filled in and overrides
+//! applied, in the order flag > environment variable > profile > built-in
+//! default, one resolver per section of the profile.
+
+mod cluster;
+mod gitops;
+mod images;
+mod localstack;
+mod secrets;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_saphyr::Spanned;
+
+pub use gitops::renamed_or_dropped_eso_workloads;
+pub use images::parse_mirror_list;
+
+use super::load::{
+    LoadedProfile, Position, ProfileError, ProfileErrors, position_of, position_of_path,
+};
+use super::schema::{API_VERSION_V1ALPHA1, KIND_PROFILE, TimeoutsSpec, VerifySpec};
+use super::settings::{
+    BUILTIN_PROFILE_NAME, Origin, Overrides, Settings, Timeouts, VerifySettings,
+};
+use crate::envvars;
+use crate::error::Error;
+
+impl Settings {
+    /// Settings when no profile is given at all: a Kind stack, because Kind
+    /// runs the current Kubernetes; the provider is not pinned, so `up`
+    /// falls back to K3s (nothing but Docker) where no kind CLI is found.
+    pub fn builtin(overrides: &Overrides) -> Result<Settings, Error> {
+        let text = format!(
+            "apiVersion: {API_VERSION_V1ALPHA1}\nkind: {KIND_PROFILE}\nname: {BUILTIN_PROFILE_NAME}\n"
+        );
+        let loaded = super::load::parse("<built-in default>", &text, PathBuf::from("."))
+            .map_err(ProfileErrors::into_error)?;
+        Settings::resolve(loaded, overrides)
+    }
+
+    pub fn resolve(loaded: LoadedProfile, overrides: &Overrides) -> Result<Settings, Error> {
+        resolve_with_env(loaded, overrides, &|name| envvars::get(name))
+    }
+}
+
+type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Resolves every setting. Errors in the profile do not stop resolution: it
+/// goes on with a stand-in value so that the later ones are found too, and
+/// fails at the end with all of them. Errors in flags and environment
+/// variables fail at once, being about this run rather than the file.
+pub(crate) fn resolve_with_env(
+    loaded: LoadedProfile,
+    overrides: &Overrides,
+    env: EnvLookup,
+) -> Result<Settings, Error> {
+    let spec = loaded.spec;
+    let mut r = Resolver {
+        overrides,
+        env,
+        base_dir: &loaded.base_dir,
+        origins: BTreeMap::new(),
+        problems: Problems {
+            origin: &loaded.origin,
+            text: &loaded.text,
+            errors: loaded.structural_errors,
+        },
+    };
+    let name = stack_name(&mut r, &spec.name)?;
+    let mut cluster = cluster::resolve(&mut r, spec.cluster)?;
+    let localstack = localstack::resolve(&mut r, spec.localstack)?;
+    let flux = gitops::resolve_flux(&mut r, spec.flux);
+    let eso = gitops::resolve_eso(spec.eso);
+    let gitops = gitops::resolve_gitops(&mut r, spec.gitops, &eso);
+    let images = images::resolve(&mut r, spec.images, &mut cluster);
+    let secrets = secrets::resolve(&mut r, spec.secrets);
+    let verify = verify(spec.verify);
+    let timeouts = timeouts(spec.timeouts);
+
+    r.problems.finish()?;
+    Ok(Settings {
+        name,
+        profile: loaded.origin.clone(),
+        profile_reference: None,
+        base_dir: loaded.base_dir.clone(),
+        state_dir: state_dir(env),
+        user_kubeconfig: user_kubeconfig(env),
+        cluster,
+        localstack,
+        flux,
+        eso,
+        gitops,
+        images,
+        secrets,
+        verify,
+        timeouts,
+        origins: r.origins,
+    })
+}
+
+/// What every section's resolver reads, and the origins and problems they add to.
+struct Resolver<'a> {
+    overrides: &'a Overrides,
+    env: EnvLookup<'a>,
+    /// Directory the profile's relative paths resolve against.
+    base_dir: &'a Path,
+    origins: BTreeMap<String, Origin>,
+    problems: Problems<'a>,
+}
+
+impl Resolver<'_> {
+    fn env(&self, name: &str) -> Option<String> {
+        (self.env)(name)
+    }
+
+    fn env_parsed<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, Error> {
+        match self.env(name) {
+            None => Ok(None),
+            Some(raw) => raw.parse().map(Some).map_err(|_| {
+                Error::user(format!(
+                    "environment variable {name} has an invalid value `{raw}`"
+                ))
+                .with_hint(format!("fix or unset {name}"))
+            }),
+        }
+    }
+
+    /// One overridable value, with its origin recorded under `key`.
+    fn pick<T>(
+        &mut self,
+        key: &str,
+        flag: Option<T>,
+        env: Option<T>,
+        profile: Option<T>,
+        default: T,
+    ) -> T {
+        let (value, origin) = if let Some(v) = flag {
+            (v, Origin::Flag)
+        } else if let Some(v) = env {
+            (v, Origin::Env)
+        } else if let Some(v) = profile {
+            (v, Origin::Profile)
+        } else {
+            (default, Origin::Default)
+        };
+        self.origins.insert(key.to_string(), origin);
+        value
+    }
+
+    fn relative(&self, p: &str) -> PathBuf {
+        let path = Path::new(p);
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.base_dir.join(path)
+        }
+    }
+}
+
+/// A profile's errors, collected so that one run reports all of them.
+struct Problems<'a> {
+    origin: &'a str,
+    /// The text the spec was read from, to find positions in.
+    text: &'a str,
+    errors: Vec<ProfileError>,
+}
+
+impl Problems<'_> {
+    fn at(&mut self, location: &serde_saphyr::Location, message: String, hint: Option<String>) {
+        self.push(Some(position_of(location)), message, hint);
+    }
+
+    /// An error about the node at a dotted path such as `cluster.ports[1].protocol`.
+    fn at_path(&mut self, path: &str, message: String, hint: Option<String>) {
+        self.push(position_of_path(self.text, path), message, hint);
+    }
+
+    fn push(&mut self, position: Option<Position>, message: String, hint: Option<String>) {
+        self.errors.push(ProfileError {
+            origin: self.origin.to_string(),
+            position,
+            message,
+            hint,
+        });
+    }
+
+    fn finish(self) -> Result<(), Error> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ProfileErrors(self.errors).into_error())
+        }
+    }
+}
+
+const BIND_ADDRESS_HINT: &str = "use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)";
+
+const NAME_HINT: &str =
+    "use 1-32 lowercase letters, digits and '-', starting with a letter (e.g. `dev`)";
+
+/// The stack name; an invalid one from a flag or the environment fails at once.
+fn stack_name(r: &mut Resolver, in_profile: &Spanned<String>) -> Result<String, Error> {
+    let name = r.pick(
+        "name",
+        r.overrides.name.clone(),
+        r.env(envvars::DEVSTACK_NAME),
+        Some(in_profile.value.clone()),
+        String::new(),
+    );
+    if let Err(why) = validate_stack_name(&name) {
+        match r.origins["name"] {
+            Origin::Profile => r
+                .problems
+                .at(&in_profile.referenced, why, Some(NAME_HINT.into())),
+            _ => {
+                return Err(
+                    Error::user(format!("invalid stack name `{name}`: {why}")).with_hint(NAME_HINT)
+                );
+            }
+        }
+    }
+    Ok(name)
+}
+
+pub fn validate_stack_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 32 {
+        return Err("must be 1 to 32 characters".into());
+    }
+    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return Err("must start with a lowercase letter".into());
+    }
+    if name.ends_with('-') {
+        return Err("must not end with '-'".into());
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
+    {
+        return Err(format!("character `{bad}` is not allowed"));
+    }
+    Ok(())
+}
+
+fn verify(spec: Option<VerifySpec>) -> VerifySettings {
+    VerifySettings {
+        on_up: spec.as_ref().and_then(|v| v.on_up).unwrap_or(true),
+        namespace: spec
+            .as_ref()
+            .and_then(|v| v.namespace.clone())
+            .unwrap_or_else(|| "devstack-verify".into()),
+        push_secret: spec.as_ref().and_then(|v| v.push_secret).unwrap_or(false),
+    }
+}
+
+fn timeouts(spec: Option<TimeoutsSpec>) -> Timeouts {
+    let t = spec.unwrap_or_default();
+    let d = Timeouts::default();
+    Timeouts {
+        preflight: t.preflight.unwrap_or(d.preflight),
+        localstack: t.localstack.unwrap_or(d.localstack),
+        cluster: t.cluster.unwrap_or(d.cluster),
+        preload: t.preload.unwrap_or(d.preload),
+        flux: t.flux.unwrap_or(d.flux),
+        eso: t.eso.unwrap_or(d.eso),
+        seed: t.seed.unwrap_or(d.seed),
+        verify: t.verify.unwrap_or(d.verify),
+    }
+}
+
+fn state_dir(env: EnvLookup) -> PathBuf {
+    if let Some(dir) = env(envvars::DEVSTACK_HOME) {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = env(envvars::XDG_STATE_HOME) {
+        return PathBuf::from(dir).join("devstack");
+    }
+    let home = env(envvars::HOME).unwrap_or_else(|| ".".into());
+    PathBuf::from(home).join(".local/state/devstack")
+}
+
+fn user_kubeconfig(env: EnvLookup) -> PathBuf {
+    if let Some(list) = env(envvars::KUBECONFIG)
+        && let Some(first) = std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty())
+    {
+        return first;
+    }
+    let home = env(envvars::HOME).unwrap_or_else(|| ".".into());
+    PathBuf::from(home).join(".kube/config")
+}
