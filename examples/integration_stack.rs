@@ -25,7 +25,11 @@ async fn main() -> devstack::Result<()> {
     );
     // The provider the library chose, as `devstack up` would: the profile's,
     // the stack's existing one, Kind, or K3s when no kind CLI is usable.
-    println!("provider: {} ({:?})", up.provider.as_str(), up.choice.reason);
+    println!(
+        "provider: {} ({:?})",
+        up.provider.as_str(),
+        up.choice.reason
+    );
     run(&guard).await?;
     if keep {
         let stack = guard.keep();

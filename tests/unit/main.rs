@@ -3,4 +3,5 @@
 
 mod cli;
 mod layers;
+mod shape;
 mod tiers;
