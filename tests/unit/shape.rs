@@ -68,7 +68,12 @@ fn functions(lines: &[String]) -> Vec<(usize, usize, String)> {
         ]
         .iter()
         .any(|p| code.starts_with(p));
-        if !is_fn || code.ends_with(';') {
+        // A declaration without a body (a trait's) ends at its `;`.
+        let header_end = lines[at..]
+            .iter()
+            .position(|l| l.contains('{') || l.trim_end().ends_with(';'));
+        let has_body = header_end.is_some_and(|end| lines[at + end].contains('{'));
+        if !is_fn || !has_body {
             continue;
         }
         let indent = &line[..line.len() - code.len()];
