@@ -22,6 +22,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "gitops",
             "verify",
             "localstack",
+            "logs",
             "seed",
             "snapshot",
         ],
