@@ -10,6 +10,7 @@ mod cluster_k3s;
 mod cluster_kind;
 mod contract_k3s;
 mod gitops_k3s;
+mod logs_k3s;
 mod providers;
 mod restart_k3s;
 mod snapshot_k3s;

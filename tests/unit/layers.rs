@@ -23,6 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "gitops",
             "verify",
             "localstack",
+            "logs",
             "seed",
             "snapshot",
         ],
