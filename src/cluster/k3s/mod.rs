@@ -403,10 +403,17 @@ pub async fn up(
             exited = a_node_exits(engine, settings) => Err(exited),
         }
     };
-    match finish.await {
-        Ok(info) => Ok(info),
+    let result = match finish.await {
+        // An import into a node that just exited fails first: the exit is the cause.
+        Err(err) => match stopped_node(engine, settings).await {
+            Some(node) => Err(node_exited(engine, &node).await),
+            None => Err(err),
+        },
+        done => done,
+    };
+    match result {
         Err(err) if converged.created => Err(rollback(engine, settings, options, err).await),
-        Err(err) => Err(err),
+        done => done,
     }
 }
 
@@ -418,13 +425,15 @@ async fn a_node_exits(engine: &dyn Engine, settings: &Settings) -> Error {
     const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
     loop {
         tokio::time::sleep(LOOK_EVERY).await;
-        let Ok(nodes) = nodes(engine, settings).await else {
-            continue;
-        };
-        if let Some(node) = nodes.iter().find(|n| !n.running) {
-            return node_exited(engine, &node.name).await;
+        if let Some(node) = stopped_node(engine, settings).await {
+            return node_exited(engine, &node).await;
         }
     }
+}
+
+async fn stopped_node(engine: &dyn Engine, settings: &Settings) -> Option<String> {
+    let nodes = nodes(engine, settings).await.ok()?;
+    nodes.into_iter().find(|n| !n.running).map(|n| n.name)
 }
 
 async fn node_exited(engine: &dyn Engine, node: &str) -> Error {
