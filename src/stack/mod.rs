@@ -27,6 +27,7 @@ use crate::ui::Ui;
 use crate::verify::{VerifyOptions, VerifyReport};
 use crate::{docker, state};
 
+mod ample;
 mod guard;
 mod repair;
 mod up;

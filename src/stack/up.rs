@@ -8,6 +8,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::Stack;
+use super::ample::AmpleStack;
 use super::repair::{CrashedPods, localstack_repair, missing_flux_objects};
 use crate::cluster::choice::{self, Choice};
 use crate::cluster::{self, Provisioned};
@@ -93,12 +94,10 @@ impl Stack {
     pub async fn up(&self, options: UpOptions) -> Result<UpReport, Error> {
         self.timeline.restart();
         let docker = docker::connect().await?;
-        // Boxed, as the run below: a kind lookup may fetch kind, a large future.
-        let settled = Box::pin(choice::settle(&docker, &self.current())).await?;
+        let settled = AmpleStack::new(choice::settle(&docker, &self.current())).await?;
         let (run, choice) = self.settled(settled);
         let interrupts = Interrupts::watch(options.handle_interrupt);
-        // Boxed: debug builds' futures are large, and a test thread's stack is small.
-        Box::pin(run.up_locked(
+        AmpleStack::new(run.up_locked(
             &docker,
             options,
             None,
@@ -139,7 +138,7 @@ impl Stack {
         let snapshot = snapshot::open(&run.settings, name)?;
         let docker = docker::connect().await?;
         let interrupts = Interrupts::watch(options.handle_interrupt);
-        Box::pin(run.up_locked(
+        AmpleStack::new(run.up_locked(
             &docker,
             options,
             Some(&snapshot),
