@@ -404,8 +404,8 @@ pub async fn up(
         }
     };
     let result = match finish.await {
-        // An import into a node that just exited fails first: the exit is the cause.
-        Err(err) => match stopped_node(engine, settings).await {
+        // An import into a node that is exiting fails first: the exit is the cause.
+        Err(err) => match stopping_node(engine, settings).await {
             Some(node) => Err(node_exited(engine, &node).await),
             None => Err(err),
         },
@@ -429,6 +429,18 @@ async fn a_node_exits(engine: &dyn Engine, settings: &Settings) -> Error {
             return node_exited(engine, &node).await;
         }
     }
+}
+
+/// A node that stops within a few seconds of an error: the error may be
+/// what its exit caused (its containerd went away under an import).
+async fn stopping_node(engine: &dyn Engine, settings: &Settings) -> Option<String> {
+    for _ in 0..12 {
+        if let Some(node) = stopped_node(engine, settings).await {
+            return Some(node);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    None
 }
 
 async fn stopped_node(engine: &dyn Engine, settings: &Settings) -> Option<String> {
