@@ -121,6 +121,19 @@ exit 0 when settled, 4 when something is still failing at the deadline, 5 when i
 but still reconciling at the deadline."
     )]
     Status(StatusArgs),
+    /// Find what is wrong with the stack, why, and the command that fixes it
+    #[command(
+        long_about = "Find what is wrong with the stack, why, and the command that fixes it: the \
+runbooks of the External Secrets platform, automated. Every detector runs against the stack (Docker, \
+LocalStack, nodes, Flux, the chain, ESO and its webhook, the ClusterSecretStore, every \
+ExternalSecret) and each finding is printed as its symptom, the evidence (conditions, events, \
+container states, a few log lines; never a secret value), the cause and the fix. `--json` prints \
+the findings as a list. Exit 0 when nothing is found, 4 when something is.",
+        after_help = "Examples:\n  devstack diagnose                  # every finding, with its fix\n  \
+devstack -p ci diagnose --json     # the findings as a JSON list, for scripts\n  \
+devstack status || devstack diagnose"
+    )]
+    Diagnose,
     /// Print shell exports for using the stack from other tools
     Env(EnvArgs),
     /// Install Flux if needed, publish the GitOps manifests and wait until the External Secrets chain is Ready
