@@ -1,9 +1,14 @@
 # devstack — the contributor's front door.
 CARGO ?= cargo
-.PHONY: build test test-unit test-docker test-cluster test-online lint fmt kit kit-test e2e bench host ci clean-test-resources
+.PHONY: build man test test-unit test-docker test-cluster test-online lint fmt kit kit-test e2e bench host ci clean-test-resources
 
 build:
 	$(CARGO) build --release
+
+## Man pages of devstack and every command, from the release binary itself.
+MAN_DIR ?= target/man
+man:
+	$(CARGO) run --release --quiet -- man --out-dir $(MAN_DIR)
 
 ## Every test tier; what cannot run here is reported loudly (see CONTRIBUTING.md).
 test:

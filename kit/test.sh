@@ -115,6 +115,7 @@ done < <(jq -r '.artifacts[] | select(.kind=="image") | [.role, .file] | @tsv' "
 
 # --- node ---------------------------------------------------------------------
 log "start $NODE ($K3S_IMAGE)"
+# As devstack's nodes: the host's disk is not the kubelet's to evict for or collect.
 t_start=$(date +%s)
 node_id=$(docker run -d --privileged --name "$NODE" --hostname "$NODE" \
   --label "$LABEL" --label "dev.devstack.kit-test.run=$RUN_ID" \
@@ -122,7 +123,9 @@ node_id=$(docker run -d --privileged --name "$NODE" --hostname "$NODE" \
   -p 127.0.0.1::6443 "${mounts[@]}" \
   "$K3S_IMAGE" server \
   --disable=traefik,servicelb,metrics-server,local-storage \
-  --write-kubeconfig-mode=644 --tls-san=127.0.0.1)
+  --write-kubeconfig-mode=644 --tls-san=127.0.0.1 \
+  '--kubelet-arg=eviction-hard=imagefs.available<0%,nodefs.available<0%,nodefs.inodesFree<0%' \
+  --kubelet-arg=image-gc-high-threshold=100)
 
 # kubectl for the host and the hooks: the node's multicall k3s binary.
 mkdir -p "$WORK/bin"

@@ -72,7 +72,11 @@ pub enum Command {
 trip: preflight, LocalStack (then seeding) and the cluster concurrently, the in-cluster LocalStack \
 route, Flux, the External Secrets chain and the round trip, each step printed with its time. On an \
 existing stack it repairs what drifted and says what. A stack this run created is rolled back on \
-failure or Ctrl-C unless --retain."
+failure or Ctrl-C unless --retain.",
+        after_help = "Examples:
+  devstack up                                # the stack of ./devstack.yaml, or the built-in default
+  devstack -p ci --name job1 up --no-verify  # another stack, from the shipped ci profile
+  devstack up --timings up.html              # and a waterfall of where the time went"
     )]
     Up(UpArgs),
     /// Fetch every artifact the profile needs into the cache, each checked against its pin
@@ -118,7 +122,11 @@ ClusterSecretStore and every ExternalSecret. A Flux object re-applying a revisio
 applied is shown as reconciling: healthy, but not settled. Exit 4 when anything is unhealthy. \
 `--wait` waits until the stack is settled (everything Ready, nothing reconciling), for scripts: \
 exit 0 when settled, 4 when something is still failing at the deadline, 5 when it is healthy \
-but still reconciling at the deadline."
+but still reconciling at the deadline.",
+        after_help = "Examples:
+  devstack status                           # one table; exit 4 when anything is unhealthy
+  devstack status --wait 2m                 # in a script: until settled, at most 2 minutes
+  devstack -p ci --name job1 status --json  # rows, ports, healthy and settled, for tools"
     )]
     Status(StatusArgs),
     /// Find what is wrong with the stack, why, and the command that fixes it
@@ -134,8 +142,24 @@ devstack -p ci diagnose --json     # the findings as a JSON list, for scripts\n 
 devstack status || devstack diagnose"
     )]
     Diagnose,
+    /// Print the logs of the stack's components, each line prefixed by its source
+    #[command(
+        long_about = "Print the logs of the stack's components: LocalStack's container, the External \
+Secrets Operator's controller, webhook and cert-controller pods, each Flux controller's pod and the \
+cluster's node containers, read through the Docker and Kubernetes APIs (no kubectl). Without a \
+COMPONENT every component's logs are merged in the order they were written, each line prefixed by \
+its source (`eso/webhook | ...`); a component with one source prints its lines bare. With -f every \
+source is followed at once and lines are printed as they arrive, until Ctrl-C (exit 0).",
+        after_help = "Examples:
+  devstack logs eso --since 10m        # what the operator said in the last 10 minutes
+  devstack logs -f                     # every component, as it happens, until Ctrl-C
+  devstack logs flux --tail 20 --json  # one JSON object a line: source, time, line"
+    )]
+    Logs(LogsArgs),
     /// Print shell exports for using the stack from other tools
     Env(EnvArgs),
+    /// Print the stack's kubeconfig, or with --path its file's path
+    Kubeconfig(KubeconfigArgs),
     /// Install Flux if needed, publish the GitOps manifests and wait until the External Secrets chain is Ready
     Sync(SyncArgs),
     /// Show devstack's version and the version matrix (defaults, tested here, newest upstream, support)
@@ -148,9 +172,25 @@ import snapshots. `devstack up --from-snapshot NAME` creates a stack from one in
 cluster from the snapshot, LocalStack new and seeded from the profile, then Flux and ESO reconciled \
 and the round trip proven. A snapshot is refused when it was made from another profile, other \
 versions or another snapshot format, or when a file fails its checksum. Snapshots hold the \
-cluster's credentials and synced Secrets: keep exported files private."
+cluster's credentials and synced Secrets: keep exported files private.",
+        after_help = "Examples:
+  devstack -p ci snapshot save base                   # keep the verified ci stack's cluster
+  devstack -p ci --name job2 up --from-snapshot base  # a second stack from it, in seconds
+  devstack snapshot export base base.tar              # one file for a CI cache, for `import`"
     )]
     Snapshot(SnapshotCommand),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish)
+    #[command(
+        long_about = "Print a completion script for SHELL on stdout. Load it for this shell with \
+`source <(devstack completions bash)` (zsh: `source <(devstack completions zsh)`; fish: \
+`devstack completions fish | source`), or install it where your shell looks for completions."
+    )]
+    Completions {
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print devstack's man page, or a command's (`devstack man snapshot save`)
+    Man(ManArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -280,6 +320,63 @@ pub struct StatusArgs {
     /// Wait until the stack is settled, at most DURATION (e.g. 90s, 5m; default 5m)
     #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "5m")]
     pub wait: Option<crate::profile::HumanDuration>,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Only this component's logs (default: every component's, merged)
+    #[arg(value_enum, value_name = "COMPONENT")]
+    pub component: Option<LogComponent>,
+    /// Only the last N lines of each source (default: 200, or every line with --since)
+    #[arg(long, value_name = "N")]
+    pub tail: Option<u64>,
+    /// Keep printing new lines of every source until Ctrl-C
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Only lines written in the last DURATION (e.g. 90s, 10m, 1h)
+    #[arg(long, value_name = "DURATION")]
+    pub since: Option<crate::profile::HumanDuration>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogComponent {
+    /// The LocalStack container
+    Localstack,
+    /// The External Secrets Operator's controller, webhook and cert-controller
+    Eso,
+    /// Each Flux controller
+    Flux,
+    /// The cluster's node containers
+    Node,
+}
+
+impl From<LogComponent> for crate::logs::Component {
+    fn from(c: LogComponent) -> Self {
+        use crate::logs::Component;
+        match c {
+            LogComponent::Localstack => Component::Localstack,
+            LogComponent::Eso => Component::Eso,
+            LogComponent::Flux => Component::Flux,
+            LogComponent::Node => Component::Node,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct KubeconfigArgs {
+    /// Print the kubeconfig file's path instead of its contents
+    #[arg(long)]
+    pub path: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The command whose page to print, e.g. `up` or `snapshot save` (default: devstack's own)
+    #[arg(value_name = "COMMAND")]
+    pub command: Vec<String>,
+    /// Write the pages of devstack and every command into DIR instead (for packaging)
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub out_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -381,105 +381,131 @@ async fn get_json(
     api.get_opt(name).await.map(|o| o.map(dynamic_to_json))
 }
 
+/// What `devstack up` does about a missing or broken cluster.
+const UP_HINT: &str = "`devstack up` creates or repairs the stack";
+/// What `devstack sync` does about missing Flux objects.
+const FLUX_HINT: &str = "`devstack sync` installs Flux and the External Secrets chain";
+
+/// The cluster's rows, in order: cluster, nodes, Flux controllers, the
+/// Kustomization chain, the HelmRelease, the store, the ExternalSecrets.
 async fn cluster_rows(settings: &Settings) -> Vec<StatusRow> {
+    let (client, nodes) = match reach_cluster(settings).await {
+        Ok(reached) => reached,
+        Err(row) => return vec![row],
+    };
+    let mut rows = vec![cluster_row(&client, settings, nodes.len()).await];
+    rows.extend(nodes.iter().map(node_row));
+    rows.extend(flux_controller_rows(&client, settings).await);
+    rows.extend(kustomization_rows(&client).await);
+    rows.push(helm_release_row(&client).await);
+    rows.push(cluster_secret_store_row(&client).await);
+    let eso_api = format!("{ESO_GROUP}/{ESO_VERSION}");
+    rows.extend(external_secret_rows(&client, settings, &eso_api).await);
+    rows
+}
+
+/// A client for the stack's cluster and its nodes, or the one row saying
+/// why the cluster cannot be reached.
+async fn reach_cluster(settings: &Settings) -> Result<(kube::Client, Vec<Node>), StatusRow> {
     let context = settings.kube_context();
-    let up = "`devstack up` creates or repairs the stack";
     let path = state::kubeconfig_path(settings);
     let yaml = match std::fs::read_to_string(&path) {
         Ok(yaml) => yaml,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return vec![
+            return Err(
                 StatusRow::new("cluster", context, Health::Missing, "missing")
                     .detail(format!("stack `{}` has no cluster", settings.name))
-                    .hint(up),
-            ];
+                    .hint(UP_HINT),
+            );
         }
         Err(e) => {
-            return vec![
-                StatusRow::new(
-                    "cluster",
-                    context,
-                    Health::Unhealthy,
-                    "unreadable kubeconfig",
-                )
-                .detail(format!("{}: {}", path.display(), e.kind())),
-            ];
+            return Err(StatusRow::new(
+                "cluster",
+                context,
+                Health::Unhealthy,
+                "unreadable kubeconfig",
+            )
+            .detail(format!("{}: {}", path.display(), e.kind())));
         }
     };
-    let client = match crate::k8s::client_from_kubeconfig(&yaml).await {
-        Ok(c) => c,
-        Err(e) => {
-            return vec![
-                StatusRow::new("cluster", context, Health::Unhealthy, "bad kubeconfig")
-                    .detail(e.message())
-                    .hint(up),
-            ];
-        }
-    };
+    let client = crate::k8s::client_from_kubeconfig(&yaml)
+        .await
+        .map_err(|e| {
+            StatusRow::new("cluster", &context, Health::Unhealthy, "bad kubeconfig")
+                .detail(e.message())
+                .hint(UP_HINT)
+        })?;
     let nodes: Api<Node> = Api::all(client.clone());
-    let list = match nodes.list(&ListParams::default()).await {
-        Ok(list) => list,
-        Err(e) => {
-            return vec![
-                StatusRow::new("cluster", context, Health::Unhealthy, "API unreachable")
-                    .detail(e.to_string())
-                    .hint(format!(
-                        "{up}; `docker ps --filter label={}={}` lists its nodes",
-                        docker::LABEL_STACK,
-                        settings.name
-                    )),
-            ];
-        }
-    };
+    match nodes.list(&ListParams::default()).await {
+        Ok(list) => Ok((client, list.items)),
+        Err(e) => Err(
+            StatusRow::new("cluster", context, Health::Unhealthy, "API unreachable")
+                .detail(e.to_string())
+                .hint(format!(
+                    "{UP_HINT}; `docker ps --filter label={}={}` lists its nodes",
+                    docker::LABEL_STACK,
+                    settings.name
+                )),
+        ),
+    }
+}
+
+async fn cluster_row(client: &kube::Client, settings: &Settings, nodes: usize) -> StatusRow {
     let version = client
         .apiserver_version()
         .await
         .map(|v| v.git_version)
         .unwrap_or_else(|_| "version unknown".into());
-    let mut rows = vec![
-        StatusRow::new("cluster", context, Health::Healthy, "reachable").detail(format!(
-            "{}, Kubernetes {version}, {} node(s)",
-            settings.cluster.provider.as_str(),
-            list.items.len()
-        )),
-    ];
-    for node in &list.items {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let ready = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
-        let ok = ready.is_some_and(|c| c.status == "True");
-        let kubelet = node
-            .status
-            .as_ref()
-            .and_then(|s| s.node_info.as_ref())
-            .map(|i| format!("kubelet {}", i.kubelet_version))
-            .unwrap_or_default();
-        let message = ready
-            .filter(|_| !ok)
-            .and_then(|c| c.message.clone())
-            .unwrap_or_default();
-        let detail = [kubelet, message]
-            .into_iter()
-            .filter(|s| !s.is_empty())
-            .collect::<Vec<_>>()
-            .join("; ");
-        let health = if ok {
-            Health::Healthy
-        } else {
-            Health::Unhealthy
-        };
-        rows.push(
-            StatusRow::new("node", name, health, if ok { "Ready" } else { "NotReady" })
-                .detail(detail)
-                .hint(format!("{up}; `docker logs <node>` shows the node's log")),
-        );
-    }
+    StatusRow::new(
+        "cluster",
+        settings.kube_context(),
+        Health::Healthy,
+        "reachable",
+    )
+    .detail(format!(
+        "{}, Kubernetes {version}, {nodes} node(s)",
+        settings.cluster.provider.as_str(),
+    ))
+}
 
-    let flux_hint = "`devstack sync` installs Flux and the External Secrets chain";
+fn node_row(node: &Node) -> StatusRow {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+    let ok = ready.is_some_and(|c| c.status == "True");
+    let kubelet = node
+        .status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| format!("kubelet {}", i.kubelet_version))
+        .unwrap_or_default();
+    let message = ready
+        .filter(|_| !ok)
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default();
+    let detail = [kubelet, message]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let health = if ok {
+        Health::Healthy
+    } else {
+        Health::Unhealthy
+    };
+    StatusRow::new("node", name, health, if ok { "Ready" } else { "NotReady" })
+        .detail(detail)
+        .hint(format!(
+            "{UP_HINT}; `docker logs <node>` shows the node's log"
+        ))
+}
+
+async fn flux_controller_rows(client: &kube::Client, settings: &Settings) -> Vec<StatusRow> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), FLUX_NAMESPACE);
+    let mut rows = Vec::new();
     for component in &settings.flux.components {
         let result = deployments
             .get_opt(component)
@@ -490,20 +516,26 @@ async fn cluster_rows(settings: &Settings) -> Vec<StatusRow> {
             format!("{FLUX_NAMESPACE}/{component}"),
             result,
             |d| judge_condition(d, "Available", None),
-            flux_hint,
+            FLUX_HINT,
         ));
     }
+    rows
+}
 
+/// The root Kustomization and the chain's levels, each judged against the
+/// revision its source serves now.
+async fn kustomization_rows(client: &kube::Client) -> Vec<StatusRow> {
     let kustomizations = dynamic_api(
-        &client,
+        client,
         KUSTOMIZATION_API,
         "Kustomization",
         Some(FLUX_NAMESPACE),
     );
+    let mut rows = Vec::new();
     for name in std::iter::once(ROOT_KUSTOMIZATION).chain(CHAIN) {
         let object = get_json(&kustomizations, name).await;
         let current = match &object {
-            Ok(Some(o)) => crate::gitops::chain::source_revision(&client, o).await,
+            Ok(Some(o)) => crate::gitops::chain::source_revision(client, o).await,
             _ => None,
         };
         let applied_current = |o: &serde_json::Value| {
@@ -514,32 +546,33 @@ async fn cluster_rows(settings: &Settings) -> Vec<StatusRow> {
             format!("{FLUX_NAMESPACE}/{name}"),
             object,
             |o| judge_flux(o, applied_current(o)),
-            flux_hint,
+            FLUX_HINT,
         ));
     }
+    rows
+}
 
+async fn helm_release_row(client: &kube::Client) -> StatusRow {
     let (release_ns, release) = HELM_RELEASE;
-    let releases = dynamic_api(&client, HELM_RELEASE_API, "HelmRelease", Some(release_ns));
-    rows.push(object_row(
+    let releases = dynamic_api(client, HELM_RELEASE_API, "HelmRelease", Some(release_ns));
+    object_row(
         "helmrelease",
         format!("{release_ns}/{release}"),
         get_json(&releases, release).await,
         |o| judge_flux(o, release_deployed(o)),
-        flux_hint,
-    ));
+        FLUX_HINT,
+    )
+}
 
-    let eso_api = format!("{ESO_GROUP}/{ESO_VERSION}");
-    let stores = crate::gitops::cluster_secret_stores(&client);
-    rows.push(object_row(
+async fn cluster_secret_store_row(client: &kube::Client) -> StatusRow {
+    let stores = crate::gitops::cluster_secret_stores(client);
+    object_row(
         "clustersecretstore",
         CLUSTER_SECRET_STORE.to_string(),
         get_json(&stores, CLUSTER_SECRET_STORE).await,
         ready_judgement,
         "`devstack status` rows above show whether the chain delivered it; `devstack sync` converges it",
-    ));
-
-    rows.extend(external_secret_rows(&client, settings, &eso_api).await);
-    rows
+    )
 }
 
 async fn external_secret_rows(

@@ -22,6 +22,7 @@ pub mod health;
 pub mod hostinfo;
 pub mod k8s;
 pub mod localstack;
+pub mod logs;
 pub mod pipeline;
 pub mod profile;
 pub mod seed;

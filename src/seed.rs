@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_secretsmanager::Client;
 use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_secretsmanager::operation::describe_secret::DescribeSecretOutput;
 use futures::StreamExt;
 use rand::Rng;
 use serde::Serialize;
@@ -229,138 +230,228 @@ async fn converge(
     options: SeedOptions,
     endpoint: &str,
 ) -> Result<SecretResult, Error> {
-    let name = secret.name.as_str();
-    let fail = |op: &str, e: &dyn AwsErrorInfo| sdk_error(name, op, e, endpoint);
-    let existing = match client.describe_secret().secret_id(name).send().await {
-        Ok(d) => Some(d),
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_not_found_exception()) =>
-        {
-            None
-        }
-        Err(e) => return Err(fail("describe", &e)),
+    let convergence = Convergence {
+        client,
+        secret,
+        options,
+        endpoint,
     };
+    match convergence.describe().await? {
+        None => convergence.create(desired).await,
+        Some(existing) => convergence.update(&existing, desired).await,
+    }
+}
 
-    let Some(existing) = existing else {
-        if !options.dry_run {
+/// One secret brought to what the profile says; a dry run decides every
+/// change but writes none.
+struct Convergence<'a> {
+    client: &'a Client,
+    secret: &'a SecretSettings,
+    options: SeedOptions,
+    endpoint: &'a str,
+}
+
+impl Convergence<'_> {
+    fn name(&self) -> &str {
+        &self.secret.name
+    }
+
+    fn fail(&self, op: &str, e: &dyn AwsErrorInfo) -> Error {
+        sdk_error(self.name(), op, e, self.endpoint)
+    }
+
+    /// The stored secret, or `None` when there is none.
+    async fn describe(&self) -> Result<Option<DescribeSecretOutput>, Error> {
+        match self
+            .client
+            .describe_secret()
+            .secret_id(self.name())
+            .send()
+            .await
+        {
+            Ok(d) => Ok(Some(d)),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_resource_not_found_exception()) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(self.fail("describe", &e)),
+        }
+    }
+
+    async fn create(&self, desired: Desired) -> Result<SecretResult, Error> {
+        let secret = self.secret;
+        if !self.options.dry_run {
             let value = match desired {
                 Desired::Value(v) => v,
                 Desired::Generate(spec) => generate(&spec),
             };
             let tags: Vec<_> = secret.tags.iter().map(tag).collect();
-            client
+            self.client
                 .create_secret()
-                .name(name)
+                .name(self.name())
                 .set_description(secret.description.clone())
                 .set_tags((!tags.is_empty()).then_some(tags))
                 .secret_string(value.expose())
                 .send()
                 .await
-                .map_err(|e| fail("create", &e))?;
+                .map_err(|e| self.fail("create", &e))?;
         }
-        return Ok(SecretResult {
-            name: name.into(),
+        Ok(SecretResult {
+            name: self.name().into(),
             outcome: Outcome::Created,
             changed: vec![],
-        });
-    };
+        })
+    }
 
-    let mut changed = Vec::new();
-    if existing.deleted_date.is_some() {
-        changed.push("restored");
-        if !options.dry_run {
-            client
+    /// Restores, then brings value, description and tags in line, in that order.
+    async fn update(
+        &self,
+        existing: &DescribeSecretOutput,
+        desired: Desired,
+    ) -> Result<SecretResult, Error> {
+        let mut changed = Vec::new();
+        if existing.deleted_date.is_some() {
+            changed.push("restored");
+            self.restore().await?;
+        }
+        let current = self.current_value(existing).await?;
+        if self.converge_value(desired, current).await? {
+            changed.push("value");
+        }
+        if self.converge_description(existing).await? {
+            changed.push("description");
+        }
+        if self.converge_tags(existing).await? {
+            changed.push("tags");
+        }
+        let outcome = if changed.is_empty() {
+            Outcome::Unchanged
+        } else {
+            Outcome::Updated
+        };
+        Ok(SecretResult {
+            name: self.name().into(),
+            outcome,
+            changed,
+        })
+    }
+
+    async fn restore(&self) -> Result<(), Error> {
+        if !self.options.dry_run {
+            self.client
                 .restore_secret()
-                .secret_id(name)
+                .secret_id(self.name())
                 .send()
                 .await
-                .map_err(|e| fail("restore", &e))?;
+                .map_err(|e| self.fail("restore", &e))?;
+        }
+        Ok(())
+    }
+
+    /// The stored value, if there is one that can be read.
+    async fn current_value(
+        &self,
+        existing: &DescribeSecretOutput,
+    ) -> Result<Option<SecretString>, Error> {
+        let name = self.name();
+        match self.client.get_secret_value().secret_id(name).send().await {
+            Ok(v) => Ok(v.secret_string.map(SecretString::new)),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_resource_not_found_exception()) =>
+            {
+                Ok(None)
+            }
+            Err(e) if existing.deleted_date.is_some() => {
+                // A deleted secret's value is unreadable until restored (dry run).
+                tracing::debug!(
+                    "value of deleted secret {name} not readable: {}",
+                    ProvideErrorMetadata::code(&e).unwrap_or("?")
+                );
+                Ok(None)
+            }
+            Err(e) => Err(self.fail("read", &e)),
         }
     }
-    let current = match client.get_secret_value().secret_id(name).send().await {
-        Ok(v) => v.secret_string.map(SecretString::new),
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_not_found_exception()) =>
-        {
-            None
-        }
-        Err(e) if existing.deleted_date.is_some() => {
-            // A deleted secret's value is unreadable until restored (dry run).
-            tracing::debug!(
-                "value of deleted secret {name} not readable: {}",
-                ProvideErrorMetadata::code(&e).unwrap_or("?")
-            );
-            None
-        }
-        Err(e) => return Err(fail("read", &e)),
-    };
-    let target = match desired {
-        Desired::Value(v) => Some(v),
-        Desired::Generate(_) if current.is_some() && !options.rotate => None,
-        Desired::Generate(spec) => Some(generate(&spec)),
-    };
-    if let Some(value) = target.filter(|v| Some(v) != current.as_ref()) {
-        changed.push("value");
-        if !options.dry_run {
-            client
+
+    /// Writes the desired value when it differs; a generated one is kept
+    /// unless rotating. Returns whether it changed.
+    async fn converge_value(
+        &self,
+        desired: Desired,
+        current: Option<SecretString>,
+    ) -> Result<bool, Error> {
+        let target = match desired {
+            Desired::Value(v) => Some(v),
+            Desired::Generate(_) if current.is_some() && !self.options.rotate => None,
+            Desired::Generate(spec) => Some(generate(&spec)),
+        };
+        let Some(value) = target.filter(|v| Some(v) != current.as_ref()) else {
+            return Ok(false);
+        };
+        if !self.options.dry_run {
+            self.client
                 .put_secret_value()
-                .secret_id(name)
+                .secret_id(self.name())
                 .secret_string(value.expose())
                 .send()
                 .await
-                .map_err(|e| fail("update", &e))?;
+                .map_err(|e| self.fail("update", &e))?;
         }
+        Ok(true)
     }
-    if let Some(description) = &secret.description
-        && existing.description.as_deref() != Some(description.as_str())
-    {
-        changed.push("description");
-        if !options.dry_run {
-            client
+
+    /// Sets the profile's description when it has one that differs.
+    async fn converge_description(&self, existing: &DescribeSecretOutput) -> Result<bool, Error> {
+        let Some(description) = &self.secret.description else {
+            return Ok(false);
+        };
+        if existing.description.as_deref() == Some(description.as_str()) {
+            return Ok(false);
+        }
+        if !self.options.dry_run {
+            self.client
                 .update_secret()
-                .secret_id(name)
+                .secret_id(self.name())
                 .description(description)
                 .send()
                 .await
-                .map_err(|e| fail("update description of", &e))?;
+                .map_err(|e| self.fail("update description of", &e))?;
         }
+        Ok(true)
     }
-    let stored: BTreeMap<&str, &str> = existing
-        .tags
-        .iter()
-        .flatten()
-        .filter_map(|t| Some((t.key.as_deref()?, t.value.as_deref().unwrap_or(""))))
-        .collect();
-    let missing: Vec<_> = secret
-        .tags
-        .iter()
-        .filter(|(k, v)| stored.get(k.as_str()) != Some(&v.as_str()))
-        .map(tag)
-        .collect();
-    if !missing.is_empty() {
-        changed.push("tags");
-        if !options.dry_run {
-            client
+
+    /// Adds or corrects the profile's tags; tags it does not name are left alone.
+    async fn converge_tags(&self, existing: &DescribeSecretOutput) -> Result<bool, Error> {
+        let stored: BTreeMap<&str, &str> = existing
+            .tags
+            .iter()
+            .flatten()
+            .filter_map(|t| Some((t.key.as_deref()?, t.value.as_deref().unwrap_or(""))))
+            .collect();
+        let missing: Vec<_> = self
+            .secret
+            .tags
+            .iter()
+            .filter(|(k, v)| stored.get(k.as_str()) != Some(&v.as_str()))
+            .map(tag)
+            .collect();
+        if missing.is_empty() {
+            return Ok(false);
+        }
+        if !self.options.dry_run {
+            self.client
                 .tag_resource()
-                .secret_id(name)
+                .secret_id(self.name())
                 .set_tags(Some(missing))
                 .send()
                 .await
-                .map_err(|e| fail("tag", &e))?;
+                .map_err(|e| self.fail("tag", &e))?;
         }
+        Ok(true)
     }
-    let outcome = if changed.is_empty() {
-        Outcome::Unchanged
-    } else {
-        Outcome::Updated
-    };
-    Ok(SecretResult {
-        name: name.into(),
-        outcome,
-        changed,
-    })
 }
 
 fn tag((key, value): (&String, &String)) -> aws_sdk_secretsmanager::types::Tag {

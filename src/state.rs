@@ -19,6 +19,26 @@ pub fn kubeconfig_path(settings: &Settings) -> PathBuf {
     stack_dir(settings).join("kubeconfig")
 }
 
+/// The stack's kubeconfig (YAML). A stack without one has no cluster:
+/// unhealthy (exit 4), with the command that creates it.
+pub fn read_kubeconfig(settings: &Settings) -> Result<String, Error> {
+    let path = kubeconfig_path(settings);
+    match std::fs::read_to_string(&path) {
+        Ok(yaml) => Ok(yaml),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::unhealthy(format!(
+            "stack `{}` has no cluster (no kubeconfig at {})",
+            settings.name,
+            path.display()
+        ))
+        .with_hint("create the stack with `devstack up`")),
+        Err(e) => Err(Error::internal(format!(
+            "cannot read the kubeconfig {}: {}",
+            path.display(),
+            e.kind()
+        ))),
+    }
+}
+
 /// Caches shared by every stack (Flux install manifests, preload images).
 pub fn cache_dir(settings: &Settings) -> PathBuf {
     settings.state_dir.clone()

@@ -124,10 +124,24 @@ pub async fn up(
             path.display(),
             settings.kube_context()
         ));
-        ctx.ui.info(format!(
-            "next: export KUBECONFIG={}   # or: eval \"$(devstack env)\"",
-            path.display()
-        ));
+        ctx.ui.info(next_command(&settings.cli_flags()));
     }
     Ok(0)
+}
+
+/// How to use the new cluster, with the flags that reach this stack (`env`
+/// needs LocalStack too, which `cluster up` does not start).
+pub fn next_command(flags: &str) -> String {
+    format!("next: export KUBECONFIG=\"$(devstack{flags} kubeconfig --path)\"")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn next_command_reaches_the_same_stack() {
+        assert_eq!(
+            super::next_command(" -p ci --name job1"),
+            "next: export KUBECONFIG=\"$(devstack -p ci --name job1 kubeconfig --path)\""
+        );
+    }
 }

@@ -1,6 +1,5 @@
 //! `devstack localstack up|down|logs|status`: the stack's LocalStack alone.
 
-use futures::StreamExt;
 use serde_json::json;
 
 use crate::cli::LocalstackCommand;
@@ -58,30 +57,13 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
         }
         LocalstackCommand::Logs { tail, follow } => {
             let settings = ctx.settings(|_| {})?;
-            let docker = docker::connect().await?;
-            let name = localstack::container_name(&settings);
-            if docker::inspect(&docker, &name).await?.is_none() {
-                return Err(
-                    Error::user(format!("LocalStack container {name} does not exist"))
-                        .with_hint("start it with `devstack localstack up`"),
-                );
-            }
-            let options = bollard::query_parameters::LogsOptions {
-                stdout: true,
-                stderr: true,
+            let options = crate::logs::Options {
+                tail: Some(tail as u64),
                 follow,
-                tail: tail.to_string(),
-                ..Default::default()
+                since: None,
             };
-            let mut stream = docker.logs(&name, Some(options));
-            use std::io::Write;
-            let mut out = std::io::stdout().lock();
-            while let Some(chunk) = stream.next().await {
-                let chunk =
-                    chunk.map_err(|e| docker::engine_error(format!("logs of {name}"), e))?;
-                let _ = out.write_all(&chunk.into_bytes());
-            }
-            Ok(0)
+            let component = Some(crate::logs::Component::Localstack);
+            super::logs::show(ctx, &settings, component, options).await
         }
         LocalstackCommand::Status => {
             let settings = ctx.settings(|_| {})?;

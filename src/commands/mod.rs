@@ -3,11 +3,15 @@
 //! (doctor with failing checks), or an [`Error`] that decides it.
 
 pub mod cluster;
+pub mod completions;
 pub mod diagnose;
 pub mod doctor;
 pub mod down;
 pub mod env;
+pub mod kubeconfig;
 pub mod localstack;
+pub mod logs;
+pub mod man;
 pub mod profile;
 pub mod pull;
 pub mod seed;
@@ -71,6 +75,10 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         Command::Version => version::run(&ctx),
         Command::Pull => pull::run(&ctx).await,
         Command::Snapshot(cmd) => snapshot::run(&ctx, cmd).await,
+        Command::Logs(args) => logs::run(&ctx, args).await,
+        Command::Kubeconfig(args) => kubeconfig::run(&ctx, args),
+        Command::Completions { shell } => completions::run(shell),
+        Command::Man(args) => man::run(&ctx, args),
     };
     result.map_err(|err| match ctx.settings(|_| {}) {
         Ok(settings) => err.with_command_flags(&settings.cli_flags()),

@@ -12,6 +12,7 @@ pub mod manifests;
 pub mod source;
 pub mod webhook;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -20,7 +21,8 @@ use serde_json::{Value, json};
 use crate::error::Error;
 use crate::k8s::{Budget, apply};
 use crate::pipeline::Runner;
-use crate::profile::{GitopsSourceKind, SecretSource, Settings};
+use crate::profile::{GitopsLayout, GitopsSourceKind, SecretSource, Settings};
+use crate::ui::Step;
 
 /// Namespace of the Flux sources and Kustomizations devstack manages.
 pub const FLUX_NAMESPACE: &str = flux::NAMESPACE;
@@ -141,135 +143,30 @@ async fn sync(
     let timeout = settings.timeouts.eso.get();
     let budget = Budget::since(started, timeout, "timeouts.eso");
     let offline = source::offline_eso(settings)?;
-    let mut objects = offline
-        .as_ref()
-        .map(|o| o.objects.clone())
-        .unwrap_or_default();
-    let (tree, origin) = match &settings.gitops.path {
-        Some(dir) => (manifests::read_dir(dir)?, dir.display().to_string()),
-        None => (
-            manifests::embedded(),
-            "manifests/external-secrets".to_string(),
-        ),
-    };
     let local = settings.gitops.source == GitopsSourceKind::Local;
-    if local {
-        let tree = manifests::prepare(tree, &origin, settings.gitops.layout, offline.is_some())?;
-        for (path, bytes) in tree {
-            objects.insert(format!("{}/{path}", source::MANIFESTS_PREFIX), bytes);
-        }
-    }
-    let source_desc = match settings.gitops.source {
-        GitopsSourceKind::Local => format!("s3://{}", source::BUCKET),
-        GitopsSourceKind::Git => format!(
-            "{} ({})",
-            settings.gitops.git_url.as_deref().unwrap_or_default(),
-            settings.gitops.git_branch
-        ),
-    };
+    let objects = bucket_objects(settings, offline.as_ref(), local)?;
+    let source_desc = source_description(settings);
 
-    let (published, root_request, facts_changed) = runner
-        .step("GitOps source", None, |step| {
-            let (source_desc, offline, objects) = (&source_desc, &offline, &objects);
-            async move {
-                // A bucket created anew (LocalStack lost its state) is empty,
-                // then half filled, while it is published: a fetch in that
-                // window gives Flux a tree without the chain, and the root
-                // Kustomization prunes all of ESO. So the Bucket source is
-                // suspended until the bucket is whole again.
-                let refill = !source::bucket_exists(settings).await;
-                if refill {
-                    chain::suspend_source(client, "Bucket", source::SOURCE_NAME, true).await?;
-                }
-                let span = step.span(format!("{} objects published", objects.len()));
-                let published = span.finish(source::publish(settings, objects).await)?;
-                let arns = source::secret_arns(settings).await;
-                let facts = source::facts(settings, offline.as_ref(), &arns);
-                // With a git source devstack does not see the manifests: any
-                // fact may be substituted there.
-                let used = |key: &str| !local || source::substitutes(objects, key);
-                let facts_changed = source::facts_differ(client, &facts, &used).await;
-                let bucket_endpoint = crate::k8s::localstack_in_cluster_address(client).await;
-                let flux_objects = source::flux_objects(settings, &facts, &bucket_endpoint);
-                let span = step.span("source, facts and root Kustomization applied");
-                span.finish(apply::apply_all(client, &flux_objects, budget).await)?;
-                if refill {
-                    chain::suspend_source(client, "Bucket", source::SOURCE_NAME, false).await?;
-                }
-                let src = source::source_ref(settings);
-                let span = step.span(format!("{} {} fetched", src.kind, src.name));
-                span.finish(chain::refresh_source(client, src.kind, &src.name, budget).await)?;
-                if src.kind != "Bucket" {
-                    let span = step.span(format!("Bucket {} fetched", source::SOURCE_NAME));
-                    span.finish(
-                        chain::refresh_source(client, "Bucket", source::SOURCE_NAME, budget).await,
-                    )?;
-                }
-                let root_request =
-                    chain::request_reconcile(&chain::kustomizations(client), ROOT_KUSTOMIZATION)
-                        .await?;
-                let summary = format!(
-                    "{source_desc}, {} objects{}",
-                    published.objects,
-                    match (offline.is_some(), settings.images.bundle.is_some()) {
-                        (true, true) => ", ESO from the offline bundle",
-                        (true, false) => ", ESO from the artifact cache",
-                        (false, _) => "",
-                    }
-                );
-                Ok(((published, root_request, facts_changed), summary))
-            }
-        })
+    let source_step = SourceStep {
+        client,
+        settings,
+        description: &source_desc,
+        offline: offline.as_ref(),
+        objects: &objects,
+        local,
+        budget,
+    };
+    let applied = runner
+        .step("GitOps source", None, |step| source_step.run(step))
         .await?;
 
     if let Some(tell) = options.reapplying.take() {
-        // Off the critical path: the chain's wait starts meanwhile.
-        let client = client.clone();
-        tokio::spawn(async move {
-            let only = !facts_changed && chain::applied_before(&client).await;
-            let _ = tell.send(only);
-        });
+        tell_reapplying(client, tell, applied.facts_changed);
     }
-    let title = format!(
-        "External Secrets chain ({})",
-        match settings.gitops.layout {
-            crate::profile::GitopsLayout::Chain => "crds -> operator -> crs",
-            crate::profile::GitopsLayout::Naive => "naive layout",
-        }
-    );
-    let wait = chain::WaitOptions {
-        budget,
-        // The naive layout shows what Flux does alone, races included.
-        nudge: options.nudge && settings.gitops.layout == crate::profile::GitopsLayout::Chain,
-        fail_fast: settings.gitops.layout == crate::profile::GitopsLayout::Chain,
-        nudge_settled: facts_changed,
-    };
+    let wait = chain_wait_options(settings, options.nudge, budget, applied.facts_changed);
     let chain_report = runner
-        .step(title, None, |step| async move {
-            // On the heap: the chain's watches make a large future, and a
-            // library caller may poll `up` on a test thread's 2 MiB stack.
-            let report =
-                Box::pin(chain::wait_ready(client, wait, Some(root_request), &step)).await?;
-            let span = step.span(format!("ClusterSecretStore {CLUSTER_SECRET_STORE} Ready"));
-            span.finish(wait_store_ready(client, budget).await)?;
-            record_pod_starts(client, HELM_RELEASE.0, &step).await;
-            let timings: Vec<String> = report
-                .levels
-                .iter()
-                .map(|l| {
-                    format!(
-                        "{} {}",
-                        l.name,
-                        crate::ui::format_duration(Duration::from_millis(l.ready_after_ms))
-                    )
-                })
-                .collect();
-            let summary = format!(
-                "{}; {} failed reconciliation(s)",
-                timings.join(", "),
-                report.failed_reconciliations()
-            );
-            Ok((report, summary))
+        .step(chain_title(settings.gitops.layout), None, |step| {
+            wait_chain(client, wait, applied.root_request, step)
         })
         .await?;
     for failure in &chain_report.failures {
@@ -279,10 +176,228 @@ async fn sync(
         ));
     }
 
+    let external_secrets = apply_profile_external_secrets(client, settings, timeout).await?;
+    Ok(DeliverReport {
+        flux: None,
+        source: source_desc,
+        published: local.then_some(applied.published),
+        offline_eso: offline.is_some(),
+        chain: chain_report,
+        profile_external_secrets: external_secrets,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// What the bucket holds: the offline ESO artifacts and, with a local
+/// source, the prepared manifests.
+fn bucket_objects(
+    settings: &Settings,
+    offline: Option<&source::OfflineEso>,
+    local: bool,
+) -> Result<manifests::Tree, Error> {
+    let mut objects = offline.map(|o| o.objects.clone()).unwrap_or_default();
+    let (tree, origin) = match &settings.gitops.path {
+        Some(dir) => (manifests::read_dir(dir)?, dir.display().to_string()),
+        None => (
+            manifests::embedded(),
+            "manifests/external-secrets".to_string(),
+        ),
+    };
+    if local {
+        let tree = manifests::prepare(tree, &origin, settings.gitops.layout, offline.is_some())?;
+        for (path, bytes) in tree {
+            objects.insert(format!("{}/{path}", source::MANIFESTS_PREFIX), bytes);
+        }
+    }
+    Ok(objects)
+}
+
+/// The GitOps source as the report and the step's summary name it.
+fn source_description(settings: &Settings) -> String {
+    match settings.gitops.source {
+        GitopsSourceKind::Local => format!("s3://{}", source::BUCKET),
+        GitopsSourceKind::Git => format!(
+            "{} ({})",
+            settings.gitops.git_url.as_deref().unwrap_or_default(),
+            settings.gitops.git_branch
+        ),
+    }
+}
+
+/// The GitOps source step: publish the bucket, apply the source, facts and
+/// root Kustomization, fetch the source and request the root's reconcile.
+struct SourceStep<'a> {
+    client: &'a kube::Client,
+    settings: &'a Settings,
+    description: &'a str,
+    offline: Option<&'a source::OfflineEso>,
+    objects: &'a manifests::Tree,
+    local: bool,
+    budget: Budget,
+}
+
+/// What the GitOps source step leaves for the chain's wait and the report.
+struct SourceApplied {
+    published: source::PublishReport,
+    root_request: String,
+    facts_changed: bool,
+}
+
+impl SourceStep<'_> {
+    async fn run(self, step: Arc<Step>) -> Result<(SourceApplied, String), Error> {
+        // A fetch of a half-filled new bucket would let the root Kustomization prune all of ESO.
+        let refill = !source::bucket_exists(self.settings).await;
+        if refill {
+            chain::suspend_source(self.client, "Bucket", source::SOURCE_NAME, true).await?;
+        }
+        let span = step.span(format!("{} objects published", self.objects.len()));
+        let published = span.finish(source::publish(self.settings, self.objects).await)?;
+        let facts_changed = self.apply_flux_objects(&step).await?;
+        if refill {
+            chain::suspend_source(self.client, "Bucket", source::SOURCE_NAME, false).await?;
+        }
+        self.fetch_sources(&step).await?;
+        let root_request =
+            chain::request_reconcile(&chain::kustomizations(self.client), ROOT_KUSTOMIZATION)
+                .await?;
+        let summary = self.summary(&published);
+        let applied = SourceApplied {
+            published,
+            root_request,
+            facts_changed,
+        };
+        Ok((applied, summary))
+    }
+
+    /// Applies the source, the stack facts and the root Kustomization;
+    /// returns whether the facts the manifests use changed.
+    async fn apply_flux_objects(&self, step: &Step) -> Result<bool, Error> {
+        let (client, settings) = (self.client, self.settings);
+        let arns = source::secret_arns(settings).await;
+        let facts = source::facts(settings, self.offline, &arns);
+        // devstack does not see a git source's manifests: any fact may be substituted there.
+        let used = |key: &str| !self.local || source::substitutes(self.objects, key);
+        let facts_changed = source::facts_differ(client, &facts, &used).await;
+        let bucket_endpoint = crate::k8s::localstack_in_cluster_address(client).await;
+        let flux_objects = source::flux_objects(settings, &facts, &bucket_endpoint);
+        let span = step.span("source, facts and root Kustomization applied");
+        span.finish(apply::apply_all(client, &flux_objects, self.budget).await)?;
+        Ok(facts_changed)
+    }
+
+    /// Fetches the profile's source, then the bucket too when that source is not it.
+    async fn fetch_sources(&self, step: &Step) -> Result<(), Error> {
+        let (client, budget) = (self.client, self.budget);
+        let src = source::source_ref(self.settings);
+        let span = step.span(format!("{} {} fetched", src.kind, src.name));
+        span.finish(chain::refresh_source(client, src.kind, &src.name, budget).await)?;
+        if src.kind != "Bucket" {
+            let span = step.span(format!("Bucket {} fetched", source::SOURCE_NAME));
+            span.finish(
+                chain::refresh_source(client, "Bucket", source::SOURCE_NAME, budget).await,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn summary(&self, published: &source::PublishReport) -> String {
+        format!(
+            "{}, {} objects{}",
+            self.description,
+            published.objects,
+            match (
+                self.offline.is_some(),
+                self.settings.images.bundle.is_some()
+            ) {
+                (true, true) => ", ESO from the offline bundle",
+                (true, false) => ", ESO from the artifact cache",
+                (false, _) => "",
+            }
+        )
+    }
+}
+
+/// Tells `tell` whether the chain only re-applies what it applied before,
+/// off the critical path so the chain's wait starts meanwhile.
+fn tell_reapplying(
+    client: &kube::Client,
+    tell: tokio::sync::oneshot::Sender<bool>,
+    facts_changed: bool,
+) {
+    let client = client.clone();
+    tokio::spawn(async move {
+        let only = !facts_changed && chain::applied_before(&client).await;
+        let _ = tell.send(only);
+    });
+}
+
+fn chain_title(layout: GitopsLayout) -> String {
+    format!(
+        "External Secrets chain ({})",
+        match layout {
+            GitopsLayout::Chain => "crds -> operator -> crs",
+            GitopsLayout::Naive => "naive layout",
+        }
+    )
+}
+
+fn chain_wait_options(
+    settings: &Settings,
+    nudge: bool,
+    budget: Budget,
+    facts_changed: bool,
+) -> chain::WaitOptions {
+    let chain_layout = settings.gitops.layout == GitopsLayout::Chain;
+    chain::WaitOptions {
+        budget,
+        // The naive layout shows what Flux does alone, races included.
+        nudge: nudge && chain_layout,
+        fail_fast: chain_layout,
+        nudge_settled: facts_changed,
+    }
+}
+
+/// The chain step: waits for the chain and the ClusterSecretStore to be
+/// Ready; the summary gives each level's time to Ready.
+async fn wait_chain(
+    client: &kube::Client,
+    wait: chain::WaitOptions,
+    root_request: String,
+    step: Arc<Step>,
+) -> Result<(chain::ChainReport, String), Error> {
+    // Boxed: the chain's watches make a future too large for a test thread's 2 MiB stack.
+    let report = Box::pin(chain::wait_ready(client, wait, Some(root_request), &step)).await?;
+    let span = step.span(format!("ClusterSecretStore {CLUSTER_SECRET_STORE} Ready"));
+    span.finish(wait_store_ready(client, wait.budget).await)?;
+    record_pod_starts(client, HELM_RELEASE.0, &step).await;
+    let timings: Vec<String> = report
+        .levels
+        .iter()
+        .map(|l| {
+            format!(
+                "{} {}",
+                l.name,
+                crate::ui::format_duration(Duration::from_millis(l.ready_after_ms))
+            )
+        })
+        .collect();
+    let summary = format!(
+        "{}; {} failed reconciliation(s)",
+        timings.join(", "),
+        report.failed_reconciliations()
+    );
+    Ok((report, summary))
+}
+
+/// Applies the profile's ExternalSecrets; returns how many objects that was.
+async fn apply_profile_external_secrets(
+    client: &kube::Client,
+    settings: &Settings,
+    timeout: Duration,
+) -> Result<usize, Error> {
     let external_secrets = profile_external_secrets(settings);
     if !external_secrets.is_empty() {
-        // The chain's wait may have spent the budget; these CRDs are
-        // Established by now, so this wait is a formality with its own limit.
+        // Its own limit: the chain's wait may have spent the budget, and the CRDs are Established.
         apply::apply_all(
             client,
             &external_secrets,
@@ -290,15 +405,7 @@ async fn sync(
         )
         .await?;
     }
-    Ok(DeliverReport {
-        flux: None,
-        source: source_desc,
-        published: local.then_some(published),
-        offline_eso: offline.is_some(),
-        chain: chain_report,
-        profile_external_secrets: external_secrets.len(),
-        elapsed_ms: started.elapsed().as_millis() as u64,
-    })
+    Ok(external_secrets.len())
 }
 
 /// Waits until ESO serves what the round trip uses: its webhook answering

@@ -25,6 +25,13 @@ pub fn install_crypto_provider() {
 }
 
 pub async fn client_from_kubeconfig(yaml: &str) -> Result<kube::Client, Error> {
+    client_with_read_timeout(yaml, Some(Duration::from_secs(30))).await
+}
+
+async fn client_with_read_timeout(
+    yaml: &str,
+    read_timeout: Option<Duration>,
+) -> Result<kube::Client, Error> {
     install_crypto_provider();
     let kubeconfig = Kubeconfig::from_yaml(yaml)
         .map_err(|e| Error::internal(format!("invalid kubeconfig: {e}")))?;
@@ -33,7 +40,7 @@ pub async fn client_from_kubeconfig(yaml: &str) -> Result<kube::Client, Error> {
             .await
             .map_err(|e| Error::internal(format!("invalid kubeconfig: {e}")))?;
     config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(30));
+    config.read_timeout = read_timeout;
     kube::Client::try_from(config).map_err(|e| Error::internal(format!("kube client: {e}")))
 }
 
@@ -342,26 +349,15 @@ fn deployment_state(deployment: &Deployment) -> String {
 /// A client for the stack's cluster, from its kubeconfig file. A stack
 /// without one is unhealthy (exit 4), with the command that creates it.
 pub async fn stack_client(settings: &crate::profile::Settings) -> Result<kube::Client, Error> {
-    let path = crate::state::kubeconfig_path(settings);
-    let yaml = match std::fs::read_to_string(&path) {
-        Ok(yaml) => yaml,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::unhealthy(format!(
-                "stack `{}` has no cluster (no kubeconfig at {})",
-                settings.name,
-                path.display()
-            ))
-            .with_hint("create the stack with `devstack up`"));
-        }
-        Err(e) => {
-            return Err(Error::internal(format!(
-                "cannot read the kubeconfig {}: {}",
-                path.display(),
-                e.kind()
-            )));
-        }
-    };
-    client_from_kubeconfig(&yaml).await
+    client_from_kubeconfig(&crate::state::read_kubeconfig(settings)?).await
+}
+
+/// [`stack_client`] without a read timeout, for responses that may stay
+/// quiet for minutes and are still alive (a followed log).
+pub async fn stack_streaming_client(
+    settings: &crate::profile::Settings,
+) -> Result<kube::Client, Error> {
+    client_with_read_timeout(&crate::state::read_kubeconfig(settings)?, None).await
 }
 
 /// An API for any kind by apiVersion and kind, namespaced or cluster-wide.

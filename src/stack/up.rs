@@ -93,7 +93,9 @@ impl Stack {
     pub async fn up(&self, options: UpOptions) -> Result<UpReport, Error> {
         self.timeline.restart();
         let docker = docker::connect().await?;
-        let (run, choice) = self.settled(choice::settle(&docker, &self.current()).await?);
+        // Boxed, as the run below: a kind lookup may fetch kind, a large future.
+        let settled = Box::pin(choice::settle(&docker, &self.current())).await?;
+        let (run, choice) = self.settled(settled);
         let interrupts = Interrupts::watch(options.handle_interrupt);
         // Boxed: debug builds' futures are large, and a test thread's stack is small.
         Box::pin(run.up_locked(

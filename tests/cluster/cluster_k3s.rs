@@ -253,6 +253,40 @@ fn k3s_bad_input_is_clear_and_leaves_nothing() {
         stack.containers().is_empty(),
         "nothing is created when the kubeconfig cannot be written"
     );
+
+    // An argument K3s refuses makes the server exit at once: `up` says so
+    // within seconds, with its exit code and log, not at `timeouts.cluster`.
+    let profile = k3s_profile(&stack, "");
+    let text = std::fs::read_to_string(&profile).unwrap().replace(
+        "  provider: k3s\n",
+        "  provider: k3s\n  k3sArgs: [--kubelet-arg=v=2]\n",
+    );
+    std::fs::write(&profile, text).unwrap();
+    let run = stack.run(&profile, &["cluster", "up"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "node devstack-{}-server-0 exited with code 1",
+            stack.name
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("hint: a K3s argument it refuses (`cluster.k3sArgs`"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("did not become Ready"),
+        "the exit was noticed only at the cluster timeout: {}",
+        run.stderr
+    );
+    assert!(
+        stack.containers().is_empty(),
+        "the failed create is rolled back"
+    );
 }
 
 #[test]

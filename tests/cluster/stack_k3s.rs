@@ -79,6 +79,10 @@ fn up_verify_status_down_with_drift_repair() {
         &format!("devstack-{}-server-0", stack.name),
         "0s",
     );
+    crate::common::assert_kubelet_leaves_the_host_disk_alone(&format!(
+        "devstack-{}-server-0",
+        stack.name
+    ));
     for step in [
         "Preflight",
         "LocalStack",

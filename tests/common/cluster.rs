@@ -330,6 +330,34 @@ pub fn assert_kube_proxy_min_sync_period(node: &str, min_sync_period: &str) {
     );
 }
 
+/// The K3s node's kubelet neither evicts for nor garbage-collects on the
+/// host's disk, which it shares with everything else there (its /configz).
+pub fn assert_kubelet_leaves_the_host_disk_alone(node: &str) {
+    let path = format!("/api/v1/nodes/{node}/proxy/configz");
+    let out = docker(&["exec", node, "k3s", "kubectl", "get", "--raw", &path]);
+    let body = String::from_utf8_lossy(&out.stdout);
+    let config: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| {
+        panic!(
+            "the kubelet's /configz in {node} is not JSON ({e}): {body}{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let kubelet = &config["kubeletconfig"];
+    for signal in ["imagefs.available", "nodefs.available", "nodefs.inodesFree"] {
+        assert_eq!(
+            kubelet["evictionHard"][signal].as_str(),
+            Some("0%"),
+            "kubelet in {node}: {signal} in {}",
+            kubelet["evictionHard"]
+        );
+    }
+    assert_eq!(
+        kubelet["imageGCHighThresholdPercent"].as_i64(),
+        Some(100),
+        "kubelet in {node}"
+    );
+}
+
 /// The ESO webhook serves with the certificate devstack issued at install
 /// (its CA's fingerprint is on the Secret), and the cert-controller, instead
 /// of replacing it, injected that CA into every webhook configuration and

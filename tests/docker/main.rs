@@ -9,4 +9,5 @@ mod down_all;
 mod exit_codes;
 mod gitops;
 mod localstack;
+mod logs;
 mod seed;

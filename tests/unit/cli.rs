@@ -40,6 +40,8 @@ fn help_texts() {
         vec!["env", "--help"],
         vec!["doctor", "--help"],
         vec!["snapshot", "--help"],
+        vec!["logs", "--help"],
+        vec!["kubeconfig", "--help"],
     ] {
         let (code, stdout, _) = devstack(&args, &manifest_dir());
         assert_eq!(code, 0);
@@ -126,6 +128,80 @@ fn snapshot_commands_refuse_what_they_cannot_use_with_a_hint() {
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "a refused import leaves nothing: {left:?}");
+}
+
+#[test]
+fn completions_of_every_shell_name_the_commands() {
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let (code, stdout, stderr) = devstack(&["completions", shell], &manifest_dir());
+        assert_eq!(code, 0, "{shell}: {stderr}");
+        for command in ["up", "snapshot", "kubeconfig", "logs", "completions"] {
+            assert!(
+                stdout.contains(command),
+                "{shell} completions do not name `{command}`"
+            );
+        }
+    }
+    let (code, _, stderr) = devstack(&["completions", "tcsh"], &manifest_dir());
+    assert_eq!(code, 2, "{stderr}");
+}
+
+#[test]
+fn man_pages_render_for_devstack_and_its_commands() {
+    let (code, page, stderr) = devstack(&["man", "up"], &manifest_dir());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(page.contains(".TH devstack-up 1"), "{page}");
+    assert!(
+        page.contains(".SH NAME\ndevstack\\-up \\- Bring the whole stack up"),
+        "{page}"
+    );
+    assert!(page.contains("Examples:"), "{page}");
+    let (code, page, _) = devstack(&["man"], &manifest_dir());
+    assert_eq!(code, 0);
+    assert!(page.contains(".SH NAME\ndevstack \\- "), "{page}");
+    let (code, _, stderr) = devstack(&["man", "snapshot", "nope"], &manifest_dir());
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("hint: commands there: save, list"),
+        "{stderr}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("man");
+    let (code, _, stderr) = devstack(
+        &["man", "--out-dir", out.to_str().unwrap()],
+        &manifest_dir(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    for page in ["devstack.1", "devstack-logs.1", "devstack-snapshot-save.1"] {
+        assert!(out.join(page).is_file(), "{page}: {stderr}");
+    }
+}
+
+#[test]
+fn kubeconfig_of_a_stack_without_a_cluster_is_unhealthy_with_a_hint() {
+    let home = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = devstack_at(home.path(), &["kubeconfig", "--path"]);
+    assert_eq!(code, 4, "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("has no cluster"), "{stderr}");
+    assert!(
+        stderr.contains("hint: create the stack with `devstack -p ci up`"),
+        "the hint carries the flags that reach the stack: {stderr}"
+    );
+
+    let kubeconfig = home.path().join("state/stacks/ci/kubeconfig");
+    std::fs::create_dir_all(kubeconfig.parent().unwrap()).unwrap();
+    std::fs::write(&kubeconfig, "apiVersion: v1\nkind: Config\n").unwrap();
+    let (code, stdout, stderr) = devstack_at(home.path(), &["kubeconfig", "--path"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.trim_end(), kubeconfig.display().to_string());
+    let (_, stdout, _) = devstack_at(home.path(), &["kubeconfig"]);
+    assert_eq!(stdout, "apiVersion: v1\nkind: Config\n");
+    let (_, stdout, _) = devstack_at(home.path(), &["kubeconfig", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(json["context"], "devstack-ci");
+    assert!(json.get("kubeconfig").is_none(), "no credentials in JSON");
 }
 
 #[test]

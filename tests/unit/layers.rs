@@ -24,6 +24,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "gitops",
             "verify",
             "localstack",
+            "logs",
             "seed",
             "snapshot",
         ],

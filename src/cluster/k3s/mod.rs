@@ -397,12 +397,61 @@ pub async fn up(
             images_loaded: converged.created,
         })
     };
-    let finish = async { tokio::try_join!(ready, images).map(|(info, ())| info) };
-    match finish.await {
-        Ok(info) => Ok(info),
+    let finish = async {
+        tokio::select! {
+            done = async { tokio::try_join!(ready, images).map(|(info, ())| info) } => done,
+            exited = a_node_exits(engine, settings) => Err(exited),
+        }
+    };
+    let result = match finish.await {
+        // An import into a node that just exited fails first: the exit is the cause.
+        Err(err) => match stopped_node(engine, settings).await {
+            Some(node) => Err(node_exited(engine, &node).await),
+            None => Err(err),
+        },
+        done => done,
+    };
+    match result {
         Err(err) if converged.created => Err(rollback(engine, settings, options, err).await),
-        Err(err) => Err(err),
+        done => done,
     }
+}
+
+/// The error for the first of the stack's node containers to stop while
+/// `up` waits for the cluster (K3s exits at once on a bad `cluster.k3sArgs`
+/// entry): its exit code and last lines, within a second, not at the end of
+/// `timeouts.cluster`. Never returns while every node runs.
+async fn a_node_exits(engine: &dyn Engine, settings: &Settings) -> Error {
+    const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+    loop {
+        tokio::time::sleep(LOOK_EVERY).await;
+        if let Some(node) = stopped_node(engine, settings).await {
+            return node_exited(engine, &node).await;
+        }
+    }
+}
+
+async fn stopped_node(engine: &dyn Engine, settings: &Settings) -> Option<String> {
+    let nodes = nodes(engine, settings).await.ok()?;
+    nodes.into_iter().find(|n| !n.running).map(|n| n.name)
+}
+
+async fn node_exited(engine: &dyn Engine, node: &str) -> Error {
+    let exit_code = engine
+        .inspect_container(node)
+        .await
+        .ok()
+        .and_then(|info| info.state)
+        .and_then(|state| state.exit_code);
+    let code = exit_code.map_or("an unknown code".to_string(), |c| format!("code {c}"));
+    let last_lines = engine.logs_tail(node, 8).await;
+    Error::user(format!(
+        "node {node} exited with {code} while the cluster came up; its last lines:\n{}",
+        last_lines.trim_end()
+    ))
+    .with_hint(format!(
+        "a K3s argument it refuses (`cluster.k3sArgs` in the profile) stops it at once; `docker logs {node}` shows its whole log"
+    ))
 }
 
 fn api_server_url(port: u16) -> String {
@@ -700,6 +749,29 @@ mod engine_tests {
 
     pub(super) fn step() -> Step {
         crate::ui::Ui::silent().step("test")
+    }
+
+    #[tokio::test]
+    async fn a_node_that_stops_while_up_waits_fails_it_at_once_naming_the_node() {
+        let f = fixture("");
+        f.add_server(true);
+        let engine = f.engine.as_ref();
+        let waiting = a_node_exits(engine, &f.settings);
+        tokio::pin!(waiting);
+        let still_running =
+            tokio::time::timeout(std::time::Duration::from_millis(1500), &mut waiting).await;
+        assert!(still_running.is_err(), "no error while every node runs");
+        f.engine
+            .with(|s| s.containers.get_mut("devstack-t-server-0").unwrap().running = false);
+        let err = tokio::time::timeout(std::time::Duration::from_secs(3), waiting)
+            .await
+            .expect("the stopped node is noticed within a second or two");
+        assert!(
+            err.message()
+                .starts_with("node devstack-t-server-0 exited with "),
+            "{err:?}"
+        );
+        assert!(err.hint().is_some_and(|h| h.contains("cluster.k3sArgs")));
     }
 
     #[tokio::test]

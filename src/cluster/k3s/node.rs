@@ -37,6 +37,15 @@ fn node_entrypoint() -> Vec<String> {
 /// Ready: kube-proxy programs them at once, not within its default second.
 const KUBE_PROXY_SYNC_AT_ONCE: &str = "--kube-proxy-arg=iptables-min-sync-period=0s";
 
+/// The kubelet sees the host's disk, which the node shares with everything
+/// else there: on a disk over 85 % full its defaults would taint the node
+/// DiskPressure (pods stay Pending) and garbage-collect the images devstack
+/// imported. As kind does, a node leaves the host's disk to its owner.
+const KUBELET_LEAVES_THE_HOST_DISK_ALONE: [&str; 2] = [
+    "--kubelet-arg=eviction-hard=imagefs.available<0%,nodefs.available<0%,nodefs.inodesFree<0%",
+    "--kubelet-arg=image-gc-high-threshold=100",
+];
+
 /// devstack's own arguments of the server (recorded as LABEL_FIXED_ARGS,
 /// which `plan` skips). `identity` is its Kubernetes node name: the
 /// container's name, or for a node restored from a snapshot the name it had
@@ -50,6 +59,7 @@ pub(super) fn own_server_args(settings: &Settings, identity: &str) -> Vec<String
         format!("--tls-san={server}"),
         KUBE_PROXY_SYNC_AT_ONCE.into(),
     ];
+    args.extend(KUBELET_LEAVES_THE_HOST_DISK_ALONE.map(String::from));
     if identity != server {
         args.push(format!("--tls-san={identity}"));
     }
@@ -68,15 +78,14 @@ pub(super) fn server_args(settings: &Settings, identity: &str) -> Vec<String> {
 
 /// An agent's command: it joins the server by its container name.
 pub(super) fn agent_args(settings: &Settings, identity: &str) -> Vec<String> {
-    vec![
-        "agent".to_string(),
-        KUBE_PROXY_SYNC_AT_ONCE.into(),
-        format!("--node-name={identity}"),
-        format!(
-            "--server=https://{}:{API_PORT}",
-            node_name(settings, "server", 0)
-        ),
-    ]
+    let mut args = vec!["agent".to_string(), KUBE_PROXY_SYNC_AT_ONCE.into()];
+    args.extend(KUBELET_LEAVES_THE_HOST_DISK_ALONE.map(String::from));
+    args.push(format!("--node-name={identity}"));
+    args.push(format!(
+        "--server=https://{}:{API_PORT}",
+        node_name(settings, "server", 0)
+    ));
+    args
 }
 
 /// Creates and starts a new cluster's server and agents, with a new token.
