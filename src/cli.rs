@@ -129,6 +129,19 @@ but still reconciling at the deadline.",
   devstack -p ci --name job1 status --json  # rows, ports, healthy and settled, for tools"
     )]
     Status(StatusArgs),
+    /// Find what is wrong with the stack, why, and the command that fixes it
+    #[command(
+        long_about = "Find what is wrong with the stack, why, and the command that fixes it: the \
+runbooks of the External Secrets platform, automated. Every detector runs against the stack (Docker, \
+LocalStack, nodes, Flux, the chain, ESO and its webhook, the ClusterSecretStore, every \
+ExternalSecret) and each finding is printed as its symptom, the evidence (conditions, events, \
+container states, a few log lines; never a secret value), the cause and the fix. `--json` prints \
+the findings as a list. Exit 0 when nothing is found, 4 when something is.",
+        after_help = "Examples:\n  devstack diagnose                  # every finding, with its fix\n  \
+devstack -p ci diagnose --json     # the findings as a JSON list, for scripts\n  \
+devstack status || devstack diagnose"
+    )]
+    Diagnose,
     /// Print the logs of the stack's components, each line prefixed by its source
     #[command(
         long_about = "Print the logs of the stack's components: LocalStack's container, the External \

@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod cli;
 pub mod cluster;
 pub mod commands;
+pub mod diagnose;
 pub mod docker;
 pub mod doctor;
 pub mod envvars;

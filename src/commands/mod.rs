@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod completions;
+pub mod diagnose;
 pub mod doctor;
 pub mod down;
 pub mod env;
@@ -68,6 +69,7 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         Command::Seed(args) => seed::run(&ctx, args).await,
         Command::Verify(args) => verify::run(&ctx, args).await,
         Command::Status(args) => status::run(&ctx, args).await,
+        Command::Diagnose => diagnose::run(&ctx).await,
         Command::Env(args) => env::run(&ctx, args).await,
         Command::Sync(args) => sync::run(&ctx, args).await,
         Command::Version => version::run(&ctx),

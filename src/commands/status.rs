@@ -26,17 +26,18 @@ pub async fn run(ctx: &Context, args: StatusArgs) -> Result<i32, Error> {
             .out(render_table(&report.rows, &|ok| ctx.ui.check_mark(ok)));
     }
     if let Some(err) = report.to_error() {
-        return Err(err);
+        return Err(crate::commands::diagnose::point(ctx, err).await);
     }
     if let (Some(limit), false) = (args.wait, report.settled) {
         let what = report.first_problem(true).unwrap_or_default();
-        return Err(Error::timeout(format!(
+        let err = Error::timeout(format!(
             "stack `{}` is healthy but did not settle within {limit}: {what}",
             report.stack
         ))
         .with_hint(
             "Flux is still reconciling; wait longer (`devstack status --wait 10m`) or see `kubectl -n flux-system get kustomizations`",
-        ));
+        );
+        return Err(crate::commands::diagnose::point(ctx, err).await);
     }
     Ok(0)
 }

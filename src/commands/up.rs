@@ -38,7 +38,10 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
                 .warn(format!("could not write {}: {e}", path.display())),
         }
     }
-    let report = result?;
+    let report = match result {
+        Ok(report) => report,
+        Err(err) => return Err(crate::commands::diagnose::point(ctx, err).await),
+    };
     let restored = report
         .from_snapshot
         .as_ref()

@@ -21,7 +21,10 @@ pub async fn run(ctx: &Context, args: VerifyArgs) -> Result<i32, Error> {
     };
     let result = verify::run(&settings, &client, options, &ctx.ui).await;
     drop(interrupts);
-    let report = result?;
+    let report = match result {
+        Ok(report) => report,
+        Err(err) => return Err(crate::commands::diagnose::point(ctx, err).await),
+    };
     ctx.ui.info(format!(
         "{} {} in {}",
         ctx.ui.check_mark(report.passed),
@@ -33,7 +36,7 @@ pub async fn run(ctx: &Context, args: VerifyArgs) -> Result<i32, Error> {
             .emit_json(&serde_json::to_value(&report).expect("report serializes"));
     }
     match report.to_error(&settings) {
-        Some(err) => Err(err),
+        Some(err) => Err(crate::commands::diagnose::point(ctx, err).await),
         None => Ok(0),
     }
 }

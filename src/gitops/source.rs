@@ -420,9 +420,14 @@ pub fn flux_objects(
         "apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": super::HELM_RELEASE.0},
     }));
+    // helm-controller watches a `valuesFrom` ConfigMap with this label: new
+    // values reach the release at once, and a release failed on its values
+    // is tried again as soon as they are corrected.
+    let mut values_labels = labels.clone();
+    values_labels["reconcile.fluxcd.io/watch"] = json!("Enabled");
     objects.push(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "devstack-eso-values", "namespace": super::HELM_RELEASE.0, "labels": labels},
+        "metadata": {"name": "devstack-eso-values", "namespace": super::HELM_RELEASE.0, "labels": values_labels},
         "data": {"values.yaml": serde_json::to_string_pretty(&settings.eso.values).expect("JSON serializes")},
     }));
     objects.push(json!({

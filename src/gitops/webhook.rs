@@ -63,9 +63,9 @@ pub const ISSUED_CA_ANNOTATION: &str = "devstack.dev/webhook-ca-sha256";
 const CA_NAME: &str = "external-secrets";
 
 /// The Secret's keys, as the cert-controller and the webhook read them.
-const CA_CERT: &str = "ca.crt";
+pub const CA_CERT: &str = "ca.crt";
 const CA_KEY: &str = "ca.key";
-const SERVER_CERT: &str = "tls.crt";
+pub const SERVER_CERT: &str = "tls.crt";
 const SERVER_KEY: &str = "tls.key";
 
 /// Keeps the webhook's certificate ready for its pods; never returns.

@@ -1,6 +1,6 @@
 //! What `up` finds drifted on an existing stack and repairs: how it names
-//! each repair, the Flux objects it restores, and the crashed pods it
-//! recreates.
+//! each repair, the Flux objects it restores, ESO's Deployments scaled to
+//! zero, and the crashed pods it recreates.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -72,6 +72,36 @@ pub(super) async fn missing_flux_objects(client: &kube::Client) -> BTreeSet<Stri
         ));
     }
     missing
+}
+
+/// ESO's Deployments scaled to zero by hand: the operator level's health
+/// checks pass on them (none of none ready) while nothing serves, and Helm
+/// leaves them so. Each gets one replica back; returns what was repaired.
+pub(super) async fn restore_scaled_down(client: &kube::Client) -> Vec<String> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Patch, PatchParams};
+    let namespace = gitops::HELM_RELEASE.0;
+    let api: kube::Api<Deployment> = kube::Api::namespaced(client.clone(), namespace);
+    let mut repaired = Vec::new();
+    for name in gitops::chain::eso_deployments() {
+        let Ok(Some(deployment)) = api.get_opt(&name).await else {
+            continue;
+        };
+        if deployment.spec.replicas != Some(0) {
+            continue;
+        }
+        let patch = serde_json::json!({"spec": {"replicas": 1}});
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => repaired.push(format!(
+                "Deployment {namespace}/{name} was scaled to 0: gave it 1 replica"
+            )),
+            Err(e) => tracing::debug!("scaling {namespace}/{name} back to 1: {e}"),
+        }
+    }
+    repaired
 }
 
 /// Gives the cluster's own pods that crashed while a node that started

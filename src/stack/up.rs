@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Stack;
 use super::ample::AmpleStack;
-use super::repair::{CrashedPods, localstack_repair, missing_flux_objects};
+use super::repair::{CrashedPods, localstack_repair, missing_flux_objects, restore_scaled_down};
 use crate::cluster::choice::{self, Choice};
 use crate::cluster::{self, Provisioned};
 use crate::error::Error;
@@ -244,6 +244,11 @@ impl UpRun<'_> {
             (self.restore.is_some() || self.existed).then(|| CrashedPods::watch(&client));
         self.route_localstack(settings, &provisioned).await?;
         let missing_before = self.missing_flux_objects(&provisioned, &client).await;
+        let rescaled = if self.existed {
+            restore_scaled_down(&client).await
+        } else {
+            Vec::new()
+        };
         let verify_on = self.options.verify.unwrap_or(settings.verify.on_up);
         let (gitops, verified_beside) = self.deliver_gitops(settings, &client, verify_on).await?;
         let verified_beside_chain = verified_beside.is_some();
@@ -252,6 +257,7 @@ impl UpRun<'_> {
             .await?;
 
         if self.existed {
+            repaired.extend(rescaled);
             repaired.extend(
                 missing_before
                     .into_iter()

@@ -9,6 +9,7 @@ mod common;
 mod cluster_k3s;
 mod cluster_kind;
 mod contract_k3s;
+mod diagnose_k3s;
 mod gitops_k3s;
 mod logs_k3s;
 mod providers;

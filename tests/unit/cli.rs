@@ -36,6 +36,7 @@ fn help_texts() {
         vec!["seed", "--help"],
         vec!["verify", "--help"],
         vec!["status", "--help"],
+        vec!["diagnose", "--help"],
         vec!["env", "--help"],
         vec!["doctor", "--help"],
         vec!["snapshot", "--help"],

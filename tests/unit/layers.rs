@@ -16,6 +16,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "stack",
             "doctor",
+            "diagnose",
             "artifacts",
             "health",
             "pipeline",

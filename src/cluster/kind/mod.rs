@@ -48,7 +48,7 @@ use nodes::{
 
 /// Labels kind puts on every container of a cluster; `kind get clusters`
 /// and `kind get nodes` are queries on these.
-const LABEL_CLUSTER: &str = "io.x-k8s.kind.cluster";
+pub const LABEL_CLUSTER: &str = "io.x-k8s.kind.cluster";
 const LABEL_ROLE: &str = "io.x-k8s.kind.role";
 const ROLE_CONTROL_PLANE: &str = "control-plane";
 const ROLE_WORKER: &str = "worker";

@@ -33,6 +33,18 @@ pub fn helm_releases(client: &kube::Client) -> Api<DynamicObject> {
     )
 }
 
+/// The chart's Deployments the operator level health-checks: the
+/// controller, its webhook (whose Service and certificate Secret share its
+/// name) and its cert-controller.
+pub fn eso_deployments() -> [String; 3] {
+    let release = HELM_RELEASE.1;
+    [
+        release.to_string(),
+        format!("{release}-webhook"),
+        format!("{release}-cert-controller"),
+    ]
+}
+
 pub(super) fn workloads(client: &kube::Client) -> Api<DynamicObject> {
     dynamic_api(client, "apps/v1", "Deployment", Some(HELM_RELEASE.0))
 }

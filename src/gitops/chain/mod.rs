@@ -15,10 +15,11 @@ mod retry;
 use serde::Serialize;
 
 pub use api::{
-    RECONCILE_ANNOTATION, helm_releases, kustomizations, refresh_source, request_reconcile,
-    source_revision, suspend_source,
+    RECONCILE_ANNOTATION, eso_deployments, helm_releases, kustomizations, refresh_source,
+    request_reconcile, source_revision, suspend_source,
 };
 pub use judge::{handled, ready_condition};
+pub use retry::waiting;
 
 use judge::{applied, observed_current};
 

@@ -35,7 +35,7 @@ const WAITING_REASONS: &[&str] = &[
 ///
 /// A download the artifact server refused waits as well: devstack asks the
 /// level (or the HelmRelease) again (see `artifact_server_not_serving`).
-pub(super) fn waiting(reason: &str, message: &str) -> bool {
+pub fn waiting(reason: &str, message: &str) -> bool {
     WAITING_REASONS.contains(&reason)
         || (reason == "ArtifactFailed"
             && (message.starts_with("Source artifact not found")

@@ -1,0 +1,362 @@
+//! Detectors for the External Secrets Operator: its Deployments not
+//! running, OOMKilled under many ExternalSecrets (runbook), and the
+//! ClusterSecretStore not Ready with the provider unreachable (runbook).
+
+use super::{
+    Evidence, Finding, PodEvidence, condition_line, devstack, events_about, not_running, read,
+};
+use crate::gitops::{CHAIN, CLUSTER_SECRET_STORE, HELM_RELEASE, chain::eso_deployments};
+use crate::k8s::conditions::{self, one_line};
+use crate::profile::Settings;
+
+/// What a store's message says when ESO cannot reach the provider.
+const UNREACHABLE: &[&str] = &[
+    "dial tcp",
+    "no such host",
+    "connection refused",
+    "i/o timeout",
+    "context deadline exceeded",
+    "could not validate provider",
+    "unable to validate store",
+    "RequestError: send request failed",
+];
+
+/// ESO's Deployments missing, scaled to zero, crashing or unschedulable.
+/// A webhook that runs but is not ready, and a container killed for
+/// memory, are left to the detectors that say why.
+pub fn workloads(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
+    let ns = HELM_RELEASE.0;
+    if !read(evidence, "Deployments in external-secrets") || !read(evidence, "helmrelease") {
+        return Vec::new();
+    }
+    let deployed = evidence
+        .cluster
+        .helm_release
+        .as_ref()
+        .is_some_and(|r| r["status"]["history"][0]["status"] == "deployed");
+    let [_, webhook, _] = eso_deployments();
+    let mut out = Vec::new();
+    for name in eso_deployments() {
+        let Some(why) = not_running(evidence, ns, &name) else {
+            continue;
+        };
+        let missing = super::deployment(evidence, ns, &name).is_none();
+        let oom = super::pods_of(evidence, ns, &name)
+            .iter()
+            .any(|p| p.containers.iter().any(|c| c.oom_killed()));
+        if (missing && !deployed) || (why.merely_unready && name == webhook) || oom {
+            continue;
+        }
+        let scaled = why.symptom.contains("scaled to 0");
+        out.push(
+            Finding::new(
+                "eso-not-running",
+                format!("Deployment {ns}/{name}"),
+                format!("ESO's {}", why.symptom),
+            )
+            .evidence(why.evidence)
+            .cause(why.cause)
+            .fix(
+                Some(devstack(settings, "up")),
+                if scaled {
+                    "gives each of ESO's Deployments scaled to zero its replica back, then proves the round trip"
+                } else {
+                    "re-applies the release and waits until ESO serves; the evidence above says why it does not start"
+                },
+            ),
+        );
+    }
+    out
+}
+
+/// ESO's pods killed for memory: the controller under many
+/// ExternalSecrets, or its webhook or cert-controller.
+pub fn oom_killed(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
+    let ns = HELM_RELEASE.0;
+    let [controller, webhook, cert_controller] = eso_deployments();
+    let count = evidence.cluster.external_secrets.len();
+    let mut out = Vec::new();
+    for name in [&controller, &webhook, &cert_controller] {
+        let pods: Vec<&PodEvidence> = super::pods_of(evidence, ns, name)
+            .into_iter()
+            .filter(|p| p.containers.iter().any(|c| c.oom_killed()))
+            .collect();
+        let Some(container) = pods
+            .iter()
+            .flat_map(|p| p.containers.iter())
+            .find(|c| c.oom_killed())
+        else {
+            continue;
+        };
+        let limit = container
+            .memory_limit
+            .clone()
+            .unwrap_or_else(|| "the node's memory".into());
+        let (key, load) = if name == &controller {
+            (
+                "resources",
+                format!(" with {count} ExternalSecret(s) to reconcile"),
+            )
+        } else if name == &webhook {
+            ("webhook.resources", String::new())
+        } else {
+            ("certController.resources", String::new())
+        };
+        out.push(
+            Finding::new(
+                "eso-oom-killed",
+                format!("Deployment {ns}/{name}"),
+                format!("ESO's {name} is killed for memory (OOMKilled)"),
+            )
+            .evidence(pods.iter().flat_map(|p| p.lines()))
+            .cause(format!(
+                "its container {} needs more than its limit of {limit}{load}",
+                container.name
+            ))
+            .fix(
+                Some(devstack(settings, "sync")),
+                format!(
+                    "raise the limit in the profile, e.g. `eso.values: {}`, then run the command: it re-applies the values and Helm rolls the pods",
+                    values_snippet(key)
+                ),
+            ),
+        );
+    }
+    out
+}
+
+/// `webhook.resources` -> `{webhook: {resources: {limits: {memory: 512Mi}}}}`.
+fn values_snippet(key: &str) -> String {
+    key.split('.')
+        .rev()
+        .fold("{limits: {memory: 512Mi}}".to_string(), |inner, part| {
+            format!("{{{part}: {inner}}}")
+        })
+}
+
+/// The stack's ClusterSecretStore missing or not Ready, with the cause
+/// read from the rest of the evidence: LocalStack down, the route wrong,
+/// the credentials missing, ESO not running, or what ESO says.
+pub fn store(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
+    if !read(evidence, "clustersecretstores") {
+        return Vec::new();
+    }
+    let object = format!("ClusterSecretStore {CLUSTER_SECRET_STORE}");
+    let Some(store) = evidence
+        .cluster
+        .cluster_secret_stores
+        .iter()
+        .find(|s| s["metadata"]["name"] == CLUSTER_SECRET_STORE)
+    else {
+        // The custom resources' level applies it: missing only once it applied.
+        let applied = evidence
+            .cluster
+            .kustomizations
+            .iter()
+            .any(|k| k["metadata"]["name"] == CHAIN[2] && conditions::is_ready(k));
+        if !applied {
+            return Vec::new();
+        }
+        return vec![
+            Finding::new("store-not-ready", &object, format!("{object} is missing"))
+                .cause("the chain's custom resources level applied, yet the store it names is gone")
+                .fix(
+                    Some(devstack(settings, "sync")),
+                    "re-applies the chain's custom resources",
+                ),
+        ];
+    };
+    let ready = conditions::condition(store, "Ready");
+    if ready.as_ref().is_some_and(|c| c.is_true()) {
+        return Vec::new();
+    }
+    let message = one_line(
+        ready
+            .as_ref()
+            .and_then(|c| c.message.as_deref())
+            .unwrap_or_default(),
+    );
+    let (cause, command, action) = store_cause(evidence, settings, &message);
+    vec![
+        Finding::new("store-not-ready", &object, format!("{object} is not Ready"))
+            .evidence(condition_line(store, "Ready").or(Some("no status yet".into())))
+            .evidence(events_about(
+                evidence,
+                "ClusterSecretStore",
+                "",
+                CLUSTER_SECRET_STORE,
+            ))
+            .cause(cause)
+            .fix(Some(command), action),
+    ]
+}
+
+/// (cause, command, what it does) for a store that is not Ready.
+fn store_cause(
+    evidence: &Evidence,
+    settings: &Settings,
+    message: &str,
+) -> (String, String, String) {
+    let ls = &evidence.localstack;
+    let unreachable = "the provider is unreachable";
+    if let Some(status) = match &ls.container {
+        None => Some("missing"),
+        Some(c) if c.status != "running" => Some(c.status.as_str()),
+        Some(_) => None,
+    } {
+        return (
+            format!("{unreachable}: LocalStack is {status}"),
+            devstack(settings, "up"),
+            "restarts LocalStack, re-seeds it and has ESO validate the store again".into(),
+        );
+    }
+    let route = &evidence.cluster.localstack_route;
+    if let Some(ip) = &ls.network_ip
+        && !route.addresses.contains(ip)
+    {
+        return (
+            format!(
+                "{unreachable}: the in-cluster route to LocalStack ({}) does not point at its container ({ip})",
+                crate::k8s::localstack_in_cluster_url()
+            ),
+            devstack(settings, "localstack up"),
+            "points the in-cluster Service at the LocalStack container".into(),
+        );
+    }
+    if let Some(secret) = evidence
+        .cluster
+        .store_secrets
+        .iter()
+        .find(|s| !s.exists || !s.empty_keys.is_empty())
+    {
+        return (
+            format!(
+                "its credentials Secret {}/{} is missing or incomplete",
+                secret.namespace, secret.name
+            ),
+            devstack(settings, "sync"),
+            "re-applies the credentials from the GitOps manifests".into(),
+        );
+    }
+    let controller = &eso_deployments()[0];
+    if not_running(evidence, HELM_RELEASE.0, controller).is_some() {
+        return (
+            "ESO's controller does not run, so nothing validates the store".into(),
+            devstack(settings, "up"),
+            "restores ESO's controller and proves the round trip".into(),
+        );
+    }
+    if UNREACHABLE.iter().any(|m| message.contains(m)) {
+        return (
+            format!(
+                "{unreachable}: ESO cannot reach Secrets Manager at {}: {message}",
+                crate::k8s::localstack_in_cluster_url()
+            ),
+            devstack(settings, "up"),
+            "re-routes pods to LocalStack and has ESO validate the store again".into(),
+        );
+    }
+    (
+        if message.is_empty() {
+            "ESO has not validated it yet".into()
+        } else {
+            format!("ESO does not accept it: {message}")
+        },
+        devstack(settings, "sync"),
+        "re-applies the store from the GitOps manifests".into(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::{only, settings, with};
+    use super::super::{detect, fixtures::of};
+    use serde_json::json;
+
+    #[test]
+    fn the_controller_scaled_to_zero_is_scaled_back_by_up() {
+        let evidence = with(|e| {
+            e["cluster"]["deployments"][4] =
+                json!({"namespace": "external-secrets", "name": "external-secrets", "replicas": 0});
+            e["cluster"]["pods"].as_array_mut().unwrap().remove(4);
+        });
+        let finding = only(&evidence, "eso-not-running");
+        assert_eq!(
+            finding.symptom,
+            "ESO's external-secrets is scaled to 0 replicas"
+        );
+        assert_eq!(finding.fix.command.as_deref(), Some("devstack up"));
+        assert!(finding.fix.action.contains("scaled to zero"));
+    }
+
+    #[test]
+    fn an_oom_killed_controller_names_its_limit_and_the_key_to_raise() {
+        let evidence = with(|e| {
+            e["cluster"]["deployments"][4]["available"] = json!(0);
+            e["cluster"]["pods"][4]["containers"][0] = json!({"name": "external-secrets", "image": "ghcr.io/external-secrets/external-secrets:v2.9.0",
+                "state": "waiting", "reason": "CrashLoopBackOff", "restarts": 7, "lastReason": "OOMKilled", "lastExitCode": 137, "memoryLimit": "64Mi"});
+        });
+        let findings = detect(&evidence, &settings());
+        // One finding, the runbook's: not also "not running".
+        assert!(of(&findings, "eso-not-running").is_empty(), "{findings:#?}");
+        let finding = only(&evidence, "eso-oom-killed");
+        assert_eq!(
+            finding.cause,
+            "its container external-secrets needs more than its limit of 64Mi with 1 ExternalSecret(s) to reconcile"
+        );
+        assert!(
+            finding
+                .fix
+                .action
+                .contains("`eso.values: {resources: {limits: {memory: 512Mi}}}`"),
+            "{}",
+            finding.fix.action
+        );
+        let webhook = with(|e| {
+            e["cluster"]["pods"][5]["containers"][0]["lastReason"] = json!("OOMKilled");
+        });
+        let finding = only(&webhook, "eso-oom-killed");
+        assert!(
+            finding
+                .fix
+                .action
+                .contains("`eso.values: {webhook: {resources: {limits: {memory: 512Mi}}}}`"),
+            "{}",
+            finding.fix.action
+        );
+    }
+
+    #[test]
+    fn a_store_not_ready_blames_what_the_evidence_shows() {
+        let not_ready = |e: &mut serde_json::Value| {
+            e["cluster"]["clusterSecretStores"][0]["status"]["conditions"] = json!([{"type": "Ready", "status": "False",
+                "reason": "InvalidProviderConfig", "message": "unable to validate store: could not validate provider: RequestError: send request failed caused by: Post \"http://localstack.localstack.svc.cluster.local:4566/\": dial tcp 10.43.12.7:4566: connect: connection refused"}]);
+        };
+        let down = with(|e| {
+            not_ready(e);
+            e["localstack"]["container"]["status"] = json!("exited");
+        });
+        let finding = only(&down, "store-not-ready");
+        assert_eq!(
+            finding.cause,
+            "the provider is unreachable: LocalStack is exited"
+        );
+        assert_eq!(finding.fix.command.as_deref(), Some("devstack up"));
+        let moved = with(|e| {
+            not_ready(e);
+            e["cluster"]["localstackRoute"]["addresses"] = json!(["172.18.0.9"]);
+        });
+        assert_eq!(
+            only(&moved, "store-not-ready").fix.command.as_deref(),
+            Some("devstack localstack up")
+        );
+        let other = with(not_ready);
+        let finding = only(&other, "store-not-ready");
+        assert!(finding.cause.starts_with("the provider is unreachable: ESO cannot reach Secrets Manager at http://localstack.localstack.svc.cluster.local:4566: unable to validate store"), "{}", finding.cause);
+        let missing = with(|e| e["cluster"]["clusterSecretStores"] = json!([]));
+        assert_eq!(
+            only(&missing, "store-not-ready").symptom,
+            "ClusterSecretStore localstack is missing"
+        );
+    }
+}
