@@ -86,10 +86,15 @@ t_created=$((SECONDS - t0))
 # kubectl of the same version as the cluster, from the node
 docker cp "$CLUSTER-control-plane:/usr/bin/kubectl" "$WORK/kubectl" >/dev/null
 export PATH="$WORK:$PATH"
+# A joined worker's kubelet registers its Node a moment after `kind create`
+# returns: wait for both Nodes to exist before waiting for them to be Ready.
+until [ "$(kubectl get nodes --no-headers 2>/dev/null | wc -l)" = 2 ]; do
+  [ $((SECONDS - t0)) -lt "$TIMEOUT" ] || fail "expected 2 nodes after ${TIMEOUT}s"
+  sleep 1
+done
 kubectl wait nodes --all --for=condition=Ready --timeout="${TIMEOUT}s" >/dev/null \
   || fail "nodes not Ready after ${TIMEOUT}s"
 t_ready=$((SECONDS - t0))
-[ "$(kubectl get nodes --no-headers | wc -l)" = 2 ] || fail "expected 2 nodes"
 for v in $(kubectl get nodes -o jsonpath='{.items[*].status.nodeInfo.kubeletVersion}'); do
   [ "$v" = "$version" ] || fail "node kubelet $v, image is $version"
 done
