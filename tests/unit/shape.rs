@@ -3,19 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::layers::rust_files;
+
 const MAX_FILE_LINES: usize = 800;
 const MAX_FN_LINES: usize = 120;
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// Each file's lines up to its test module (a file that is a test module,
 /// `tests.rs`, has none).
