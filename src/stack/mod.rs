@@ -73,6 +73,16 @@ impl Stack {
         settings
     }
 
+    /// This stack on `settings` settled for one run (its provider), with the
+    /// same printer and timeline.
+    fn on(&self, settings: Settings) -> Stack {
+        Stack {
+            settings,
+            ui: self.ui.clone(),
+            timeline: self.timeline.clone(),
+        }
+    }
+
     /// A profile file or shipped profile name (`None`: the default profile).
     pub fn from_profile(profile: Option<&str>, overrides: &Overrides) -> Result<Self, Error> {
         Ok(Self::new(crate::profile::select(profile, overrides)?))
@@ -192,12 +202,7 @@ impl Stack {
         let docker = docker::connect().await?;
         let _lock = self.lock("down").await?;
         let settings = cluster::choice::on_existing_provider(&docker, self.current()).await?;
-        let run = Stack {
-            settings,
-            ui: self.ui.clone(),
-            timeline: self.timeline.clone(),
-        };
-        run.remove(&docker).await
+        self.on(settings).remove(&docker).await
     }
 
     async fn remove(&self, docker: &bollard::Docker) -> Result<DownReport, Error> {

@@ -114,12 +114,7 @@ impl Stack {
         if let Some(notice) = choice.notice() {
             self.ui.warn(notice);
         }
-        let run = Stack {
-            settings,
-            ui: self.ui.clone(),
-            timeline: self.timeline.clone(),
-        };
-        (run, choice)
+        (self.on(settings), choice)
     }
 
     /// Creates the stack from snapshot `name` ([`Stack::snapshot_save`]):
