@@ -177,8 +177,8 @@ pub async fn wait_coredns(
         budget,
         "`kubectl -n kube-system describe pods -l k8s-app=kube-dns` shows why CoreDNS is not running",
     );
-    tokio::pin!(available);
-    let recreate = crate::k8s::sandbox::recreate_pods_whose_sandbox_failed(
+    let available = crate::k8s::sandbox::wait_recreating_failed_sandboxes(
+        available,
         client,
         "kube-system",
         "k8s-app=kube-dns",
@@ -189,11 +189,6 @@ pub async fn wait_coredns(
                 .finish(Ok::<(), ()>(()));
         },
     );
-    tokio::select! {
-        biased;
-        result = &mut available => return span.finish(result),
-        () = recreate => {}
-    }
     span.finish(available.await)
 }
 

@@ -375,16 +375,29 @@ pub async fn install(
     };
     let objects = span.finish(applied.await)?;
     let span = step.span("controllers Available");
-    span.finish(
-        crate::k8s::wait_deployments_available(
-            client,
-            NAMESPACE,
-            &settings.flux.components,
-            budget,
-            "`kubectl -n flux-system describe pods` shows why a controller is not running",
-        )
-        .await,
-    )?;
+    let available = crate::k8s::wait_deployments_available(
+        client,
+        NAMESPACE,
+        &settings.flux.components,
+        budget,
+        "`kubectl -n flux-system describe pods` shows why a controller is not running",
+    );
+    // On a new K3s node flannel leases the pod subnet seconds after the node
+    // is Ready: controllers scheduled before that would sit out kubelet's
+    // back-off.
+    let available = crate::k8s::sandbox::wait_recreating_failed_sandboxes(
+        available,
+        client,
+        NAMESPACE,
+        "",
+        |pod| {
+            step.progress(format!("recreated Flux pod {pod}: its sandbox failed"));
+            let _ = step
+                .span(format!("Flux pod {pod} recreated"))
+                .finish(Ok::<(), ()>(()));
+        },
+    );
+    span.finish(available.await)?;
     Ok(InstallReport {
         version: settings.flux.version.clone(),
         source,

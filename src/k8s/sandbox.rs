@@ -67,6 +67,25 @@ pub async fn recreate_pods_whose_sandbox_failed(
     }
 }
 
+/// Runs `wait` while [`recreate_pods_whose_sandbox_failed`] watches the pods
+/// in `namespace` matching `labels`: the wait ends with its own result.
+pub async fn wait_recreating_failed_sandboxes<T>(
+    wait: impl std::future::Future<Output = T>,
+    client: &kube::Client,
+    namespace: &str,
+    labels: &str,
+    recreated: impl Fn(&str),
+) -> T {
+    tokio::pin!(wait);
+    let recreate = recreate_pods_whose_sandbox_failed(client, namespace, labels, recreated);
+    tokio::select! {
+        biased;
+        result = &mut wait => return result,
+        () = recreate => {}
+    }
+    wait.await
+}
+
 /// For `limit`, deletes each pod in `namespaces` that is waiting to restart
 /// a container that failed, once per pod (its controller replaces it at
 /// once), and calls `recreated` with its namespace and name. A K3s node
