@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod conditions;
+pub mod forward;
 pub mod sandbox;
 pub mod version;
 pub mod wait;
