@@ -1,8 +1,10 @@
 //! Kubernetes access: clients from kubeconfig text, watch-driven bounded
 //! waits and server-side apply.
 
+pub mod access;
 pub mod apply;
 pub mod conditions;
+pub mod context;
 pub mod forward;
 pub mod sandbox;
 pub mod version;
