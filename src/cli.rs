@@ -97,7 +97,7 @@ DEVSTACK_DOWNLOAD_MIRROR for downloads."
     /// Validate, show and list profiles
     #[command(subcommand)]
     Profile(ProfileCommand),
-    /// Manage the stack's LocalStack container
+    /// Manage the stack's LocalStack (a container beside the cluster, or a Deployment in it)
     #[command(subcommand)]
     Localstack(LocalstackCommand),
     /// Manage the stack's Kubernetes cluster (K3s in Docker or Kind)
@@ -255,7 +255,7 @@ pub enum LocalstackCommand {
     },
     /// Remove the LocalStack container (and the network when nothing else uses it)
     Down,
-    /// Print the LocalStack container's logs
+    /// Print LocalStack's logs (its container's, or its pod's in the cluster)
     Logs {
         /// Only the last N lines
         #[arg(long, default_value_t = 200)]
@@ -264,8 +264,25 @@ pub enum LocalstackCommand {
         #[arg(long, short = 'f')]
         follow: bool,
     },
-    /// Show LocalStack's container state and service health
+    /// Show where LocalStack runs and its services' health
     Status,
+    /// Keep a port-forward to LocalStack in the cluster open in the foreground and print the `env` lines for it
+    #[command(
+        long_about = "Keep a port-forward to LocalStack in the cluster (`localstack.mode: in-cluster`) open \
+in the foreground, through the Kubernetes API (no kubectl), and print the `devstack env` lines for it, \
+so that other tools on this machine reach it. Ctrl-C closes it.",
+        after_help = "Examples:
+  devstack localstack forward --port 4566      # then, in another shell:
+  AWS_ENDPOINT_URL=http://127.0.0.1:4566 aws secretsmanager list-secrets"
+    )]
+    Forward {
+        /// Local port to listen on (default: a free one)
+        #[arg(long)]
+        port: Option<u16>,
+        /// Print the variables for this shell (sh, fish or json)
+        #[arg(long, value_enum, default_value_t = ShellKind::Sh)]
+        shell: ShellKind,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -16,9 +16,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::gitops::{
-    CHAIN, CLUSTER_SECRET_STORE, FLUX_NAMESPACE, HELM_RELEASE, ROOT_KUSTOMIZATION,
-};
+use crate::gitops::{CLUSTER_SECRET_STORE, FLUX_NAMESPACE, HELM_RELEASE};
 use crate::k8s::conditions::{self, one_line};
 use crate::k8s::dynamic_api;
 use crate::profile::Settings;
@@ -198,6 +196,9 @@ pub async fn collect(settings: &Settings) -> StatusReport {
 }
 
 async fn localstack_row(settings: &Settings) -> StatusRow {
+    if settings.localstack.mode == crate::profile::LocalStackMode::InCluster {
+        return in_cluster_localstack_row(settings).await;
+    }
     let name = localstack::container_name(settings);
     let up = "`devstack localstack up` starts or repairs it";
     let docker = match docker::connect().await {
@@ -235,7 +236,68 @@ async fn localstack_row(settings: &Settings) -> StatusRow {
             .detail(format!("at {endpoint}"))
             .hint(up);
     }
-    let health = match localstack::HealthClient::new(&endpoint) {
+    let repair = "`devstack localstack logs` shows why; `devstack localstack up` repairs it";
+    services_row(settings, name, (&endpoint, &endpoint), up, repair).await
+}
+
+/// LocalStack in the cluster: its Deployment, then its services through a
+/// port-forward.
+async fn in_cluster_localstack_row(settings: &Settings) -> StatusRow {
+    use crate::k8s::{LOCALSTACK_NAMESPACE, LOCALSTACK_SERVICE};
+    let name = format!("{LOCALSTACK_NAMESPACE}/{LOCALSTACK_SERVICE}");
+    let up = "`devstack up` starts or repairs it";
+    let client = match crate::k8s::stack_client(settings).await {
+        Ok(client) => client,
+        Err(e) => {
+            return StatusRow::new("localstack", name, Health::Unhealthy, "cluster unreachable")
+                .detail(e.message())
+                .hint(up);
+        }
+    };
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), LOCALSTACK_NAMESPACE);
+    match deployments.get_opt(LOCALSTACK_SERVICE).await {
+        Ok(Some(d)) if crate::k8s::deployment_available(&d) => {}
+        Ok(Some(d)) => {
+            return StatusRow::new("localstack", name, Health::Unhealthy, "not available")
+                .detail(crate::k8s::deployment_state(&d))
+                .hint("`kubectl -n localstack describe pods` shows why; `devstack up` repairs it");
+        }
+        Ok(None) => {
+            return StatusRow::new("localstack", name, Health::Missing, "missing")
+                .detail("no Deployment")
+                .hint(up);
+        }
+        Err(e) => {
+            return StatusRow::new("localstack", name, Health::Unhealthy, "unknown")
+                .detail(e.to_string())
+                .hint(up);
+        }
+    }
+    let forward = match localstack::in_cluster::open_forward(&client, None).await {
+        Ok(forward) => forward,
+        Err(e) => {
+            return StatusRow::new("localstack", name, Health::Unhealthy, "no port-forward")
+                .detail(e.message())
+                .hint(up);
+        }
+    };
+    let repair =
+        "`kubectl -n localstack logs deploy/localstack` shows why; `devstack up` repairs it";
+    let shown = format!("{} in the cluster", crate::k8s::localstack_in_cluster_url());
+    services_row(settings, name, (&forward.url(), &shown), up, repair).await
+}
+
+/// LocalStack's own health check at `endpoint` (shown to the user as
+/// `shown`), judged by the services the stack needs.
+async fn services_row(
+    settings: &Settings,
+    name: String,
+    (endpoint, shown): (&str, &str),
+    up: &str,
+    repair: &str,
+) -> StatusRow {
+    let health = match localstack::HealthClient::new(endpoint) {
         Ok(client) => client.services().await,
         Err(e) => Err(e.message().to_string()),
     };
@@ -252,7 +314,7 @@ async fn localstack_row(settings: &Settings) -> StatusRow {
                 .collect();
             if bad.is_empty() {
                 StatusRow::new("localstack", name, Health::Healthy, "running").detail(format!(
-                    "{} at {endpoint}",
+                    "{} at {shown}",
                     settings.localstack.services.join(", ")
                 ))
             } else {
@@ -263,7 +325,7 @@ async fn localstack_row(settings: &Settings) -> StatusRow {
                     "services unavailable",
                 )
                 .detail(bad.join(", "))
-                .hint("`devstack localstack logs` shows why; `devstack localstack up` repairs it")
+                .hint(repair)
             }
         }
         Err(why) => StatusRow::new("localstack", name, Health::Unhealthy, "not answering")
@@ -396,7 +458,7 @@ async fn cluster_rows(settings: &Settings) -> Vec<StatusRow> {
     let mut rows = vec![cluster_row(&client, settings, nodes.len()).await];
     rows.extend(nodes.iter().map(node_row));
     rows.extend(flux_controller_rows(&client, settings).await);
-    rows.extend(kustomization_rows(&client).await);
+    rows.extend(kustomization_rows(&client, settings).await);
     rows.push(helm_release_row(&client).await);
     rows.push(cluster_secret_store_row(&client).await);
     let eso_api = format!("{ESO_GROUP}/{ESO_VERSION}");
@@ -524,7 +586,7 @@ async fn flux_controller_rows(client: &kube::Client, settings: &Settings) -> Vec
 
 /// The root Kustomization and the chain's levels, each judged against the
 /// revision its source serves now.
-async fn kustomization_rows(client: &kube::Client) -> Vec<StatusRow> {
+async fn kustomization_rows(client: &kube::Client, settings: &Settings) -> Vec<StatusRow> {
     let kustomizations = dynamic_api(
         client,
         KUSTOMIZATION_API,
@@ -532,7 +594,7 @@ async fn kustomization_rows(client: &kube::Client) -> Vec<StatusRow> {
         Some(FLUX_NAMESPACE),
     );
     let mut rows = Vec::new();
-    for name in std::iter::once(ROOT_KUSTOMIZATION).chain(CHAIN) {
+    for name in crate::gitops::levels(settings) {
         let object = get_json(&kustomizations, name).await;
         let current = match &object {
             Ok(Some(o)) => crate::gitops::chain::source_revision(client, o).await,

@@ -203,7 +203,7 @@ impl StackLogs {
         };
         for &component in components {
             let found = match component {
-                Component::Localstack => logs.localstack(settings).await,
+                Component::Localstack => logs.localstack(settings, follow).await,
                 Component::Node => logs.nodes(settings).await,
                 Component::Eso => logs.eso(settings, follow).await,
                 Component::Flux => logs.flux(settings, follow).await,
@@ -216,7 +216,25 @@ impl StackLogs {
         logs
     }
 
-    async fn localstack(&self, settings: &Settings) -> Result<Vec<Source>, Error> {
+    async fn localstack(
+        &mut self,
+        settings: &Settings,
+        follow: bool,
+    ) -> Result<Vec<Source>, Error> {
+        if settings.localstack.mode == crate::profile::LocalStackMode::InCluster {
+            let client = self.client(settings, follow).await?;
+            let (namespace, name) = (
+                crate::k8s::LOCALSTACK_NAMESPACE,
+                crate::k8s::LOCALSTACK_SERVICE,
+            );
+            let pods = deployment_pods(&client, namespace, name).await?;
+            let pending = pods.iter().filter(|p| is_pending(p)).count();
+            let sources = pod_sources(Component::Localstack.as_str(), name, &pods);
+            if sources.is_empty() {
+                return Err(no_pods(settings, "LocalStack", namespace, pending));
+            }
+            return Ok(sources);
+        }
         let name = localstack::container_name(settings);
         if docker::inspect(&self.docker, &name).await?.is_none() {
             return Err(

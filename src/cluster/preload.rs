@@ -8,8 +8,10 @@ use crate::docker::Engine;
 use crate::error::Error;
 use crate::profile::{Provider, Settings};
 
-/// Bundle roles that are not workloads inside the cluster.
-const NOT_IN_CLUSTER: &[&str] = &["localstack", "k3s-node", "kind-node"];
+/// Bundle roles that are not workloads inside the cluster (LocalStack is,
+/// with `localstack.mode: in-cluster`).
+const NOT_IN_CLUSTER: &[&str] = &[LOCALSTACK_ROLE, "k3s-node", "kind-node"];
+const LOCALSTACK_ROLE: &str = "localstack";
 /// Bundle roles only a K3s node runs (K3s's CoreDNS and pause); a Kind node
 /// image carries the ones its kubeadm asks for.
 const K3S_ONLY: &[&str] = &["coredns", "pause"];
@@ -39,8 +41,15 @@ pub fn wanted_images(settings: &Settings) -> Result<Vec<PreloadImage>, Error> {
     let mut out: Vec<PreloadImage> = Vec::new();
     if let Some(bundle) = &bundle {
         for artifact in bundle.images() {
+            // Only the profile's LocalStack, when it runs in the cluster.
+            let in_cluster = |r: &str| {
+                r == LOCALSTACK_ROLE
+                    && settings.localstack.mode == crate::profile::LocalStackMode::InCluster
+                    && crate::bundle::normalize_reference(&artifact.reference())
+                        == crate::bundle::normalize_reference(&settings.localstack.image)
+            };
             let skip = |r: &str| {
-                NOT_IN_CLUSTER.contains(&r)
+                (NOT_IN_CLUSTER.contains(&r) && !in_cluster(r))
                     || (settings.cluster.provider == Provider::Kind && K3S_ONLY.contains(&r))
             };
             if artifact.role.as_deref().is_some_and(skip) {

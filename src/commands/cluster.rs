@@ -102,7 +102,9 @@ pub async fn up(
     for repair in &info.repaired {
         ctx.ui.info(format!("  repaired: {repair}"));
     }
-    let routed = cluster::route_localstack(docker, settings, &info.kubeconfig).await?;
+    let in_cluster = settings.localstack.mode == crate::profile::LocalStackMode::InCluster;
+    let routed = in_cluster
+        || crate::localstack::route_localstack(docker, settings, &info.kubeconfig).await?;
     if !routed {
         ctx.ui.warn(format!(
             "LocalStack is not running; pods reach it at {} once `devstack localstack up` starts it",

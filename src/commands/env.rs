@@ -7,6 +7,15 @@ use crate::{docker, localstack};
 
 pub async fn run(ctx: &Context, args: EnvArgs) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
+    if settings.localstack.mode == crate::profile::LocalStackMode::InCluster {
+        return Err(Error::user(format!(
+            "stack `{}` runs LocalStack in its cluster, which this machine reaches only through a port-forward",
+            settings.name
+        ))
+        .with_hint(
+            "`devstack localstack forward` keeps one open and prints these variables for it",
+        ));
+    }
     // Without a port there is no endpoint to export: say how to get one
     // rather than print an address of no stack (or of another one).
     localstack::require_port(&settings)?;

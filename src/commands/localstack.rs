@@ -1,12 +1,13 @@
-//! `devstack localstack up|down|logs|status`: the stack's LocalStack alone.
+//! `devstack localstack up|down|logs|status|forward`: the stack's LocalStack alone.
 
 use serde_json::json;
 
-use crate::cli::LocalstackCommand;
+use crate::cli::{LocalstackCommand, ShellKind};
 use crate::commands::Context;
 use crate::docker;
 use crate::error::Error;
 use crate::localstack;
+use crate::profile::{LocalStackMode, Settings};
 
 pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
     match cmd {
@@ -15,6 +16,9 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
                 o.localstack_port = port;
                 o.localstack_image = image;
             })?;
+            if in_cluster(&settings) {
+                return up_in_cluster(ctx, &settings).await;
+            }
             let docker = docker::connect().await?;
             let step = ctx
                 .ui
@@ -27,7 +31,7 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
                 }
             };
             step.done(format!("{} at {}", report.action, report.endpoint.url));
-            if crate::cluster::reroute_after_localstack(&docker, &settings).await? {
+            if localstack::reroute_after_localstack(&docker, &settings).await? {
                 ctx.ui.info(format!(
                     "pods reach it at {}",
                     crate::k8s::localstack_in_cluster_url()
@@ -41,6 +45,15 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
         }
         LocalstackCommand::Down => {
             let settings = ctx.settings(|_| {})?;
+            if in_cluster(&settings) {
+                return Err(Error::user(format!(
+                    "stack `{}` runs LocalStack in its cluster, as the Flux level `localstack` the External Secrets Operator depends on: removed alone, Flux would bring it back",
+                    settings.name
+                ))
+                .with_hint(
+                    "`devstack down` removes the whole stack",
+                ));
+            }
             let docker = docker::connect().await?;
             let removed = localstack::down(&docker, &settings).await?;
             let name = localstack::container_name(&settings);
@@ -65,53 +78,161 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
             let component = Some(crate::logs::Component::Localstack);
             super::logs::show(ctx, &settings, component, options).await
         }
-        LocalstackCommand::Status => {
+        LocalstackCommand::Forward { port, shell } => {
             let settings = ctx.settings(|_| {})?;
-            let docker = docker::connect().await?;
-            let name = localstack::container_name(&settings);
-            let state = docker::inspect(&docker, &name)
-                .await?
-                .and_then(|c| c.state)
-                .and_then(|s| s.status)
-                .map(|s| s.to_string());
-            let health = localstack::HealthClient::new(&settings.localstack.endpoint_url())?
-                .services()
-                .await;
-            let healthy = health.as_ref().is_ok_and(|services| {
-                localstack::unavailable_services(&settings, services).is_empty()
-            });
-            if ctx.ui.json() {
-                ctx.ui.emit_json(&json!({
-                    "container": name,
-                    "state": state,
-                    "url": settings.localstack.endpoint_url(),
-                    "healthy": healthy,
-                    "services": health.as_ref().ok(),
-                }));
-            } else {
-                ctx.ui.out(format!(
-                    "{} {name}: {} at {}",
-                    ctx.ui.check_mark(healthy),
-                    state.as_deref().unwrap_or("absent"),
-                    settings.localstack.endpoint_url()
-                ));
-                if let Ok(services) = &health {
-                    for s in &settings.localstack.services {
-                        ctx.ui.out(format!(
-                            "  {s}: {}",
-                            services.get(s).map(String::as_str).unwrap_or("absent")
-                        ));
-                    }
-                }
+            forward(ctx, &settings, port, shell).await
+        }
+        LocalstackCommand::Status => status(ctx).await,
+    }
+}
+
+fn in_cluster(settings: &Settings) -> bool {
+    settings.localstack.mode == LocalStackMode::InCluster
+}
+
+/// `localstack up` with LocalStack in the cluster: its objects applied and
+/// waited on, as `up` does.
+async fn up_in_cluster(ctx: &Context, settings: &Settings) -> Result<i32, Error> {
+    let client = crate::k8s::stack_client(settings).await.map_err(|e| {
+        e.context("LocalStack runs in the stack's cluster, which does not answer")
+            .with_hint("`devstack up` creates the whole stack")
+    })?;
+    let step = ctx.ui.step(format!(
+        "LocalStack {} in the cluster",
+        settings.localstack.image
+    ));
+    let (report, _forward) =
+        match localstack::in_cluster::up(&client, settings, &|m| step.progress(m)).await {
+            Ok(up) => up,
+            Err(e) => {
+                step.fail("failed");
+                return Err(e);
             }
-            if healthy {
-                Ok(0)
-            } else {
-                Err(
-                    Error::unhealthy(format!("LocalStack {name} is not healthy"))
-                        .with_hint("`devstack localstack up` starts or repairs it"),
-                )
+        };
+    step.done(format!(
+        "{} ({} at {})",
+        report.action,
+        report.endpoint.container,
+        crate::k8s::localstack_in_cluster_url()
+    ));
+    if ctx.ui.json() {
+        ctx.ui
+            .emit_json(&serde_json::to_value(&report).expect("report serializes"));
+    }
+    Ok(0)
+}
+
+/// Holds a port-forward to LocalStack in the cluster open until Ctrl-C,
+/// after one health check through it, with the variables that reach it.
+async fn forward(
+    ctx: &Context,
+    settings: &Settings,
+    port: Option<u16>,
+    shell: ShellKind,
+) -> Result<i32, Error> {
+    if !in_cluster(settings) {
+        return Err(Error::user(format!(
+            "stack `{}` runs LocalStack as a container published on this machine at {}: there is nothing to forward",
+            settings.name,
+            settings.localstack.endpoint_url()
+        ))
+        .with_hint(
+            "`devstack env` prints its variables; `localstack.mode: in-cluster` runs it in the cluster",
+        ));
+    }
+    let client = crate::k8s::stack_client(settings).await?;
+    let forward = localstack::in_cluster::open_forward(&client, port).await?;
+    let health = localstack::HealthClient::new(&forward.url())?
+        .services()
+        .await;
+    if let Err(why) = health {
+        return Err(Error::unhealthy(format!(
+            "LocalStack in the cluster does not answer through the port-forward: {}",
+            forward.last_error().unwrap_or(why)
+        ))
+        .with_hint("`devstack status` shows its Deployment; `devstack up` repairs it"));
+    }
+    let bound = settings.with_localstack_port(forward.local_addr().port());
+    let format = if ctx.ui.json() {
+        ShellKind::Json
+    } else {
+        shell
+    };
+    println!(
+        "{}",
+        super::env::render(&crate::stack::exports(&bound), format)
+    );
+    ctx.ui.info(format!(
+        "forwarding {} to {} in the cluster; Ctrl-C closes it",
+        forward.url(),
+        crate::k8s::localstack_in_cluster_url()
+    ));
+    let interrupts = crate::pipeline::Interrupts::watch(true);
+    interrupts.cancel.cancelled().await;
+    drop(forward);
+    Ok(0)
+}
+
+/// `localstack status`: where it runs and what its health check says.
+async fn status(ctx: &Context) -> Result<i32, Error> {
+    let settings = ctx.settings(|_| {})?;
+    let reached = localstack::in_cluster::reach(&settings).await;
+    let (name, state) = if in_cluster(&settings) {
+        let name = format!(
+            "{}/{}",
+            crate::k8s::LOCALSTACK_NAMESPACE,
+            crate::k8s::LOCALSTACK_SERVICE
+        );
+        let state = reached.as_ref().ok().map(|_| "in the cluster".to_string());
+        (name, state)
+    } else {
+        let docker = docker::connect().await?;
+        let name = localstack::container_name(&settings);
+        let state = docker::inspect(&docker, &name)
+            .await?
+            .and_then(|c| c.state)
+            .and_then(|s| s.status)
+            .map(|s| s.to_string());
+        (name, state)
+    };
+    let reached = reached?;
+    let settings = reached.settings;
+    let health = localstack::HealthClient::new(&settings.localstack.endpoint_url())?
+        .services()
+        .await;
+    let healthy = health
+        .as_ref()
+        .is_ok_and(|services| localstack::unavailable_services(&settings, services).is_empty());
+    if ctx.ui.json() {
+        ctx.ui.emit_json(&json!({
+            "container": name,
+            "state": state,
+            "url": settings.localstack.endpoint_url(),
+            "healthy": healthy,
+            "services": health.as_ref().ok(),
+        }));
+    } else {
+        ctx.ui.out(format!(
+            "{} {name}: {} at {}",
+            ctx.ui.check_mark(healthy),
+            state.as_deref().unwrap_or("absent"),
+            settings.localstack.endpoint_url()
+        ));
+        if let Ok(services) = &health {
+            for s in &settings.localstack.services {
+                ctx.ui.out(format!(
+                    "  {s}: {}",
+                    services.get(s).map(String::as_str).unwrap_or("absent")
+                ));
             }
         }
+    }
+    if healthy {
+        Ok(0)
+    } else {
+        Err(
+            Error::unhealthy(format!("LocalStack {name} is not healthy"))
+                .with_hint("`devstack localstack up` starts or repairs it"),
+        )
     }
 }

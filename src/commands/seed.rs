@@ -13,8 +13,9 @@ pub async fn run(ctx: &Context, args: SeedArgs) -> Result<i32, Error> {
             settings.profile
         ));
     }
-    crate::localstack::require_port(&settings)?;
-    let client = crate::aws::secrets_manager(&settings);
+    let reached = crate::localstack::in_cluster::reach(&settings).await?;
+    let settings = &reached.settings;
+    let client = crate::aws::secrets_manager(settings);
     let options = SeedOptions {
         rotate: args.rotate,
         dry_run: args.dry_run,
@@ -25,9 +26,8 @@ pub async fn run(ctx: &Context, args: SeedArgs) -> Result<i32, Error> {
         if args.dry_run { "Checking" } else { "Seeding" },
         settings.localstack.endpoint_url()
     ));
-    let timeout = seed::default_timeout(&settings);
-    let report = match tokio::time::timeout(timeout, seed::seed(&settings, &client, options)).await
-    {
+    let timeout = seed::default_timeout(settings);
+    let report = match tokio::time::timeout(timeout, seed::seed(settings, &client, options)).await {
         Ok(Ok(report)) => report,
         Ok(Err(e)) => {
             step.fail("failed");

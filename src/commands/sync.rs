@@ -12,12 +12,15 @@ use crate::gitops::{self, DeliverOptions};
 pub async fn run(ctx: &Context, args: SyncArgs) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
     let client = crate::k8s::stack_client(&settings).await?;
+    // The manifests go to the bucket in LocalStack.
+    let reached = crate::localstack::in_cluster::reach(&settings).await?;
+    let settings = &reached.settings;
     let options = DeliverOptions {
         nudge: !args.no_nudge,
         ..DeliverOptions::default()
     };
     let runner = crate::pipeline::Runner::new(&ctx.ui);
-    let report = gitops::deliver(&client, &settings, options, &runner).await?;
+    let report = gitops::deliver(&client, settings, options, &runner).await?;
     if ctx.ui.json() {
         ctx.ui.emit_json(&json!(report));
     }

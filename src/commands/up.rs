@@ -3,6 +3,7 @@
 use crate::cli::UpArgs;
 use crate::commands::Context;
 use crate::error::Error;
+use crate::profile::LocalStackMode;
 use crate::stack::{Stack, UpOptions};
 use crate::timeline::Timeline;
 
@@ -66,7 +67,10 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
                 .warn(format!("Kubernetes {} is {warning}", check.version));
         }
     }
-    ctx.ui.info(next_commands(&stack.settings().cli_flags()));
+    ctx.ui.info(next_commands(
+        &stack.settings().cli_flags(),
+        stack.settings().localstack.mode,
+    ));
     if ctx.ui.json() {
         ctx.ui
             .emit_json(&serde_json::to_value(&report).expect("report serializes"));
@@ -75,8 +79,16 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
 }
 
 /// What to run next, each command carrying the flags that reach this stack.
-pub fn next_commands(flags: &str) -> String {
+pub fn next_commands(flags: &str, localstack: LocalStackMode) -> String {
+    let env = match localstack {
+        LocalStackMode::Container => format!(
+            "eval \"$(devstack{flags} env)\"        # KUBECONFIG, AWS_ENDPOINT_URL, test credentials"
+        ),
+        LocalStackMode::InCluster => format!(
+            "devstack{flags} localstack forward      # a port-forward to LocalStack, and the variables that reach it"
+        ),
+    };
     format!(
-        "next:\n  eval \"$(devstack{flags} env)\"        # KUBECONFIG, AWS_ENDPOINT_URL, test credentials\n  kubectl get externalsecrets -A\n  devstack{flags} status\n  devstack{flags} verify\n  devstack{flags} down"
+        "next:\n  {env}\n  kubectl get externalsecrets -A\n  devstack{flags} status\n  devstack{flags} verify\n  devstack{flags} down"
     )
 }

@@ -9,8 +9,9 @@ use crate::verify::{self, VerifyOptions};
 
 pub async fn run(ctx: &Context, args: VerifyArgs) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
-    crate::localstack::require_port(&settings)?;
-    let client = crate::k8s::stack_client(&settings).await?;
+    let reached = crate::localstack::in_cluster::reach(&settings).await?;
+    let settings = &reached.settings;
+    let client = crate::k8s::stack_client(settings).await?;
     // Ctrl-C stops the checks; the probe objects are still removed. The
     // round trip's cleanup is bounded, so it watches only the first Ctrl-C.
     let interrupts = Interrupts::watch(true);
@@ -19,7 +20,7 @@ pub async fn run(ctx: &Context, args: VerifyArgs) -> Result<i32, Error> {
         timeout: None,
         cancel: Some(interrupts.cancel.clone()),
     };
-    let result = verify::run(&settings, &client, options, &ctx.ui).await;
+    let result = verify::run(settings, &client, options, &ctx.ui).await;
     drop(interrupts);
     let report = match result {
         Ok(report) => report,
@@ -35,7 +36,7 @@ pub async fn run(ctx: &Context, args: VerifyArgs) -> Result<i32, Error> {
         ctx.ui
             .emit_json(&serde_json::to_value(&report).expect("report serializes"));
     }
-    match report.to_error(&settings) {
+    match report.to_error(settings) {
         Some(err) => Err(crate::commands::diagnose::point(ctx, err).await),
         None => Ok(0),
     }

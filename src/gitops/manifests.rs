@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::k8s::apply::parse_documents;
-use crate::profile::GitopsLayout;
+use crate::profile::{GitopsLayout, LocalStackMode};
 
 /// Relative path -> file content.
 pub type Tree = BTreeMap<String, Vec<u8>>;
@@ -37,7 +37,23 @@ const EMBEDDED: &[(&str, &str)] = embedded!(
     "operator/helmrelease.yaml",
     "crs/kustomization.yaml",
     "crs/cluster-secret-store.yaml",
+    "deployment-localstack.yaml",
+    "localstack/kustomization.yaml",
+    "localstack/namespace.yaml",
+    "localstack/deployment.yaml",
+    "localstack/service.yaml",
 );
+
+/// The `localstack` level: its Flux Kustomization, and the directory of
+/// what it applies.
+pub const LOCALSTACK_LEVEL_FILE: &str = "deployment-localstack.yaml";
+const LOCALSTACK_DIR: &str = "localstack/";
+const LOCALSTACK_OBJECT_FILES: [&str; 3] = [
+    "localstack/namespace.yaml",
+    "localstack/deployment.yaml",
+    "localstack/service.yaml",
+];
+const OPERATOR_LEVEL_FILE: &str = "deployment-operator.yaml";
 
 /// Files of the chain devstack relies on (it rewrites or leaves them out).
 pub const REPOSITORIES_FILE: &str = "repositories.yaml";
@@ -140,6 +156,74 @@ pub fn prepare(
     Ok(tree)
 }
 
+/// The tree for where LocalStack runs: as shipped for `in-cluster`; for a
+/// container beside the cluster, without the `localstack` level and with
+/// the operator level no longer depending on it.
+pub fn for_localstack_mode(mut tree: Tree, mode: LocalStackMode) -> Result<Tree, Error> {
+    if mode == LocalStackMode::InCluster || tree.remove(LOCALSTACK_LEVEL_FILE).is_none() {
+        return Ok(tree);
+    }
+    tree.retain(|path, _| !path.starts_with(LOCALSTACK_DIR));
+    if let Some(root) = tree.get("kustomization.yaml") {
+        let root = drop_resource(&String::from_utf8_lossy(root), LOCALSTACK_LEVEL_FILE);
+        tree.insert("kustomization.yaml".into(), root.into_bytes());
+    }
+    if let Some(bytes) = tree.get(OPERATOR_LEVEL_FILE) {
+        let docs = parse_documents(&String::from_utf8_lossy(bytes), OPERATOR_LEVEL_FILE)?;
+        let rewritten: Vec<String> = docs
+            .into_iter()
+            .map(|mut doc| {
+                if let Some(depends) = doc["spec"]["dependsOn"].as_array_mut() {
+                    depends.retain(|d| d["name"] != crate::k8s::LOCALSTACK_NAMESPACE);
+                }
+                serde_json::to_string_pretty(&doc).expect("JSON serializes")
+            })
+            .collect();
+        tree.insert(
+            OPERATOR_LEVEL_FILE.into(),
+            rewritten.join("\n---\n").into_bytes(),
+        );
+    }
+    Ok(tree)
+}
+
+/// The objects of the shipped `localstack` level with `facts` substituted
+/// as Flux's postBuild does, for devstack to apply before the chain starts:
+/// the same objects Flux then finds in place.
+pub fn localstack_objects(facts: &BTreeMap<String, String>) -> Result<Vec<Value>, Error> {
+    let tree = embedded();
+    let mut objects = Vec::new();
+    for file in LOCALSTACK_OBJECT_FILES {
+        let text = substitute(&String::from_utf8_lossy(&tree[file]), facts);
+        objects.extend(parse_documents(&text, file)?);
+    }
+    Ok(objects)
+}
+
+/// Flux's postBuild substitution: `${NAME}`, `${NAME:=default}` and
+/// `${NAME:-default}` take the fact, else the default (else nothing).
+pub fn substitute(text: &str, facts: &BTreeMap<String, String>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let inner = &after[..end];
+        let (name, default) = match inner.find(":=").or_else(|| inner.find(":-")) {
+            Some(at) => (&inner[..at], &inner[at + 2..]),
+            None => (inner, ""),
+        };
+        out.push_str(facts.get(name).map(String::as_str).unwrap_or(default));
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// What many hand-written repositories do: every level independent, no
 /// health checks, retries only at the interval. Flux then applies the custom
 /// resources before the CRDs or the webhook are there.
@@ -201,6 +285,99 @@ mod tests {
         assert!(text(REPOSITORIES_FILE).contains(&format!("tag: v{fallback}")));
         assert!(text(REPOSITORIES_FILE).contains(crate::versions::ESO_GIT_REPOSITORY));
         assert!(text(REPOSITORIES_FILE).contains(crate::versions::ESO_CHART_REPOSITORY));
+    }
+
+    #[test]
+    fn a_localstack_container_leaves_out_the_localstack_level() {
+        let tree = for_localstack_mode(embedded(), LocalStackMode::Container).unwrap();
+        assert!(
+            !tree.keys().any(|k| k.contains("localstack/")),
+            "{:?}",
+            tree.keys()
+        );
+        assert!(!tree.contains_key(LOCALSTACK_LEVEL_FILE));
+        let root = String::from_utf8(tree["kustomization.yaml"].clone()).unwrap();
+        assert!(!root.contains("- deployment-localstack.yaml"), "{root}");
+        assert!(root.contains("- deployment-operator.yaml"), "{root}");
+        let operator = &parse_documents(
+            &String::from_utf8_lossy(&tree[OPERATOR_LEVEL_FILE]),
+            "operator",
+        )
+        .unwrap()[0];
+        assert_eq!(
+            operator["spec"]["dependsOn"],
+            serde_json::json!([{"name": "external-secrets-crds"}])
+        );
+        assert_eq!(
+            operator["spec"]["healthChecks"].as_array().unwrap().len(),
+            4
+        );
+    }
+
+    #[test]
+    fn in_cluster_the_operator_level_depends_on_localstack() {
+        let tree = for_localstack_mode(embedded(), LocalStackMode::InCluster).unwrap();
+        assert_eq!(tree, embedded());
+        let operator = &parse_documents(
+            &String::from_utf8_lossy(&tree[OPERATOR_LEVEL_FILE]),
+            "operator",
+        )
+        .unwrap()[0];
+        let depends: Vec<&str> = operator["spec"]["dependsOn"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(depends, ["external-secrets-crds", "localstack"]);
+        let level = &parse_documents(
+            &String::from_utf8_lossy(&tree[LOCALSTACK_LEVEL_FILE]),
+            "localstack",
+        )
+        .unwrap()[0];
+        assert_eq!(level["metadata"]["name"], "localstack");
+        assert_eq!(level["spec"]["wait"], true);
+    }
+
+    #[test]
+    fn localstack_objects_take_the_facts_else_the_matrix_defaults() {
+        let defaults = localstack_objects(&BTreeMap::new()).unwrap();
+        let container = |objects: &[Value]| {
+            objects.iter().find(|o| o["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"]
+                ["containers"][0]
+                .clone()
+        };
+        assert_eq!(
+            container(&defaults)["image"],
+            crate::versions::LOCALSTACK_IMAGE
+        );
+        let facts = BTreeMap::from([
+            ("LOCALSTACK_IMAGE".to_string(), "example/ls:1".to_string()),
+            ("LOCALSTACK_SERVICES".to_string(), "s3,sts".to_string()),
+        ]);
+        let objects = localstack_objects(&facts).unwrap();
+        let kinds: Vec<&str> = objects
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["Namespace", "Deployment", "Service"]);
+        assert_eq!(container(&objects)["image"], "example/ls:1");
+        assert_eq!(container(&objects)["env"][0]["value"], "s3,sts");
+        let service = objects.iter().find(|o| o["kind"] == "Service").unwrap();
+        assert_eq!(
+            service["spec"]["selector"],
+            objects[1]["spec"]["selector"]["matchLabels"]
+        );
+    }
+
+    #[test]
+    fn substitution_reads_facts_then_defaults() {
+        let facts = BTreeMap::from([("A".to_string(), "1".to_string())]);
+        assert_eq!(
+            substitute("x ${A:=9} ${B:=2} ${C:-3} ${D} ${A}", &facts),
+            "x 1 2 3  1"
+        );
+        assert_eq!(substitute("unterminated ${A", &facts), "unterminated ${A");
     }
 
     #[test]

@@ -34,6 +34,20 @@ pub const CHAIN: [&str; 3] = [
     "external-secrets-operator",
     "external-secrets-crs",
 ];
+/// The level that runs LocalStack in the cluster, which the operator level
+/// depends on (`localstack.mode: in-cluster`).
+pub const LOCALSTACK_LEVEL: &str = "localstack";
+
+/// The stack's Kustomizations: the root, LocalStack's level when it runs
+/// in the cluster, then the chain.
+pub fn levels(settings: &Settings) -> Vec<&'static str> {
+    let localstack = (settings.localstack.mode == crate::profile::LocalStackMode::InCluster)
+        .then_some(LOCALSTACK_LEVEL);
+    std::iter::once(ROOT_KUSTOMIZATION)
+        .chain(localstack)
+        .chain(CHAIN)
+        .collect()
+}
 /// The operator's HelmRelease (namespace, name).
 pub const HELM_RELEASE: (&str, &str) = ("external-secrets", "external-secrets");
 /// ESO's API group; ExternalSecrets and stores are served at `v1`.
@@ -205,6 +219,7 @@ fn bucket_objects(
     };
     if local {
         let tree = manifests::prepare(tree, &origin, settings.gitops.layout, offline.is_some())?;
+        let tree = manifests::for_localstack_mode(tree, settings.localstack.mode)?;
         for (path, bytes) in tree {
             objects.insert(format!("{}/{path}", source::MANIFESTS_PREFIX), bytes);
         }

@@ -261,6 +261,11 @@ pub fn facts(
     let mut facts = BTreeMap::from([
         ("STACK_NAME".to_string(), settings.name.clone()),
         ("AWS_REGION".into(), settings.localstack.region.clone()),
+        ("LOCALSTACK_IMAGE".into(), settings.localstack.image.clone()),
+        (
+            "LOCALSTACK_SERVICES".into(),
+            settings.localstack.services.join(","),
+        ),
         (
             "LOCALSTACK_ENDPOINT".into(),
             crate::k8s::localstack_in_cluster_url(),

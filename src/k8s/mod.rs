@@ -287,7 +287,7 @@ pub async fn route_localstack(client: &kube::Client, container_ip: &str) -> Resu
 /// Available, and serving from at least one pod when it asks for any: a
 /// Deployment whose maxUnavailable covers all its replicas (K3s's CoreDNS:
 /// 1 of 1) is Available with no pod at all.
-fn deployment_available(deployment: &Deployment) -> bool {
+pub fn deployment_available(deployment: &Deployment) -> bool {
     let Some(status) = &deployment.status else {
         return false;
     };
@@ -330,7 +330,7 @@ fn deployments_verdict(deployments: &wait::Objects<Deployment>, names: &[String]
 }
 
 /// Why a Deployment is not Available, from its Available condition.
-fn deployment_state(deployment: &Deployment) -> String {
+pub fn deployment_state(deployment: &Deployment) -> String {
     let available = deployment
         .status
         .as_ref()

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 pub use duration::HumanDuration;
 pub use load::{LoadedProfile, ProfileError, ProfileErrors};
-pub use schema::{GitopsLayout, GitopsSourceKind, HostPort, Provider};
+pub use schema::{GitopsLayout, GitopsSourceKind, HostPort, LocalStackMode, Provider};
 pub use secret::SecretString;
 pub use settings::{Overrides, SecretSource, Settings};
 

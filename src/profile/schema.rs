@@ -206,6 +206,9 @@ pub struct KubeconfigSpec {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LocalStackSpec {
+    /// Where LocalStack runs: a container beside the cluster (the default),
+    /// or a Deployment inside it.
+    pub mode: Option<LocalStackMode>,
     pub image: Option<String>,
     pub services: Option<Vec<String>>,
     /// Host port: a number, or `auto` (the default) for a free port chosen
@@ -218,6 +221,27 @@ pub struct LocalStackSpec {
     /// Extra environment for the LocalStack container (no secrets: use auth_token_env).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LocalStackMode {
+    /// A Docker container on the stack network, reached by pods through a
+    /// Service without selector.
+    Container,
+    /// A Deployment and Service in namespace `localstack`, delivered as the
+    /// Flux level the ESO operator depends on; this machine reaches it
+    /// through a port-forward.
+    InCluster,
+}
+
+impl LocalStackMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LocalStackMode::Container => "container",
+            LocalStackMode::InCluster => "in-cluster",
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

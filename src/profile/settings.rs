@@ -112,6 +112,7 @@ pub struct ClusterSettings {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LocalStackSettings {
+    pub mode: LocalStackMode,
     pub image: String,
     pub services: Vec<String>,
     /// As configured; the port in use is recorded with the stack

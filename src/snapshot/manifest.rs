@@ -247,6 +247,12 @@ pub fn check(manifest: &Manifest, settings: &Settings) -> Result<(), Error> {
 /// certificates and etcd's member address bound to the node's IP, which a
 /// restore into a new network changes.
 pub fn require_k3s(settings: &Settings) -> Result<(), Error> {
+    if settings.localstack.mode == crate::profile::LocalStackMode::InCluster {
+        return Err(Error::user(
+            "snapshots hold a K3s cluster with LocalStack beside it, and this stack runs LocalStack in its cluster (`localstack.mode: in-cluster`), whose secrets and GitOps bucket a restored cluster would not have",
+        )
+        .with_hint("use `localstack.mode: container` (the default) for stacks you snapshot"));
+    }
     if settings.cluster.provider == Provider::K3s {
         return Ok(());
     }

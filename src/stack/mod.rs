@@ -190,7 +190,16 @@ impl Stack {
     /// The round trip against a running stack.
     pub async fn verify(&self, options: VerifyOptions) -> Result<VerifyReport, Error> {
         let client = self.kube_client().await?;
-        crate::verify::run(&self.current(), &client, options, &self.ui).await
+        let reached = self.localstack().await?;
+        crate::verify::run(&reached.settings, &client, options, &self.ui).await
+    }
+
+    /// The stack's LocalStack as this machine reaches it: with
+    /// `localstack.mode: in-cluster`, through a port-forward open while the
+    /// returned value lives; [`exports`] of its settings are the variables
+    /// that reach it.
+    pub async fn localstack(&self) -> Result<localstack::in_cluster::Reached, Error> {
+        localstack::in_cluster::reach(&self.current()).await
     }
 
     /// Removes the stack's cluster, LocalStack, network, volumes, kubeconfig

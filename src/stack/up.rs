@@ -15,10 +15,11 @@ use crate::cluster::{self, Provisioned};
 use crate::error::Error;
 use crate::gitops::{self, DeliverOptions, DeliverReport};
 use crate::health::StatusReport;
+use crate::k8s::forward::PortForward;
 use crate::k8s::version::KubernetesCheck;
 use crate::localstack::{self, LocalStackReport};
 use crate::pipeline::{Interrupts, Runner, StepRecord};
-use crate::profile::{Provider, Settings};
+use crate::profile::{LocalStackMode, Provider, Settings};
 use crate::seed::{self, SeedOptions, SeedReport};
 use crate::snapshot::{self, AfterRestore, Snapshot};
 use crate::timeline::Span;
@@ -213,6 +214,8 @@ struct LocalStackUp {
     settings: Settings,
     /// The GitOps bucket was there: LocalStack kept its state.
     kept_state: bool,
+    /// The way in to LocalStack in the cluster, open while the run needs it.
+    _forward: Option<PortForward>,
 }
 
 impl UpRun<'_> {
@@ -225,19 +228,33 @@ impl UpRun<'_> {
         let cluster_plan = self.preflight().await?;
         let artifacts = self.pull_artifacts().await?;
         self.create_network().await?;
-        self.record_new_localstack().await?;
+        let in_cluster = self.stack.settings.localstack.mode == LocalStackMode::InCluster;
+        if !in_cluster {
+            self.record_new_localstack().await?;
+        }
         self.record_new_cluster(&cluster_plan);
-        let (localstack, provisioned) =
-            tokio::try_join!(self.localstack_and_seed(), self.provision_cluster())?;
+        let (localstack, provisioned, client) = if in_cluster {
+            // LocalStack runs on the cluster, so it comes after it.
+            let provisioned = self.provision_cluster().await?;
+            let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
+            let localstack = self.in_cluster_localstack_and_seed(&client).await?;
+            (localstack, provisioned, client)
+        } else {
+            let (localstack, provisioned) =
+                tokio::try_join!(self.localstack_and_seed(), self.provision_cluster())?;
+            let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
+            (localstack, provisioned, client)
+        };
         let settings = &localstack.settings;
         let mut repaired = self.localstack_and_cluster_repairs(&localstack, &provisioned);
 
-        let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
         let after_restore = self.fix_up_restored_cluster(settings, &client).await?;
         // Only a node that started again (restored, or its container restarted) crashes pods.
         let crashed_pods =
             (self.restore.is_some() || self.existed).then(|| CrashedPods::watch(&client));
-        self.route_localstack(settings, &provisioned).await?;
+        if !in_cluster {
+            self.route_localstack(settings, &provisioned).await?;
+        }
         let missing_before = self.missing_flux_objects(&provisioned, &client).await;
         let rescaled = if self.existed {
             restore_scaled_down(&client).await
@@ -425,6 +442,44 @@ impl UpRun<'_> {
             )
             .await?;
         let bound = settings.with_localstack_port(report.endpoint.host_port);
+        self.seeded(report, bound, None).await
+    }
+
+    /// The LocalStack step with LocalStack in the cluster, reached through
+    /// a port-forward that lives as long as the run, then the Seeding step.
+    async fn in_cluster_localstack_and_seed(
+        &self,
+        client: &kube::Client,
+    ) -> Result<LocalStackUp, Error> {
+        let settings = &self.stack.settings;
+        let (report, forward) = self
+            .runner
+            .step(
+                format!("LocalStack {} in the cluster", settings.localstack.image),
+                None,
+                |step: Arc<Step>| async move {
+                    let (report, forward) =
+                        localstack::in_cluster::up(client, settings, &|m| step.progress(m)).await?;
+                    let summary = format!(
+                        "{} at {} (a port-forward to {})",
+                        report.action, report.endpoint.url, report.endpoint.container
+                    );
+                    Ok(((report, forward), summary))
+                },
+            )
+            .await?;
+        let bound = settings.with_localstack_port(forward.local_addr().port());
+        self.seeded(report, bound, Some(forward)).await
+    }
+
+    /// The Seeding step, on LocalStack as the LocalStack step left it.
+    async fn seeded(
+        &self,
+        report: LocalStackReport,
+        bound: Settings,
+        forward: Option<PortForward>,
+    ) -> Result<LocalStackUp, Error> {
+        let settings = &self.stack.settings;
         // Only a LocalStack that lost its state lacks the bucket: community
         // LocalStack keeps none across a restart.
         let kept_state = gitops::source::bucket_exists(&bound).await;
@@ -446,6 +501,7 @@ impl UpRun<'_> {
             seeded,
             settings: bound,
             kept_state,
+            _forward: forward,
         })
     }
 
@@ -530,9 +586,12 @@ impl UpRun<'_> {
     ) -> Result<(), Error> {
         self.runner
             .step("LocalStack route for pods", None, |_| async {
-                let routed =
-                    cluster::route_localstack(self.docker, settings, &provisioned.info.kubeconfig)
-                        .await?;
+                let routed = localstack::route_localstack(
+                    self.docker,
+                    settings,
+                    &provisioned.info.kubeconfig,
+                )
+                .await?;
                 if !routed {
                     return Err(Error::internal(
                         "LocalStack has no address on the stack network",

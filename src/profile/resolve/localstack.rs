@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use super::{BIND_ADDRESS_HINT, Resolver};
 use crate::envvars;
 use crate::error::Error;
-use crate::profile::schema::{HostPort, LocalStackSpec, default_bind_address};
+use crate::profile::schema::{HostPort, LocalStackMode, LocalStackSpec, default_bind_address};
 use crate::profile::settings::{
     DEFAULT_LOCALSTACK_SERVICES, LocalStackSettings, REQUIRED_LOCALSTACK_SERVICES,
 };
@@ -46,7 +46,15 @@ pub(super) fn resolve(
         .as_ref()
         .and_then(|l| l.auth_token_env.clone())
         .unwrap_or_else(|| envvars::LOCALSTACK_AUTH_TOKEN.to_string());
+    let mode = r.pick(
+        "localstack.mode",
+        None,
+        None,
+        spec.as_ref().and_then(|l| l.mode),
+        LocalStackMode::Container,
+    );
     Ok(LocalStackSettings {
+        mode,
         image,
         services,
         port,

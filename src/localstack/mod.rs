@@ -1,6 +1,11 @@
 //! The stack's LocalStack container: created, reused, restarted or
 //! recreated to match the settings, and waited on until the services the
-//! stack uses report available.
+//! stack uses report available; or LocalStack in the cluster ([`in_cluster`]).
+
+pub mod in_cluster;
+mod route;
+
+pub use route::{reroute_after_localstack, route_localstack};
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
