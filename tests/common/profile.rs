@@ -45,6 +45,11 @@ impl CiProfile {
         self.insert_after("cluster:\n", lines)
     }
 
+    /// The profile with `cluster.provider` set to `provider`.
+    pub fn provider(self, provider: &str) -> Self {
+        self.replace("  provider: k3s\n", &format!("  provider: {provider}\n"))
+    }
+
     /// Lines added at the top of `localstack:`.
     pub fn localstack(self, lines: &str) -> Self {
         self.insert_after("localstack:\n", lines)
