@@ -219,9 +219,11 @@ pub fn lacking(bundle: &Bundle, wanted: &Wanted) -> Vec<Lack> {
 
 impl<'a> Wanted<'a> {
     pub fn of(settings: &'a Settings) -> Wanted<'a> {
+        // An existing cluster's nodes come with it: no bundle role holds them.
         let role = match settings.cluster.provider {
             Provider::K3s => "k3s-node",
             Provider::Kind => "kind-node",
+            Provider::Existing => "existing-node",
         };
         Wanted {
             eso_chart: &settings.eso.chart_version,

@@ -35,6 +35,9 @@ pub struct GlobalArgs {
     /// Cluster provider, overriding the profile [env: DEVSTACK_PROVIDER]
     #[arg(long, global = true, value_enum)]
     pub provider: Option<ProviderArg>,
+    /// Kubeconfig context of an existing cluster to run the stack on (implies `--provider existing`) [env: DEVSTACK_CONTEXT]
+    #[arg(long, global = true, value_name = "CONTEXT")]
+    pub context: Option<String>,
     /// Offline bundle directory, overriding the profile [env: DEVSTACK_BUNDLE]
     #[arg(long, global = true, value_name = "DIR")]
     pub bundle: Option<PathBuf>,
@@ -53,6 +56,7 @@ pub struct GlobalArgs {
 pub enum ProviderArg {
     K3s,
     Kind,
+    Existing,
 }
 
 impl From<ProviderArg> for Provider {
@@ -60,6 +64,7 @@ impl From<ProviderArg> for Provider {
         match p {
             ProviderArg::K3s => Provider::K3s,
             ProviderArg::Kind => Provider::Kind,
+            ProviderArg::Existing => Provider::Existing,
         }
     }
 }

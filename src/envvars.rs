@@ -8,6 +8,7 @@ pub const DEVSTACK_PROFILE: &str = "DEVSTACK_PROFILE";
 pub const DEVSTACK_NAME: &str = "DEVSTACK_NAME";
 /// Cluster provider (`k3s` or `kind`), overriding the profile.
 pub const DEVSTACK_PROVIDER: &str = "DEVSTACK_PROVIDER";
+pub const DEVSTACK_CONTEXT: &str = "DEVSTACK_CONTEXT";
 /// LocalStack host port, overriding the profile.
 pub const DEVSTACK_LOCALSTACK_PORT: &str = "DEVSTACK_LOCALSTACK_PORT";
 /// LocalStack image, overriding the profile.
@@ -50,7 +51,11 @@ pub const ALL: &[(&str, &str)] = &[
     (DEVSTACK_NAME, "stack name (overrides the profile's `name`)"),
     (
         DEVSTACK_PROVIDER,
-        "cluster provider `k3s` or `kind` (overrides the profile)",
+        "cluster provider `k3s`, `kind` or `existing` (overrides the profile)",
+    ),
+    (
+        DEVSTACK_CONTEXT,
+        "kubeconfig context of an existing cluster (overrides `cluster.context`)",
     ),
     (
         DEVSTACK_LOCALSTACK_PORT,

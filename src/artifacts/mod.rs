@@ -240,14 +240,16 @@ pub fn wanted_images(settings: &Settings) -> Vec<Wanted> {
         origin: Origin::Image(reference.to_string()),
     };
     let node_role = match settings.cluster.provider {
-        Provider::K3s => "k3s-node",
-        Provider::Kind => "kind-node",
+        Provider::K3s => Some("k3s-node"),
+        Provider::Kind => Some("kind-node"),
+        Provider::Existing => None,
     };
-    let mut out = vec![
-        image(node_role, &settings.cluster.image),
-        image("localstack", &settings.localstack.image),
-        image("eso", &eso_image(&settings.eso.chart_version)),
-    ];
+    let mut out: Vec<Wanted> = node_role
+        .map(|role| image(role, &settings.cluster.image))
+        .into_iter()
+        .collect();
+    out.push(image("localstack", &settings.localstack.image));
+    out.push(image("eso", &eso_image(&settings.eso.chart_version)));
     // K3s runs its own CoreDNS and pause images; a Kind node image carries
     // the ones its kubeadm deploys.
     if settings.cluster.provider == Provider::K3s

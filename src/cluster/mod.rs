@@ -3,6 +3,7 @@
 //! needed), `kind` drives the `kind` CLI.
 
 pub mod choice;
+pub mod existing;
 pub mod k3s;
 pub mod kind;
 pub mod kubeconfig;
@@ -205,6 +206,11 @@ pub struct Provisioned {
 
 /// Whether the stack has a cluster of any provider, running or not.
 pub async fn exists(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
+    if settings.cluster.provider == Provider::Existing {
+        return provider::for_settings(engine.clone(), settings)
+            .exists(settings)
+            .await;
+    }
     Ok(found_provider(engine, settings).await?.is_some())
 }
 

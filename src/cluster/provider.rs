@@ -156,5 +156,6 @@ pub fn for_settings(engine: Arc<dyn Engine>, settings: &Settings) -> Box<dyn Clu
     match settings.cluster.provider {
         Provider::K3s => Box::new(K3s::new(engine)),
         Provider::Kind => Box::new(Kind::new(engine)),
+        Provider::Existing => Box::new(super::existing::Existing::new(engine)),
     }
 }

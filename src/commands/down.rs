@@ -25,6 +25,12 @@ pub async fn run(ctx: &Context, args: DownArgs) -> Result<i32, Error> {
         if report.state {
             parts.push("state");
         }
+        for what in &report.uninstalled {
+            ctx.ui.info(format!("  removed {what}"));
+        }
+        if !report.uninstalled.is_empty() {
+            parts.push("what it installed in the cluster (the cluster stays)");
+        }
         ctx.ui.info(if parts.is_empty() {
             format!("stack `{}`: nothing to remove", report.stack)
         } else {

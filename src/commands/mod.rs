@@ -38,6 +38,7 @@ impl Context {
         Overrides {
             name: self.global.name.clone(),
             provider: self.global.provider.map(Into::into),
+            context: self.global.context.clone(),
             bundle: self.global.bundle.clone(),
             ..Overrides::default()
         }

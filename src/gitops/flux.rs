@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::k8s::{Budget, apply};
-use crate::profile::Settings;
+use crate::profile::{Provider, Settings};
 use crate::ui::Step;
 
 pub const NAMESPACE: &str = "flux-system";
@@ -24,6 +24,99 @@ pub enum ManifestSource {
     Cache,
     FluxCli,
     Download,
+    /// Flux was already in the cluster, installed by someone else: used as
+    /// it is.
+    AlreadyInstalled,
+}
+
+/// Label on Flux's namespace naming the stack that installed Flux, so
+/// `down` on an existing cluster removes only a Flux devstack installed.
+pub const INSTALLED_BY: &str = "dev.devstack.flux-installed-by";
+
+/// The Flux APIs the stack's objects use, as `(group, plural, version)`.
+const NEEDED_APIS: [(&str, &str, &str); 4] = [
+    ("kustomize.toolkit.fluxcd.io", "kustomizations", "v1"),
+    ("source.toolkit.fluxcd.io", "buckets", "v1"),
+    ("source.toolkit.fluxcd.io", "helmcharts", "v1"),
+    ("helm.toolkit.fluxcd.io", "helmreleases", "v2"),
+];
+
+/// Who installed the Flux in the cluster: `None` without Flux, `Some(None)`
+/// for a Flux devstack did not install, `Some(Some(stack))` for one it did.
+pub async fn installed_by(client: &kube::Client) -> Result<Option<Option<String>>, Error> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
+    let namespace = namespaces
+        .get_opt(NAMESPACE)
+        .await
+        .map_err(|e| Error::internal(format!("read Namespace {NAMESPACE}: {e}")))?;
+    Ok(namespace.map(|ns| {
+        ns.metadata
+            .labels
+            .and_then(|labels| labels.get(INSTALLED_BY).cloned())
+    }))
+}
+
+/// A Flux someone else installed, used as it is when it serves the APIs the
+/// stack needs and its controllers run; refused, naming what lacks, else.
+async fn use_installed(
+    client: &kube::Client,
+    settings: &Settings,
+    budget: Budget,
+    step: &Step,
+) -> Result<InstallReport, Error> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    step.progress("Flux is already installed: using it as it is");
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    let mut lacking = Vec::new();
+    for (group, plural, version) in NEEDED_APIS {
+        let name = format!("{plural}.{group}");
+        let served: Vec<String> = crds
+            .get_opt(&name)
+            .await
+            .map_err(|e| Error::internal(format!("read CRD {name}: {e}")))?
+            .map(|crd| {
+                crd.spec
+                    .versions
+                    .into_iter()
+                    .filter(|v| v.served)
+                    .map(|v| v.name)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !served.iter().any(|v| v == version) {
+            let has = if served.is_empty() {
+                "none".to_string()
+            } else {
+                served.join(", ")
+            };
+            lacking.push(format!("{group}/{version} {plural} (served: {has})"));
+        }
+    }
+    if !lacking.is_empty() {
+        return Err(Error::prerequisite(format!(
+            "the Flux already installed in the cluster lacks APIs the stack needs: {}",
+            lacking.join("; ")
+        ))
+        .with_hint(format!(
+            "upgrade that Flux to {} or later (devstack never changes a Flux it did not install)",
+            settings.flux.version
+        )));
+    }
+    crate::k8s::wait_deployments_available(
+        client,
+        NAMESPACE,
+        &settings.flux.components,
+        budget,
+        "`kubectl -n flux-system get deployments` shows which of the installed Flux's controllers is missing or not running",
+    )
+    .await?;
+    Ok(InstallReport {
+        version: "already installed".into(),
+        source: ManifestSource::AlreadyInstalled,
+        objects: 0,
+        elapsed_ms: 0,
+    })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -116,7 +209,7 @@ pub async fn manifests(settings: &Settings) -> Result<(String, ManifestSource), 
 
 /// Drops the Deployments (and their Services) of controllers the profile
 /// does not ask for; CRDs stay, they are harmless and shared.
-fn select_components(docs: Vec<Value>, components: &[String]) -> Vec<Value> {
+pub(super) fn select_components(docs: Vec<Value>, components: &[String]) -> Vec<Value> {
     let all = crate::profile::settings::FLUX_COMPONENTS;
     docs.into_iter()
         .filter(|d| {
@@ -347,11 +440,23 @@ pub async fn install(
 ) -> Result<InstallReport, Error> {
     let started = Instant::now();
     let budget = Budget::since(started, settings.timeouts.flux.get(), "timeouts.flux");
+    let installer = match installed_by(client).await? {
+        None => settings.name.clone(),
+        Some(Some(stack)) => stack,
+        // Only on a cluster devstack did not create can Flux be someone else's.
+        Some(None) if settings.cluster.provider == Provider::Existing => {
+            return use_installed(client, settings, budget, step).await;
+        }
+        Some(None) => settings.name.clone(),
+    };
     let (text, source) = manifests(settings).await?;
-    let docs = tuned_controllers(select_components(
+    let mut docs = tuned_controllers(select_components(
         apply::parse_documents(&text, "Flux install manifests")?,
         &settings.flux.components,
     ));
+    for doc in docs.iter_mut().filter(|d| d["kind"] == "Namespace") {
+        doc["metadata"]["labels"][INSTALLED_BY] = Value::String(installer.clone());
+    }
     let span = step.span(format!("{} install objects applied", docs.len()));
     let applied = async {
         let mut docs = docs;

@@ -10,6 +10,7 @@ pub mod chain;
 pub mod flux;
 pub mod manifests;
 pub mod source;
+pub mod uninstall;
 pub mod webhook;
 
 use std::sync::Arc;
@@ -120,11 +121,20 @@ pub async fn deliver(
                 // source is the first thing that needs it. So CoreDNS, which
                 // takes seconds to start in a new cluster, is awaited here,
                 // beside the install, rather than before it.
-                let dns = crate::cluster::wait_coredns(
-                    client,
-                    Budget::new(settings.timeouts.cluster.get(), "timeouts.cluster"),
-                    &step,
-                );
+                // A cluster devstack did not create runs its DNS its own way
+                // (kube-dns on some clouds) and has long been serving.
+                let existing = settings.cluster.provider == crate::profile::Provider::Existing;
+                let dns = async {
+                    if existing {
+                        return Ok(());
+                    }
+                    crate::cluster::wait_coredns(
+                        client,
+                        Budget::new(settings.timeouts.cluster.get(), "timeouts.cluster"),
+                        &step,
+                    )
+                    .await
+                };
                 let (report, ()) = tokio::try_join!(flux::install(client, settings, &step), dns)?;
                 record_pod_starts(client, FLUX_NAMESPACE, &step).await;
                 let summary = format!(
@@ -410,7 +420,25 @@ async fn apply_profile_external_secrets(
     settings: &Settings,
     timeout: Duration,
 ) -> Result<usize, Error> {
-    let external_secrets = profile_external_secrets(settings);
+    let mut external_secrets = profile_external_secrets(settings);
+    // A namespace that is there stays as it is; one devstack makes is the stack's.
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(client.clone());
+    let mut kept = Vec::new();
+    for mut object in external_secrets.drain(..) {
+        if object["kind"] == "Namespace" {
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            if matches!(namespaces.get_opt(name).await, Ok(Some(_))) {
+                continue;
+            }
+            object["metadata"]["labels"] = json!({
+                "app.kubernetes.io/managed-by": "devstack",
+                crate::docker::LABEL_STACK: settings.name,
+            });
+        }
+        kept.push(object);
+    }
+    let external_secrets = kept;
     if !external_secrets.is_empty() {
         // Its own limit: the chain's wait may have spent the budget, and the CRDs are Established.
         apply::apply_all(

@@ -99,8 +99,13 @@ pub async fn missing(
     wanted: &[Permission],
 ) -> Result<Vec<Permission>, Error> {
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    let allowed: Vec<bool> = futures::stream::iter(wanted)
-        .map(|permission| allowed(&api, permission))
+    // Owned per review: a borrowing closure is not `Send` for every lifetime,
+    // which a boxed provider future needs.
+    let allowed: Vec<bool> = futures::stream::iter(wanted.iter().cloned())
+        .map(|permission| {
+            let api = api.clone();
+            async move { allowed(&api, &permission).await }
+        })
         .buffered(CONCURRENT_REVIEWS)
         .try_collect()
         .await?;

@@ -190,6 +190,46 @@ pub async fn apply(client: &kube::Client, object: &serde_json::Value) -> Result<
     .map_err(|e| Error::internal(format!("apply {kind}/{name}: {e}")))
 }
 
+/// Deletes one object (in the background: its dependents go after it);
+/// absent is fine. Returns whether it was there.
+pub async fn delete(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<bool, Error> {
+    use kube::api::DeleteParams;
+    let api = dynamic_api(client, api_version, kind, namespace);
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(e) => Err(Error::internal(format!("delete {kind}/{name}: {e}"))),
+    }
+}
+
+/// Waits until the object is gone, for at most `limit`; says whether it is.
+pub async fn wait_gone(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+    limit: Duration,
+) -> bool {
+    let api = dynamic_api(client, api_version, kind, namespace);
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Ok(None) = api.get_opt(name).await {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Whether the API server reaches node `name`'s kubelet, verifying its
 /// certificate as it does for `kubectl logs` (`nodes/NAME/proxy/healthz`).
 pub async fn kubelet_reachable(client: &kube::Client, name: &str) -> bool {

@@ -58,6 +58,9 @@ pub struct ProfileV1Alpha1 {
 pub enum Provider {
     K3s,
     Kind,
+    /// A cluster devstack did not create, reached by a kubeconfig context
+    /// (`cluster.context`): devstack installs into it and never removes it.
+    Existing,
 }
 
 impl Provider {
@@ -65,6 +68,7 @@ impl Provider {
         match self {
             Provider::K3s => "k3s",
             Provider::Kind => "kind",
+            Provider::Existing => "existing",
         }
     }
 }
@@ -93,6 +97,9 @@ pub struct ClusterSpec {
     /// Extra arguments for the k3s server (ignored by kind).
     #[serde(default)]
     pub k3s_args: Vec<String>,
+    /// The kubeconfig context of an `existing` cluster (default: the
+    /// current context of `KUBECONFIG`, else ~/.kube/config).
+    pub context: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]

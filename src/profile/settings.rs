@@ -38,6 +38,8 @@ pub const BUILTIN_PROFILE_NAME: &str = "devstack";
 pub struct Overrides {
     pub name: Option<String>,
     pub provider: Option<Provider>,
+    /// `--context`: an existing cluster's kubeconfig context.
+    pub context: Option<String>,
     pub localstack_port: Option<HostPort>,
     pub localstack_image: Option<String>,
     pub bundle: Option<PathBuf>,
@@ -107,6 +109,9 @@ pub struct ClusterSettings {
     pub merge_kubeconfig: bool,
     pub switch_context: bool,
     pub k3s_args: Vec<String>,
+    /// `existing`: the kubeconfig context (`None`: the current one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -288,6 +293,7 @@ impl Settings {
         settings.cluster.image = match provider {
             Provider::K3s => versions::K3S_IMAGE.to_string(),
             Provider::Kind => versions::KIND_NODE_IMAGE.to_string(),
+            Provider::Existing => String::new(),
         };
         Ok(settings)
     }

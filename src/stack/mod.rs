@@ -42,11 +42,15 @@ pub struct DownReport {
     pub cluster: bool,
     pub localstack: bool,
     pub state: bool,
+    /// On an existing cluster, what devstack had put there and removed
+    /// (the cluster itself stays).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub uninstalled: Vec<String>,
 }
 
 impl DownReport {
     pub fn removed_anything(&self) -> bool {
-        self.cluster || self.localstack || self.state
+        self.cluster || self.localstack || self.state || !self.uninstalled.is_empty()
     }
 }
 
@@ -216,6 +220,7 @@ impl Stack {
 
     async fn remove(&self, docker: &bollard::Docker) -> Result<DownReport, Error> {
         let settings = &self.settings;
+        let uninstalled = uninstall_from_existing(settings, &self.ui).await?;
         let engine = docker::shared(docker);
         let cluster = cluster::remove(&engine, settings).await?;
         // A stack restored from a removed or replaced snapshot held its
@@ -230,8 +235,27 @@ impl Stack {
             cluster,
             localstack,
             state,
+            uninstalled,
         })
     }
+}
+
+/// On a cluster devstack did not create, what the stack put there; the
+/// cluster stays. Nothing when the stack never reached it.
+pub(crate) async fn uninstall_from_existing(
+    settings: &Settings,
+    ui: &Ui,
+) -> Result<Vec<String>, Error> {
+    if settings.cluster.provider != crate::profile::Provider::Existing
+        || !state::kubeconfig_path(settings).is_file()
+    {
+        return Ok(Vec::new());
+    }
+    let client = crate::k8s::stack_client(settings).await?;
+    let ui = ui.clone();
+    crate::gitops::uninstall::uninstall(&client, settings, &move |m| ui.info(m))
+        .await
+        .map_err(|e| e.context("removing the stack from the existing cluster"))
 }
 
 /// Variables for using the stack from other tools; no secret values.
@@ -283,6 +307,10 @@ pub async fn down_all(
         let other = match settings.cluster.provider {
             crate::profile::Provider::K3s => crate::profile::Provider::Kind,
             crate::profile::Provider::Kind => crate::profile::Provider::K3s,
+            crate::profile::Provider::Existing => {
+                reports.push(report);
+                continue;
+            }
         };
         let on_other = Overrides {
             provider: Some(other),

@@ -227,7 +227,9 @@ impl UpRun<'_> {
         self.record_new_state_dir();
         let cluster_plan = self.preflight().await?;
         let artifacts = self.pull_artifacts().await?;
-        self.create_network().await?;
+        if self.stack.settings.cluster.provider != Provider::Existing {
+            self.create_network().await?;
+        }
         let in_cluster = self.stack.settings.localstack.mode == LocalStackMode::InCluster;
         if !in_cluster {
             self.record_new_localstack().await?;
@@ -420,10 +422,17 @@ impl UpRun<'_> {
         }
         let settings = &self.stack.settings;
         let (engine, owned) = (docker::shared(self.docker), settings.clone());
-        self.runner.created(
-            format!("{} cluster", settings.cluster.provider.as_str()),
-            move || Box::pin(async move { cluster::remove(&engine, &owned).await.map(|_| ()) }),
-        );
+        let ui = self.stack.ui.clone();
+        let what = match settings.cluster.provider {
+            Provider::Existing => "what the stack put in the existing cluster".to_string(),
+            provider => format!("{} cluster", provider.as_str()),
+        };
+        self.runner.created(what, move || {
+            Box::pin(async move {
+                super::uninstall_from_existing(&owned, &ui).await?;
+                cluster::remove(&engine, &owned).await.map(|_| ())
+            })
+        });
     }
 
     /// The LocalStack step, then the Seeding step.
@@ -512,11 +521,17 @@ impl UpRun<'_> {
         let (restore, recreate) = (self.restore, self.options.recreate);
         self.runner
             .step(
-                format!(
-                    "Cluster ({}, {})",
-                    settings.cluster.provider.as_str(),
-                    settings.cluster.image
-                ),
+                match settings.cluster.provider {
+                    Provider::Existing => format!(
+                        "Cluster (existing, context {})",
+                        settings.cluster.context.as_deref().unwrap_or("current")
+                    ),
+                    provider => format!(
+                        "Cluster ({}, {})",
+                        provider.as_str(),
+                        settings.cluster.image
+                    ),
+                },
                 None,
                 |step: Arc<Step>| async move {
                     let options = cluster::ProvisionOptions {

@@ -68,13 +68,26 @@ fn parse_snapshotter(dump: &str) -> Option<String> {
     })
 }
 
-/// Imports every wanted image into the nodes that lack it, straight into
-/// each node's containerd: what `kind load` does, but into all nodes at once.
-/// Returns how many images were imported.
 pub(super) async fn preload_images(
     engine: &dyn Engine,
     settings: &Settings,
     nodes: &[&KindNode],
+    step: &Step,
+) -> Result<usize, Error> {
+    let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+    let what = format!("kind cluster `{}`", cluster_name(settings));
+    import_into_nodes(engine, settings, &names, &what, step).await
+}
+
+/// Imports every wanted image into the node containers `nodes` (of the
+/// cluster `what`) that lack it, straight into each node's containerd: what
+/// `kind load` does, but into all nodes at once. Returns how many images
+/// were imported.
+pub(in crate::cluster) async fn import_into_nodes(
+    engine: &dyn Engine,
+    settings: &Settings,
+    nodes: &[&str],
+    what: &str,
     step: &Step,
 ) -> Result<usize, Error> {
     let wanted = preload::wanted_images(settings)?;
@@ -84,8 +97,7 @@ pub(super) async fn preload_images(
     let timeout = settings.timeouts.preload;
     let work = async {
         step.progress("checking images already in the nodes");
-        let present =
-            futures::future::join_all(nodes.iter().map(|n| node_images(engine, &n.name))).await;
+        let present = futures::future::join_all(nodes.iter().map(|n| node_images(engine, n))).await;
         let mut todo: Vec<(PreloadImage, Vec<&str>)> = Vec::new();
         for image in wanted {
             let want = normalize_reference(&image.reference);
@@ -93,7 +105,7 @@ pub(super) async fn preload_images(
                 .iter()
                 .zip(&present)
                 .filter(|(_, have)| !have.contains(&want))
-                .map(|(node, _)| node.name.as_str())
+                .map(|(node, _)| *node)
                 .collect();
             if !missing.is_empty() {
                 todo.push((image, missing));
@@ -106,13 +118,12 @@ pub(super) async fn preload_images(
         // Local-store images become tarballs (cached) like the bundle's.
         let tarballs = preload::tarballs(engine, settings, &images).await?;
         let snapshotters: Vec<String> =
-            futures::future::join_all(nodes.iter().map(|n| node_snapshotter(engine, &n.name)))
-                .await;
+            futures::future::join_all(nodes.iter().map(|n| node_snapshotter(engine, n))).await;
         let snapshotter_of = |node: &str| {
             nodes
                 .iter()
                 .zip(&snapshotters)
-                .find(|(n, _)| n.name == node)
+                .find(|(n, _)| **n == node)
                 .map(|(_, s)| s.as_str())
                 .unwrap_or("overlayfs")
         };
@@ -134,8 +145,7 @@ pub(super) async fn preload_images(
         .await
         .map_err(|_| {
             Error::timeout(format!(
-                "importing images into kind cluster `{}` took longer than {timeout}",
-                cluster_name(settings)
+                "importing images into {what} took longer than {timeout}"
             ))
             .with_hint("raise `timeouts.preload` in the profile, or trim `images.preload`")
         })?

@@ -18,6 +18,8 @@ mod cli;
 mod config;
 mod delete;
 mod images;
+
+pub(super) use images::import_into_nodes;
 mod nodes;
 
 use std::ffi::OsStr;

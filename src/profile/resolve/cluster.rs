@@ -14,6 +14,16 @@ pub(super) fn resolve(
     spec: Option<ClusterSpec>,
 ) -> Result<ClusterSettings, Error> {
     let provider = provider(r, spec.as_ref())?;
+    if provider == Provider::Existing {
+        check_existing(r, spec.as_ref());
+    }
+    let context = r.overrides.context.clone();
+    let env_context = r.env(envvars::DEVSTACK_CONTEXT);
+    let profile_context = spec.as_ref().and_then(|c| c.context.clone());
+    let context = match (context, env_context, profile_context) {
+        (None, None, None) => None,
+        (flag, env, profile) => Some(r.pick("cluster.context", flag, env, profile, String::new())),
+    };
     let (version, image, servers, agents, api_port, ports, mirrors, kubeconfig, k3s_args) =
         match spec {
             Some(c) => (
@@ -40,8 +50,11 @@ pub(super) fn resolve(
         (None, None) => match provider {
             Provider::K3s => versions::K3S_IMAGE.to_string(),
             Provider::Kind => versions::KIND_NODE_IMAGE.to_string(),
+            Provider::Existing => String::new(),
         },
     };
+    // The user's own context is already in their kubeconfig.
+    let merge = provider != Provider::Existing;
     let servers = servers.unwrap_or(1);
     check_servers(r, provider, servers);
     check_ports(r, &ports);
@@ -54,13 +67,40 @@ pub(super) fn resolve(
         api_server_port: api_port.unwrap_or_default(),
         ports,
         registry_mirrors: mirrors,
-        merge_kubeconfig: kubeconfig.as_ref().and_then(|k| k.merge).unwrap_or(true),
+        merge_kubeconfig: merge && kubeconfig.as_ref().and_then(|k| k.merge).unwrap_or(true),
         switch_context: kubeconfig
             .as_ref()
             .and_then(|k| k.switch_context)
             .unwrap_or(false),
         k3s_args,
+        context,
     })
+}
+
+/// What only a cluster devstack creates has: refused for `existing`.
+fn check_existing(r: &mut Resolver, spec: Option<&ClusterSpec>) {
+    let Some(spec) = spec else { return };
+    let set = [
+        ("version", spec.version.is_some()),
+        ("image", spec.image.is_some()),
+        ("servers", spec.servers.is_some()),
+        ("agents", spec.agents.is_some()),
+        ("apiServerPort", spec.api_server_port.is_some()),
+        ("ports", !spec.ports.is_empty()),
+        ("registryMirrors", !spec.registry_mirrors.is_empty()),
+        ("k3sArgs", !spec.k3s_args.is_empty()),
+    ];
+    for (key, _) in set.iter().filter(|(_, set)| *set) {
+        r.problems.at_path(
+            &format!("cluster.{key}"),
+            format!(
+                "`cluster.{key}` shapes a cluster devstack creates, and `cluster.provider: existing` uses one it did not"
+            ),
+            Some(format!(
+                "remove `cluster.{key}`, or use `cluster.provider: kind` or `k3s`"
+            )),
+        );
+    }
 }
 
 fn provider(r: &mut Resolver, spec: Option<&ClusterSpec>) -> Result<Provider, Error> {
@@ -68,17 +108,23 @@ fn provider(r: &mut Resolver, spec: Option<&ClusterSpec>) -> Result<Provider, Er
         None => None,
         Some("k3s") => Some(Provider::K3s),
         Some("kind") => Some(Provider::Kind),
+        Some("existing") => Some(Provider::Existing),
         Some(other) => {
             return Err(Error::user(format!(
                 "environment variable {} has an invalid value `{other}`",
                 envvars::DEVSTACK_PROVIDER
             ))
-            .with_hint("use `k3s` or `kind`"));
+            .with_hint("use `k3s`, `kind` or `existing`"));
         }
     };
+    // A context names a cluster that exists: `--context` alone is enough.
+    let flag = r
+        .overrides
+        .provider
+        .or(r.overrides.context.as_ref().map(|_| Provider::Existing));
     Ok(r.pick(
         "cluster.provider",
-        r.overrides.provider,
+        flag,
         env_provider,
         spec.map(|c| c.provider),
         // K3s past 1.32 cannot be built offline; `up` falls back to it without a kind CLI.
@@ -138,5 +184,6 @@ fn node_image_for_version(provider: Provider, version: &str) -> String {
         Provider::K3s if v.contains("k3s") => format!("rancher/k3s:{v}"),
         Provider::K3s => format!("rancher/k3s:{v}-k3s1"),
         Provider::Kind => format!("kindest/node:{v}"),
+        Provider::Existing => String::new(),
     }
 }

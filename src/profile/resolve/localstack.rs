@@ -5,7 +5,9 @@ use std::net::IpAddr;
 use super::{BIND_ADDRESS_HINT, Resolver};
 use crate::envvars;
 use crate::error::Error;
-use crate::profile::schema::{HostPort, LocalStackMode, LocalStackSpec, default_bind_address};
+use crate::profile::schema::{
+    HostPort, LocalStackMode, LocalStackSpec, Provider, default_bind_address,
+};
 use crate::profile::settings::{
     DEFAULT_LOCALSTACK_SERVICES, LocalStackSettings, REQUIRED_LOCALSTACK_SERVICES,
 };
@@ -14,6 +16,7 @@ use crate::versions;
 pub(super) fn resolve(
     r: &mut Resolver,
     spec: Option<LocalStackSpec>,
+    provider: Provider,
 ) -> Result<LocalStackSettings, Error> {
     let image = r.pick(
         "localstack.image",
@@ -46,13 +49,25 @@ pub(super) fn resolve(
         .as_ref()
         .and_then(|l| l.auth_token_env.clone())
         .unwrap_or_else(|| envvars::LOCALSTACK_AUTH_TOKEN.to_string());
+    // Pods of a cluster devstack did not create cannot reach a container here.
+    let default_mode = match provider {
+        Provider::Existing => LocalStackMode::InCluster,
+        Provider::K3s | Provider::Kind => LocalStackMode::Container,
+    };
     let mode = r.pick(
         "localstack.mode",
         None,
         None,
         spec.as_ref().and_then(|l| l.mode),
-        LocalStackMode::Container,
+        default_mode,
     );
+    if provider == Provider::Existing && mode == LocalStackMode::Container {
+        r.problems.at_path(
+            "localstack.mode",
+            "`localstack.mode: container` runs LocalStack on this machine, which the pods of an existing cluster cannot reach".into(),
+            Some("use `localstack.mode: in-cluster` (the default with `cluster.provider: existing`)".into()),
+        );
+    }
     Ok(LocalStackSettings {
         mode,
         image,

@@ -69,7 +69,7 @@ pub(crate) fn resolve_with_env(
     };
     let name = stack_name(&mut r, &spec.name)?;
     let mut cluster = cluster::resolve(&mut r, spec.cluster)?;
-    let localstack = localstack::resolve(&mut r, spec.localstack)?;
+    let localstack = localstack::resolve(&mut r, spec.localstack, cluster.provider)?;
     let flux = gitops::resolve_flux(&mut r, spec.flux);
     let eso = gitops::resolve_eso(spec.eso);
     let gitops = gitops::resolve_gitops(&mut r, spec.gitops, &eso);
