@@ -259,8 +259,12 @@ async fn in_cluster_localstack_row(settings: &Settings) -> StatusRow {
     match deployments.get_opt(LOCALSTACK_SERVICE).await {
         Ok(Some(d)) if crate::k8s::deployment_available(&d) => {}
         Ok(Some(d)) => {
+            let detail = match waiting_container(&client).await {
+                Some(why) => format!("{}; {why}", crate::k8s::deployment_state(&d)),
+                None => crate::k8s::deployment_state(&d),
+            };
             return StatusRow::new("localstack", name, Health::Unhealthy, "not available")
-                .detail(crate::k8s::deployment_state(&d))
+                .detail(detail)
                 .hint("`kubectl -n localstack describe pods` shows why; `devstack up` repairs it");
         }
         Ok(None) => {
@@ -286,6 +290,26 @@ async fn in_cluster_localstack_row(settings: &Settings) -> StatusRow {
         "`kubectl -n localstack logs deploy/localstack` shows why; `devstack up` repairs it";
     let shown = format!("{} in the cluster", crate::k8s::localstack_in_cluster_url());
     services_row(settings, name, (&forward.url(), &shown), up, repair).await
+}
+
+/// Why LocalStack's container does not run, as its pod says (an image the
+/// node cannot pull: `ErrImagePull: ... not found`).
+async fn waiting_container(client: &kube::Client) -> Option<String> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(client.clone(), crate::k8s::LOCALSTACK_NAMESPACE);
+    let params = ListParams::default().labels(localstack::in_cluster::SELECTOR);
+    let list = pods.list(&params).await.ok()?;
+    list.items.into_iter().find_map(|pod| {
+        let statuses = pod.status?.container_statuses?;
+        statuses.into_iter().find_map(|s| {
+            let waiting = s.state?.waiting?;
+            let reason = waiting.reason?;
+            Some(match waiting.message {
+                Some(message) => format!("{reason}: {}", one_line(&message)),
+                None => reason,
+            })
+        })
+    })
 }
 
 /// LocalStack's own health check at `endpoint` (shown to the user as

@@ -125,6 +125,9 @@ impl ClusterProvider for Existing {
     }
 }
 
+const CONTEXT_HINT: &str =
+    "check that the cluster runs and the context is right (`--context NAME`, or `cluster.context`)";
+
 fn load(settings: &Settings) -> Result<ContextConfig, Error> {
     context::load(settings.cluster.context.as_deref())
 }
@@ -136,7 +139,7 @@ async fn node_names(client: &kube::Client, config: &ContextConfig) -> Result<Vec
             "the API server of context `{}` ({}) does not answer: {e}",
             config.context, config.server
         ))
-        .with_hint("check that the cluster runs and the context is right (`--context NAME`, or `cluster.context`)")
+        .with_hint(CONTEXT_HINT)
     })?;
     Ok(list
         .items
@@ -150,7 +153,14 @@ async fn node_names(client: &kube::Client, config: &ContextConfig) -> Result<Vec
 async fn preflight(settings: &Settings) -> Result<(), Error> {
     let config = load(settings)?;
     let client = context::client(&config).await?;
-    node_names(&client, &config).await?;
+    // `/version` answers any user, so a refusal below is about rights alone.
+    client.apiserver_version().await.map_err(|e| {
+        Error::prerequisite(format!(
+            "the API server of context `{}` ({}) does not answer: {e}",
+            config.context, config.server
+        ))
+        .with_hint(CONTEXT_HINT)
+    })?;
     let missing = access::missing(&client, &needed_permissions()).await?;
     if missing.is_empty() {
         Ok(())
@@ -174,6 +184,7 @@ pub fn needed_permissions() -> Vec<Permission> {
             out.push(Permission::cluster_wide(verb, group, resource));
         }
     }
+    out.push(Permission::cluster_wide("list", "", "nodes"));
     for (verb, group, resource, namespace) in [
         ("create", "apps", "deployments", "flux-system"),
         ("create", "", "services", "flux-system"),

@@ -1,0 +1,233 @@
+//! Cluster tier: `cluster.provider: existing` on a Kind cluster made outside
+//! devstack with the kit's `kind create cluster`. A kubeconfig user who may
+//! only read (a ServiceAccount bound to `view`) is refused in preflight with
+//! every missing permission listed and nothing created; Ctrl-C during `up`
+//! removes what it applied; `up` -> `verify --push-secret` -> `status` ->
+//! `down` leaves the cluster's namespaces, CRDs and cluster roles as they
+//! were, and the cluster running.
+
+use std::collections::BTreeSet;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::common::kind::{KindGuard, kind_cluster, kind_kit, kind_nodes};
+use crate::common::*;
+
+const KIND_NODE_IMAGE: &str = "kindest/node:v1.36.4";
+
+/// The ci profile's secrets on the existing provider (no node shapes).
+fn existing_profile(stack: &TestStack, context: &str) -> PathBuf {
+    let text = format!(
+        "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: {name}\ncluster:\n  provider: existing\n  context: {context}\nimages:\n  bundle: {bundle}\nsecrets:\n  - name: ci/app/token\n    generate: {{length: 32, charset: hex}}\n    sync:\n      namespace: default\n      secretName: app-token\ntimeouts:\n  localstack: 90s\n  flux: 4m\n  eso: 6m\n  verify: 2m\n",
+        name = stack.name,
+        bundle = bundle_dir().display()
+    );
+    let path = stack.dir.path().join("profile.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `kind create cluster` with the kit's CLI and node image, its kubeconfig
+/// in `kubeconfig`; the cluster's context is `kind-<name>`.
+fn create_kind_cluster(kind: &Path, name: &str, kubeconfig: &Path) {
+    let out = std::process::Command::new(kind)
+        .args([
+            "create",
+            "cluster",
+            "--name",
+            name,
+            "--image",
+            KIND_NODE_IMAGE,
+        ])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--wait", "3m"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kind create cluster:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Names of the cluster's namespaces, CRDs, cluster roles and bindings.
+fn inventory(rt: &tokio::runtime::Runtime, client: &kube::Client) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (api_version, kind) in [
+        ("v1", "Namespace"),
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ] {
+        let api = devstack::k8s::dynamic_api(client, api_version, kind, None);
+        let list = rt.block_on(api.list(&Default::default())).unwrap();
+        for object in list.items {
+            names.insert(format!("{kind}/{}", object.metadata.name.unwrap()));
+        }
+    }
+    names
+}
+
+#[track_caller]
+fn assert_same_inventory(before: &BTreeSet<String>, after: &BTreeSet<String>, when: &str) {
+    let added: Vec<&String> = after.difference(before).collect();
+    let gone: Vec<&String> = before.difference(after).collect();
+    assert!(
+        added.is_empty() && gone.is_empty(),
+        "{when}: left behind {added:?}, removed {gone:?}"
+    );
+}
+
+/// A kubeconfig whose context `viewer` is a ServiceAccount bound to the
+/// built-in `view` role: it may read, not write.
+fn viewer_kubeconfig(
+    rt: &tokio::runtime::Runtime,
+    client: &kube::Client,
+    admin: &Path,
+    out: &Path,
+) -> PathBuf {
+    for object in [
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "devstack-test-viewer", "namespace": "default"}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "devstack-test-viewer"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+               "subjects": [{"kind": "ServiceAccount", "name": "devstack-test-viewer", "namespace": "default"}]}),
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+               "metadata": {"name": "devstack-test-viewer", "namespace": "default",
+                            "annotations": {"kubernetes.io/service-account.name": "devstack-test-viewer"}}}),
+    ] {
+        rt.block_on(devstack::k8s::apply(client, &object)).unwrap();
+    }
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client.clone(), "default");
+    let token = (0..60)
+        .find_map(|_| {
+            let secret = rt.block_on(secrets.get("devstack-test-viewer")).unwrap();
+            let token = secret.data.and_then(|d| d.get("token").cloned());
+            if token.is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            token
+        })
+        .expect("the token controller fills the viewer's token");
+    let admin: Value = serde_saphyr::from_str(&std::fs::read_to_string(admin).unwrap()).unwrap();
+    let cluster = admin["clusters"][0].clone();
+    let config = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": "viewer", "user": {"token": String::from_utf8(token.0).unwrap()}}],
+        "contexts": [{"name": "viewer", "context": {"cluster": cluster["name"], "user": "viewer"}}],
+        "current-context": "viewer",
+    });
+    std::fs::write(out, serde_json::to_string(&config).unwrap()).unwrap();
+    out.to_path_buf()
+}
+
+#[test]
+#[ignore = "needs Docker and the offline kit: make test-cluster"]
+fn existing_kind_cluster_is_left_as_it_was() {
+    const TEST: &str = "existing_kind_cluster_is_left_as_it_was";
+    let Some(kind) = kind_kit(TEST) else {
+        return;
+    };
+    let stack = TestStack::new("exist");
+    let _guard = KindGuard::new(kind.clone(), &stack);
+    let name = kind_cluster(&stack);
+    let admin = stack.dir.path().join("admin.kubeconfig");
+    create_kind_cluster(&kind, &name, &admin);
+    let context = format!("kind-{name}");
+    let profile = existing_profile(&stack, &context);
+    let as_admin = [("KUBECONFIG", admin.to_str().unwrap())];
+    let rt = runtime();
+    let client = rt
+        .block_on(devstack::k8s::client_from_kubeconfig(
+            &std::fs::read_to_string(&admin).unwrap(),
+        ))
+        .unwrap();
+    let viewer = viewer_kubeconfig(&rt, &client, &admin, &stack.dir.path().join("viewer"));
+    let before = inventory(&rt, &client);
+
+    // Read-only: refused before anything is created, every lack listed.
+    let refused = stack.run_env(
+        &profile,
+        &["--context", "viewer", "up"],
+        &[("KUBECONFIG", viewer.to_str().unwrap())],
+    );
+    assert_eq!(refused.code, 3, "{}", refused.all());
+    for lack in [
+        "lacks",
+        "nothing was created",
+        "create customresourcedefinitions.apiextensions.k8s.io (cluster-wide)",
+        "create clusterroles.rbac.authorization.k8s.io (cluster-wide)",
+        "create deployments.apps in namespace localstack",
+        "create pods/portforward in namespace localstack",
+    ] {
+        assert!(refused.stderr.contains(lack), "{lack}:\n{}", refused.stderr);
+    }
+    assert_same_inventory(&before, &inventory(&rt, &client), "a refused preflight");
+
+    interrupted_up_removes_what_it_applied(&stack, &profile, &admin);
+    assert_same_inventory(&before, &inventory(&rt, &client), "an interrupted up");
+
+    let up = stack.run_env(&profile, &["up", "--json"], &as_admin);
+    let report = up.ok().json();
+    assert_eq!(report["cluster"]["provider"], "existing", "{report}");
+    assert_eq!(report["cluster"]["created"], false, "{report}");
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+    let verify = stack.run_env(&profile, &["verify", "--push-secret", "--json"], &as_admin);
+    assert_eq!(verify.ok().json()["passed"], true, "{}", verify.all());
+    let status = stack.run_env(&profile, &["status"], &as_admin);
+    status.ok();
+    assert!(
+        status.stdout.contains("existing, Kubernetes v1.36.4"),
+        "{}",
+        status.stdout
+    );
+
+    let down = stack.run_env(&profile, &["down", "--json"], &as_admin);
+    let removed = down.ok().json()["stacks"][0]["uninstalled"].to_string();
+    assert!(removed.contains("Flux"), "{removed}");
+    assert!(removed.contains("Namespace localstack"), "{removed}");
+    assert_same_inventory(&before, &inventory(&rt, &client), "down");
+    assert!(!kind_nodes(&stack).is_empty(), "the cluster itself stays");
+}
+
+/// SIGINT once the Flux step starts: `up` rolls back what it applied.
+fn interrupted_up_removes_what_it_applied(stack: &TestStack, profile: &Path, admin: &Path) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_devstack"));
+    let mut child = command
+        .current_dir(stack.dir.path())
+        .args(["up", "--profile"])
+        .arg(profile)
+        .env("DEVSTACK_HOME", stack.dir.path().join("state"))
+        .env("KUBECONFIG", admin)
+        .env("CI", "true")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        let flux = line.contains("• Flux");
+        seen.push(line);
+        if flux {
+            // SAFETY: signalling the child this test spawned.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGINT);
+            }
+        }
+    }
+    let status = child.wait().unwrap();
+    let log = seen.join("\n");
+    assert_eq!(status.code(), Some(130), "{log}");
+    assert!(
+        log.contains("what the stack put in the existing cluster"),
+        "{log}"
+    );
+}
