@@ -55,6 +55,7 @@ e2e: kit
 bench:
 	bash bench/run.sh
 	bash bench/online.sh
+	bash bench/existing.sh
 
 ci:
 	bash .ci/run

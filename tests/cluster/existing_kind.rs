@@ -231,3 +231,114 @@ fn interrupted_up_removes_what_it_applied(stack: &TestStack, profile: &Path, adm
         "{log}"
     );
 }
+
+/// Flux from the kit's install manifest, its three controllers' images
+/// loaded into the nodes first, as a platform team installs it.
+fn install_flux_beforehand(
+    rt: &tokio::runtime::Runtime,
+    client: &kube::Client,
+    kind: &Path,
+    cluster: &str,
+) {
+    const CONTROLLERS: [&str; 3] = [
+        "source-controller",
+        "kustomize-controller",
+        "helm-controller",
+    ];
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(bundle_dir().join("index.json")).unwrap())
+            .unwrap();
+    let artifacts = index["artifacts"].as_array().unwrap();
+    for artifact in artifacts {
+        let name = artifact["name"].as_str().unwrap_or_default();
+        if artifact["kind"] == "image" && CONTROLLERS.iter().any(|c| name.ends_with(c)) {
+            let tarball = bundle_dir().join(artifact["file"].as_str().unwrap());
+            let out = std::process::Command::new(kind)
+                .args(["load", "image-archive", "--name", cluster])
+                .arg(&tarball)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    let manifest = artifacts
+        .iter()
+        .find(|a| a["name"] == "flux-install")
+        .and_then(|a| a["file"].as_str())
+        .expect("the kit bundles Flux's install manifest");
+    let text = std::fs::read_to_string(bundle_dir().join(manifest)).unwrap();
+    let docs: Vec<Value> = devstack::k8s::apply::parse_documents(&text, "flux-install")
+        .unwrap()
+        .into_iter()
+        .filter(|d| {
+            d["kind"] != "Deployment"
+                || CONTROLLERS.contains(&d["metadata"]["name"].as_str().unwrap_or_default())
+        })
+        .collect();
+    let budget = devstack::k8s::Budget::new(std::time::Duration::from_secs(240), "test");
+    rt.block_on(devstack::k8s::apply::apply_all(client, &docs, budget))
+        .unwrap();
+    let names: Vec<String> = CONTROLLERS.iter().map(|c| c.to_string()).collect();
+    let budget = devstack::k8s::Budget::new(std::time::Duration::from_secs(240), "test");
+    rt.block_on(devstack::k8s::wait_deployments_available(
+        client,
+        "flux-system",
+        &names,
+        budget,
+        "",
+    ))
+    .unwrap();
+}
+
+#[test]
+#[ignore = "needs Docker and the offline kit: make test-cluster"]
+fn a_flux_installed_beforehand_is_used_and_left_in_place() {
+    const TEST: &str = "a_flux_installed_beforehand_is_used_and_left_in_place";
+    let Some(kind) = kind_kit(TEST) else {
+        return;
+    };
+    let stack = TestStack::new("exflux");
+    let _guard = KindGuard::new(kind.clone(), &stack);
+    let name = kind_cluster(&stack);
+    let admin = stack.dir.path().join("admin.kubeconfig");
+    create_kind_cluster(&kind, &name, &admin);
+    let profile = existing_profile(&stack, &format!("kind-{name}"));
+    let as_admin = [("KUBECONFIG", admin.to_str().unwrap())];
+    let rt = runtime();
+    let client = rt
+        .block_on(devstack::k8s::client_from_kubeconfig(
+            &std::fs::read_to_string(&admin).unwrap(),
+        ))
+        .unwrap();
+    install_flux_beforehand(&rt, &client, &kind, &name);
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(client.clone(), "flux-system");
+    let generation = |name: &str| {
+        rt.block_on(deployments.get(name))
+            .unwrap()
+            .metadata
+            .generation
+    };
+    let flux_before = generation("kustomize-controller");
+    let before = inventory(&rt, &client);
+
+    let up = stack.run_env(&profile, &["up", "--json"], &as_admin);
+    let report = up.ok().json();
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+    assert_eq!(
+        report["gitops"]["flux"]["source"], "already-installed",
+        "{report}"
+    );
+    assert_eq!(
+        generation("kustomize-controller"),
+        flux_before,
+        "the installed Flux was changed"
+    );
+    stack.run_env(&profile, &["down"], &as_admin).ok();
+    assert_same_inventory(&before, &inventory(&rt, &client), "down");
+    assert_eq!(generation("kustomize-controller"), flux_before);
+}
