@@ -162,10 +162,34 @@ async fn preflight(settings: &Settings) -> Result<(), Error> {
         .with_hint(CONTEXT_HINT)
     })?;
     let missing = access::missing(&client, &needed_permissions()).await?;
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(access::refusal(&config.context, &missing))
+    if !missing.is_empty() {
+        return Err(access::refusal(&config.context, &missing));
+    }
+    refuse_another_stack(&client, settings, &config).await
+}
+
+/// One stack per cluster for now: a second one would take over the first
+/// one's LocalStack and Flux objects, which have fixed names.
+async fn refuse_another_stack(
+    client: &kube::Client,
+    settings: &Settings,
+    config: &ContextConfig,
+) -> Result<(), Error> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let facts: Api<ConfigMap> = Api::namespaced(client.clone(), "flux-system");
+    let Ok(Some(facts)) = facts.get_opt("devstack-stack-facts").await else {
+        return Ok(());
+    };
+    let other = facts.data.and_then(|d| d.get("STACK_NAME").cloned());
+    match other {
+        Some(other) if other != settings.name => Err(Error::user(format!(
+            "the cluster of context `{}` already runs devstack stack `{other}`, and one cluster holds one stack for now",
+            config.context
+        ))
+        .with_hint(format!(
+            "use that stack (`--name {other}`), take it down first (`devstack --name {other} down`), or use another cluster"
+        ))),
+        _ => Ok(()),
     }
 }
 

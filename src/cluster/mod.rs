@@ -48,7 +48,9 @@ pub struct ClusterInfo {
 impl ClusterInfo {
     /// `created`, `reused` or `repaired`, with the node count and API server.
     pub fn summary(&self) -> String {
-        let what = if self.created {
+        let what = if self.provider == Provider::Existing {
+            "existing (devstack leaves it as it is)"
+        } else if self.created {
             "created"
         } else if self.repaired.is_empty() {
             "reused"

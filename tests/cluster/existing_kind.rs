@@ -187,6 +187,16 @@ fn existing_kind_cluster_is_left_as_it_was() {
         "{}",
         status.stdout
     );
+    // A second stack would take over the first one's objects: refused.
+    let second = stack.run_env(&profile, &["--name", "second", "up"], &as_admin);
+    assert_eq!(second.code, 2, "{}", second.all());
+    assert!(
+        second
+            .stderr
+            .contains(&format!("already runs devstack stack `{}`", stack.name)),
+        "{}",
+        second.stderr
+    );
 
     let down = stack.run_env(&profile, &["down", "--json"], &as_admin);
     let removed = down.ok().json()["stacks"][0]["uninstalled"].to_string();
