@@ -785,3 +785,62 @@ fn bad_mirrors_are_refused_with_the_form_to_write() {
         err.message()
     );
 }
+
+#[test]
+fn an_existing_cluster_runs_localstack_inside_it_and_takes_no_node_shape() {
+    let none = HashMap::new();
+    let text = format!("{HEADER}name: x\ncluster:\n  provider: existing\n  context: kind-ci\n");
+    let s = resolve(&text, &Overrides::default(), &none).unwrap();
+    assert_eq!(s.cluster.provider, Provider::Existing);
+    assert_eq!(s.cluster.context.as_deref(), Some("kind-ci"));
+    assert_eq!(s.localstack.mode, super::LocalStackMode::InCluster);
+    assert!(
+        !s.cluster.merge_kubeconfig,
+        "the user's own context is not merged"
+    );
+    assert_eq!(s.cluster.image, "");
+
+    let container = format!("{text}localstack:\n  mode: container\n");
+    let err = resolve(&container, &Overrides::default(), &none).unwrap_err();
+    assert!(err.message().contains("cannot reach"), "{}", err.message());
+    assert!(
+        err.hint().unwrap_or_default().contains("in-cluster"),
+        "{err:?}"
+    );
+
+    let shaped = format!(
+        "{HEADER}name: x\ncluster:\n  provider: existing\n  agents: 2\n  image: kindest/node:v1.36.4\n"
+    );
+    let err = resolve(&shaped, &Overrides::default(), &none).unwrap_err();
+    for key in ["cluster.agents", "cluster.image"] {
+        assert!(err.message().contains(key), "{key}: {}", err.message());
+    }
+}
+
+#[test]
+fn a_context_flag_picks_the_existing_provider_and_wins_over_env_and_profile() {
+    let text =
+        format!("{HEADER}name: x\ncluster:\n  provider: existing\n  context: from-profile\n");
+    let env: HashMap<&str, &str> = [("DEVSTACK_CONTEXT", "from-env")].into();
+    let s = resolve(&text, &Overrides::default(), &env).unwrap();
+    assert_eq!(s.cluster.context.as_deref(), Some("from-env"));
+    assert_eq!(s.origins["cluster.context"], Origin::Env);
+
+    let flag = Overrides {
+        context: Some("from-flag".into()),
+        ..Overrides::default()
+    };
+    let s = resolve(&format!("{HEADER}name: x\n"), &flag, &HashMap::new()).unwrap();
+    assert_eq!(s.cluster.provider, Provider::Existing);
+    assert_eq!(s.cluster.context.as_deref(), Some("from-flag"));
+    assert_eq!(s.localstack.mode, super::LocalStackMode::InCluster);
+
+    let s = resolve(
+        &format!("{HEADER}name: x\n"),
+        &Overrides::default(),
+        &HashMap::new(),
+    )
+    .unwrap();
+    assert_eq!(s.localstack.mode, super::LocalStackMode::Container);
+    assert_eq!(s.cluster.context, None);
+}
