@@ -259,7 +259,8 @@ async fn in_cluster_localstack_row(settings: &Settings) -> StatusRow {
     match deployments.get_opt(LOCALSTACK_SERVICE).await {
         Ok(Some(d)) if crate::k8s::deployment_available(&d) => {}
         Ok(Some(d)) => {
-            let detail = match waiting_container(&client).await {
+            let selector = localstack::in_cluster::SELECTOR;
+            let detail = match waiting_container(&client, LOCALSTACK_NAMESPACE, selector).await {
                 Some(why) => format!("{}; {why}", crate::k8s::deployment_state(&d)),
                 None => crate::k8s::deployment_state(&d),
             };
@@ -292,12 +293,15 @@ async fn in_cluster_localstack_row(settings: &Settings) -> StatusRow {
     services_row(settings, name, (&forward.url(), &shown), up, repair).await
 }
 
-/// Why LocalStack's container does not run, as its pod says (an image the
-/// node cannot pull: `ErrImagePull: ... not found`).
-async fn waiting_container(client: &kube::Client) -> Option<String> {
-    let pods: Api<k8s_openapi::api::core::v1::Pod> =
-        Api::namespaced(client.clone(), crate::k8s::LOCALSTACK_NAMESPACE);
-    let params = ListParams::default().labels(localstack::in_cluster::SELECTOR);
+/// Why a container of the pods matching `selector` does not run, as its
+/// pod says (an image the node cannot pull: `ErrImagePull: ... not found`).
+async fn waiting_container(
+    client: &kube::Client,
+    namespace: &str,
+    selector: &str,
+) -> Option<String> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
+    let params = ListParams::default().labels(selector);
     let list = pods.list(&params).await.ok()?;
     list.items.into_iter().find_map(|pod| {
         let statuses = pod.status?.container_statuses?;
@@ -597,15 +601,39 @@ async fn flux_controller_rows(client: &kube::Client, settings: &Settings) -> Vec
             .get_opt(component)
             .await
             .map(|d| d.map(|d| serde_json::to_value(d).unwrap_or_default()));
-        rows.push(object_row(
+        let row = object_row(
             "flux",
             format!("{FLUX_NAMESPACE}/{component}"),
             result,
             |d| judge_condition(d, "Available", None),
             FLUX_HINT,
-        ));
+        );
+        rows.push(
+            with_waiting_reason(client, row, FLUX_NAMESPACE, &format!("app={component}")).await,
+        );
     }
     rows
+}
+
+/// An unhealthy workload's row, with why its container waits (an image
+/// the node cannot pull) when a pod says so.
+async fn with_waiting_reason(
+    client: &kube::Client,
+    row: StatusRow,
+    namespace: &str,
+    selector: &str,
+) -> StatusRow {
+    if row.healthy {
+        return row;
+    }
+    match waiting_container(client, namespace, selector).await {
+        Some(why) if row.detail.is_empty() => row.detail(why),
+        Some(why) => {
+            let detail = format!("{}; {why}", row.detail);
+            row.detail(detail)
+        }
+        None => row,
+    }
 }
 
 /// The root Kustomization and the chain's levels, each judged against the

@@ -98,6 +98,8 @@ fn in_cluster_localstack_on_k3s_from_up_to_down() {
     let seed = stack.run(&profile, &["seed", "--json"]);
     assert_eq!(seed.ok().json()["secrets"][0]["outcome"], "unchanged");
 
+    an_image_pull_that_fails_is_named_and_up_repairs_it(&stack, &profile);
+
     forward_serves_aws_and_closes_on_ctrl_c(&stack, &profile);
 
     let logs = stack.run(&profile, &["localstack", "logs", "--tail", "20"]);
@@ -116,6 +118,46 @@ fn in_cluster_localstack_on_k3s_from_up_to_down() {
 
     stack.run(&profile, &["down"]).ok();
     assert!(stack.containers().is_empty(), "{:?}", stack.containers());
+}
+
+/// LocalStack's Deployment pointed at an image no node can pull: `status`
+/// names the pull, and `up` puts the profile's image back, re-seeds the new
+/// LocalStack and verifies.
+fn an_image_pull_that_fails_is_named_and_up_repairs_it(
+    stack: &TestStack,
+    profile: &std::path::Path,
+) {
+    let rt = runtime();
+    let client = kube_client(&rt, stack);
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(client, "localstack");
+    let patch = serde_json::json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "localstack", "image": "localstack/localstack:0.0.0-devstack-test-missing"}]}}}});
+    rt.block_on(deployments.patch(
+        "localstack",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Strategic(&patch),
+    ))
+    .unwrap();
+    let named = (0..120).find_map(|_| {
+        let status = stack.run(profile, &["status", "--json"]).json();
+        let row = status_row(&status, "localstack", "localstack/localstack").clone();
+        let detail = row["detail"].as_str().unwrap_or_default().to_string();
+        if detail.contains("ErrImagePull") || detail.contains("ImagePullBackOff") {
+            return Some(row);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        None
+    });
+    let row = named.expect("status names the failing image pull");
+    assert_eq!(row["health"], "unhealthy", "{row}");
+    let up = stack.run(profile, &["up", "--json"]);
+    let report = up.ok().json();
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+    assert!(
+        report["repaired"].to_string().contains("LocalStack"),
+        "{report}"
+    );
 }
 
 /// `localstack forward --port P` prints the env lines for P, serves AWS
