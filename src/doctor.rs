@@ -97,12 +97,16 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
     let engine = docker_checks(&mut checks).await;
     checks.extend(binary_checks(settings).await);
     checks.extend(port_checks(settings, engine.as_ref()).await);
+    if settings.cluster.provider == Provider::Existing {
+        checks.push(existing_cluster_check(settings).await);
+    }
     checks.push(kubernetes_check(settings).await);
     if settings.cluster.provider == Provider::K3s {
         checks.push(k3s_support_check(settings));
     }
     checks.push(memory_check());
-    if settings.cluster.provider == Provider::Kind || cfg!(target_os = "linux") {
+    let creates_nodes = settings.cluster.provider != Provider::Existing;
+    if settings.cluster.provider == Provider::Kind || (creates_nodes && cfg!(target_os = "linux")) {
         checks.push(inotify_check(settings.cluster.provider));
     }
     checks
@@ -219,15 +223,48 @@ async fn binary_checks(settings: &Settings) -> Vec<Check> {
     out
 }
 
+/// An existing cluster: its context, its API server and the rights `up`
+/// needs, as `up`'s preflight judges them.
+async fn existing_cluster_check(settings: &Settings) -> Check {
+    match crate::cluster::existing::preflight(settings).await {
+        Ok((context, server)) => Check::pass(
+            "cluster",
+            format!(
+                "context `{context}` at {server}: the API server answers and allows all devstack does"
+            ),
+        ),
+        Err(e) => Check::fail(
+            "cluster",
+            e.message().to_string(),
+            e.hint()
+                .unwrap_or("check the context (`--context NAME`)")
+                .to_string(),
+        ),
+    }
+}
+
 /// The Kubernetes version against the ranges devstack knows (Flux 2.9,
 /// ESO 2.9): the running stack's API server, else the node image's tag.
 /// Outside a range is a warning: the stack still runs.
 async fn kubernetes_check(settings: &Settings) -> Check {
+    let existing = match settings.cluster.provider {
+        Provider::Existing => crate::cluster::existing::server_version(settings)
+            .await
+            .ok(),
+        _ => None,
+    };
     let (version, source) = match crate::k8s::version::check(settings).await {
         Some(check) => (
             crate::versions::parse_kube_version(&check.version),
             format!("{} (the stack's API server)", check.version),
         ),
+        None if existing.is_some() => {
+            let version = existing.unwrap_or_default();
+            (
+                crate::versions::parse_kube_version(&version),
+                format!("{version} (the existing cluster's API server)"),
+            )
+        }
         None => (
             crate::versions::kubernetes_of_image(&settings.cluster.image),
             format!("from the node image {}", settings.cluster.image),
@@ -453,9 +490,6 @@ fn inotify_check(provider: Provider) -> Check {
     match provider {
         Provider::Kind => Check::fail("inotify", format!("{detail} (too low for Kind)"), hint),
         Provider::K3s => Check::warn("inotify", format!("{detail} (low)"), hint),
-        Provider::Existing => Check::pass(
-            "inotify",
-            format!("{detail} (the cluster's nodes are not on this machine's limits)"),
-        ),
+        Provider::Existing => Check::pass("inotify", detail),
     }
 }

@@ -148,24 +148,38 @@ async fn node_names(client: &kube::Client, config: &ContextConfig) -> Result<Vec
         .collect())
 }
 
-/// The API server answers and the context's user holds every permission
-/// devstack needs; a refusal lists all the missing ones.
-async fn preflight(settings: &Settings) -> Result<(), Error> {
+/// The Kubernetes version the context's API server reports.
+pub async fn server_version(settings: &Settings) -> Result<String, Error> {
     let config = load(settings)?;
     let client = context::client(&config).await?;
-    // `/version` answers any user, so a refusal below is about rights alone.
-    client.apiserver_version().await.map_err(|e| {
+    version(&client, &config).await
+}
+
+/// `/version` answers any user, so a refusal after it is about rights alone.
+async fn version(client: &kube::Client, config: &ContextConfig) -> Result<String, Error> {
+    let info = client.apiserver_version().await.map_err(|e| {
         Error::prerequisite(format!(
             "the API server of context `{}` ({}) does not answer: {e}",
             config.context, config.server
         ))
         .with_hint(CONTEXT_HINT)
     })?;
+    Ok(info.git_version)
+}
+
+/// The API server answers and the context's user holds every permission
+/// devstack needs (a refusal lists all the missing ones), and no other
+/// stack runs there. Returns the context's name and server.
+pub async fn preflight(settings: &Settings) -> Result<(String, String), Error> {
+    let config = load(settings)?;
+    let client = context::client(&config).await?;
+    version(&client, &config).await?;
     let missing = access::missing(&client, &needed_permissions()).await?;
     if !missing.is_empty() {
         return Err(access::refusal(&config.context, &missing));
     }
-    refuse_another_stack(&client, settings, &config).await
+    refuse_another_stack(&client, settings, &config).await?;
+    Ok((config.context, config.server))
 }
 
 /// One stack per cluster for now: a second one would take over the first

@@ -92,7 +92,7 @@ fn read_merged(paths: &[PathBuf]) -> Result<Kubeconfig, Error> {
     merged.ok_or_else(|| {
         Error::prerequisite(format!("no kubeconfig found (looked for {})", shown(paths))).with_hint(
             "point KUBECONFIG at the kubeconfig of the cluster to use (the file kubectl \
-                 reads), or drop `cluster.context` from the profile to let devstack create one",
+                 reads), or let devstack create a cluster (`cluster.provider: kind` or `k3s`)",
         )
     })
 }

@@ -169,6 +169,33 @@ fn existing_kind_cluster_is_left_as_it_was() {
         assert!(refused.stderr.contains(lack), "{lack}:\n{}", refused.stderr);
     }
     assert_same_inventory(&before, &inventory(&rt, &client), "a refused preflight");
+    let check = |kubeconfig: &Path, context: &str, name: &str| {
+        let args = ["--context", context, "doctor", "--json"];
+        let run = stack.run_env(
+            &profile,
+            &args,
+            &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
+        );
+        let report = run.json();
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} check: {report}"))
+            .clone()
+    };
+    let refused = check(&viewer, "viewer", "cluster");
+    assert_eq!(refused["status"], "fail", "{refused}");
+    assert!(refused["detail"].to_string().contains("lacks"), "{refused}");
+    assert_eq!(check(&admin, &context, "cluster")["status"], "pass");
+    let kubernetes = check(&admin, &context, "kubernetes");
+    assert!(
+        kubernetes["detail"]
+            .to_string()
+            .contains("the existing cluster's API server"),
+        "{kubernetes}"
+    );
 
     interrupted_up_removes_what_it_applied(&stack, &profile, &admin);
     assert_same_inventory(&before, &inventory(&rt, &client), "an interrupted up");
