@@ -10,6 +10,7 @@ mod cluster_k3s;
 mod cluster_kind;
 mod contract_k3s;
 mod diagnose_k3s;
+mod gitops_git;
 mod gitops_k3s;
 mod localstack_in_cluster;
 mod logs_k3s;
