@@ -11,6 +11,7 @@ mod cluster_kind;
 mod contract_k3s;
 mod diagnose_k3s;
 mod existing_kind;
+mod gitops_git;
 mod gitops_k3s;
 mod localstack_in_cluster;
 mod logs_k3s;

@@ -3,6 +3,7 @@
 
 pub mod aws;
 pub mod cluster;
+pub mod gitserver;
 pub mod kind;
 pub mod profile;
 pub mod skip;

@@ -55,6 +55,17 @@ impl CiProfile {
         self.insert_after("localstack:\n", lines)
     }
 
+    /// The profile with its GitOps source the branch `main` of the git
+    /// repository at `url`, the manifests at `path` in it, and Flux
+    /// fetching it (and reconciling) every `interval`.
+    pub fn git_source(self, url: &str, path: &str, interval: &str) -> Self {
+        self.replace(
+            "  source: local\n",
+            &format!("  source: git\n  git:\n    url: {url}\n    branch: main\n    path: {path}\n"),
+        )
+        .replace("  interval: 10m\n", &format!("  interval: {interval}\n"))
+    }
+
     /// Secret entries added before the profile's own.
     pub fn secrets(self, entries: &str) -> Self {
         self.insert_after("secrets:\n", entries)

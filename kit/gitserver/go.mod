@@ -1,0 +1,3 @@
+module devstack.dev/kit/gitserver
+
+go 1.22
