@@ -173,7 +173,12 @@ pub fn for_localstack_mode(mut tree: Tree, mode: LocalStackMode) -> Result<Tree,
         let rewritten: Vec<String> = docs
             .into_iter()
             .map(|mut doc| {
-                if let Some(depends) = doc["spec"]["dependsOn"].as_array_mut() {
+                // `pointer_mut`, not `doc["spec"]["dependsOn"]`: indexing inserts a null
+                // the Kustomization API rejects when the level has no dependsOn.
+                if let Some(depends) = doc
+                    .pointer_mut("/spec/dependsOn")
+                    .and_then(Value::as_array_mut)
+                {
                     depends.retain(|d| d["name"] != crate::k8s::LOCALSTACK_NAMESPACE);
                 }
                 serde_json::to_string_pretty(&doc).expect("JSON serializes")
@@ -391,14 +396,17 @@ mod tests {
 
     #[test]
     fn naive_layout_drops_dependencies_and_waits() {
-        let tree = prepare(embedded(), "m", GitopsLayout::Naive, false).unwrap();
-        for file in CHAIN_FILES {
-            let docs = parse_documents(&String::from_utf8_lossy(&tree[file]), file).unwrap();
-            let spec = &docs[0]["spec"];
-            assert!(spec.get("dependsOn").is_none(), "{file}");
-            assert!(spec.get("healthChecks").is_none(), "{file}");
-            assert_eq!(spec["wait"], false, "{file}");
-            assert_eq!(spec["retryInterval"], spec["interval"], "{file}");
+        for mode in [LocalStackMode::Container, LocalStackMode::InCluster] {
+            let naive = prepare(embedded(), "m", GitopsLayout::Naive, false).unwrap();
+            let tree = for_localstack_mode(naive, mode).unwrap();
+            for file in CHAIN_FILES {
+                let docs = parse_documents(&String::from_utf8_lossy(&tree[file]), file).unwrap();
+                let spec = &docs[0]["spec"];
+                assert!(spec.get("dependsOn").is_none(), "{mode:?} {file}: {spec}");
+                assert!(spec.get("healthChecks").is_none(), "{file}");
+                assert_eq!(spec["wait"], false, "{file}");
+                assert_eq!(spec["retryInterval"], spec["interval"], "{file}");
+            }
         }
     }
 

@@ -121,12 +121,18 @@ pub(super) fn retry_pause_of(condition: &Condition) -> Option<Duration> {
     .flatten()
 }
 
+/// A TLS failure counts too: the webhook serves its certificate and the API
+/// server trusts its CA only once ESO's cert-controller has written both,
+/// and a call that leaves the node before kube-proxy knows the Service meets
+/// whatever answers outside.
 fn webhook_not_serving(message: &str) -> bool {
     const UNREACHABLE: &[&str] = &[
         "no endpoints available for service",
         "connect: connection refused",
         "context deadline exceeded",
         "i/o timeout",
+        "tls: failed to verify certificate",
+        "x509: certificate signed by unknown authority",
     ];
     message.contains("failed calling webhook") && UNREACHABLE.iter().any(|m| message.contains(m))
 }
@@ -255,6 +261,17 @@ mod tests {
         assert!(!waiting(
             "BuildFailed",
             "failed calling webhook: no endpoints available for service"
+        ));
+        // kube-apiserver v1.36.4 of a Kind cluster made by `kind create
+        // cluster`: the call left the node before kube-proxy knew the Service.
+        assert!(waiting(
+            "ReconciliationFailed",
+            "ClusterSecretStore/localstack dry-run failed (InternalError): Internal error occurred: \
+             failed calling webhook \"validate.clustersecretstore.external-secrets.io\": failed to \
+             call webhook: Post \"https://external-secrets-webhook.external-secrets.svc:443/validate-\
+             external-secrets-io-v1-clustersecretstore?timeout=5s\": tls: failed to verify \
+             certificate: x509: certificate is valid for deb.debian.org, not \
+             external-secrets-webhook.external-secrets.svc"
         ));
     }
 
