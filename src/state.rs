@@ -69,6 +69,26 @@ pub struct StackRecord {
     pub provider: Option<crate::profile::Provider>,
 }
 
+/// Names of the stacks recorded under `state_dir` whose cluster is one
+/// devstack did not create: they have no container or network of their
+/// own, so only their record says they exist.
+pub fn stacks_on_existing_clusters(state_dir: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(state_dir.join("stacks")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let bytes = std::fs::read(entry.path().join("stack.json")).ok()?;
+            let record: StackRecord = serde_json::from_slice(&bytes).ok()?;
+            (record.provider == Some(crate::profile::Provider::Existing))
+                .then(|| entry.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// `up` records LocalStack and the cluster concurrently: one writer at a
 /// time in this process (other processes are kept out by [`StackLock`]).
 static RECORD_WRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -253,6 +273,28 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<StackRecord>("{}").unwrap(),
             StackRecord::default()
+        );
+    }
+
+    #[test]
+    fn stacks_on_existing_clusters_are_found_by_their_records_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(stacks_on_existing_clusters(dir.path()).is_empty());
+        let mut settings = Settings::builtin(&Default::default()).unwrap();
+        settings.state_dir = dir.path().to_path_buf();
+        for (name, provider) in [
+            ("shared-b", Some(crate::profile::Provider::Existing)),
+            ("own", Some(crate::profile::Provider::Kind)),
+            ("shared-a", Some(crate::profile::Provider::Existing)),
+            ("old", None),
+        ] {
+            settings.name = name.into();
+            StackRecord::update(&settings, |r| r.provider = provider).unwrap();
+        }
+        std::fs::create_dir_all(dir.path().join("stacks/no-record")).unwrap();
+        assert_eq!(
+            stacks_on_existing_clusters(dir.path()),
+            ["shared-a", "shared-b"]
         );
     }
 

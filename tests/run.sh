@@ -190,7 +190,7 @@ if want cluster; then
       # A hook that cannot run exits 77 and test.sh prints `SKIPPED: <hook>: <why>`.
       group_counting_skips kit-test bash kit/test.sh
       # One test at a time: each brings up whole clusters on a 2-core machine.
-      group_counting_skips cluster env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --no-fail-fast --test cluster -- --nocapture --test-threads=1 --include-ignored
+      group_counting_skips cluster env DEVSTACK_TEST_REQUIRE_CLUSTER=1 DEVSTACK_TEST_DOWN_ALL=1 cargo test --no-fail-fast --test cluster -- --nocapture --test-threads=1 --include-ignored
       group_counting_skips example bash tests/example.sh
     elif [ $rc -eq 124 ]; then
       # Not a pass: the run fails unless this very skip is allowed.

@@ -40,3 +40,19 @@ pub fn only(evidence: &Evidence, detector: &str) -> Finding {
     assert_eq!(found.len(), 1, "{detector}: {findings:#?}");
     found[0].clone()
 }
+
+/// The finding of an API server that does not answer, its fix `command`.
+pub fn unreachable_api_finding(command: Option<&str>) -> Finding {
+    let evidence = super::Evidence {
+        cluster: super::ClusterEvidence {
+            kubeconfig: true,
+            api_error: Some("connection refused".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut finding =
+        super::detect(&evidence, &Settings::builtin(&Default::default()).unwrap()).remove(0);
+    finding.fix.command = command.map(String::from);
+    finding
+}

@@ -14,6 +14,7 @@ mod external_secrets;
 mod flux;
 mod gather;
 mod localstack;
+mod pointer;
 mod webhook;
 
 use serde::Serialize;
@@ -24,6 +25,7 @@ use crate::profile::Settings;
 
 pub use evidence::*;
 pub use gather::{NOT_SERVED, gather};
+pub use pointer::point;
 
 /// What one detector found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -9,7 +9,7 @@ use kube::Api;
 use kube::api::ListParams;
 use serde_json::Value;
 
-use super::source::{SOURCE_NAME, source_ref};
+use super::source::SOURCE_NAME;
 use super::{FLUX_NAMESPACE, HELM_RELEASE, ROOT_KUSTOMIZATION, STACK_FACTS_CONFIGMAP, flux};
 use crate::docker::LABEL_STACK;
 use crate::error::Error;
@@ -47,9 +47,11 @@ pub async fn uninstall(
             "Kustomization {FLUX_NAMESPACE}/{ROOT_KUSTOMIZATION} and what Flux applied for it"
         ));
     }
-    let source = source_ref(settings);
+    // Both source kinds: `down --all` reads the stack through a profile that
+    // may name the other one.
     for (api_version, kind, name) in [
-        ("source.toolkit.fluxcd.io/v1", source.kind, SOURCE_NAME),
+        ("source.toolkit.fluxcd.io/v1", "Bucket", SOURCE_NAME),
+        ("source.toolkit.fluxcd.io/v1", "GitRepository", SOURCE_NAME),
         ("v1", "ConfigMap", STACK_FACTS_CONFIGMAP),
     ] {
         if k8s::delete(client, api_version, kind, Some(FLUX_NAMESPACE), name).await? {

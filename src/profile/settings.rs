@@ -295,6 +295,10 @@ impl Settings {
             Provider::Kind => versions::KIND_NODE_IMAGE.to_string(),
             Provider::Existing => String::new(),
         };
+        if provider == Provider::Existing {
+            // The only mode an existing cluster's pods can reach.
+            settings.localstack.mode = crate::profile::LocalStackMode::InCluster;
+        }
         Ok(settings)
     }
 

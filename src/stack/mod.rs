@@ -21,7 +21,7 @@ use crate::cluster;
 use crate::error::Error;
 use crate::health::StatusReport;
 use crate::localstack;
-use crate::profile::{Overrides, Settings};
+use crate::profile::{Overrides, Provider, Settings};
 use crate::timeline::Timeline;
 use crate::ui::Ui;
 use crate::verify::{VerifyOptions, VerifyReport};
@@ -287,6 +287,9 @@ pub fn exports(settings: &Settings) -> Vec<(&'static str, String)> {
 /// nothing else, each on the profile `profile` with `overrides` and its
 /// own name. A Kind cluster carries kind's labels, not devstack's: both
 /// providers' removal runs, so a stack whose record is gone goes whole.
+/// A stack on a cluster devstack did not create is found by its record and
+/// removed from that cluster as its own `down` would, whatever provider
+/// `profile` names.
 pub async fn down_all(
     profile: Option<&str>,
     overrides: &Overrides,
@@ -294,6 +297,18 @@ pub async fn down_all(
 ) -> Result<Vec<DownReport>, Error> {
     let docker = docker::connect().await?;
     let mut reports = Vec::new();
+    let state_dir = crate::profile::select(profile, overrides)?.state_dir;
+    for name in state::stacks_on_existing_clusters(&state_dir) {
+        let named = Overrides {
+            name: Some(name),
+            ..overrides.clone()
+        };
+        let settings =
+            crate::profile::select(profile, &named)?.with_provider(Provider::Existing)?;
+        let stack = Stack::new(settings).with_ui(ui.clone());
+        let _lock = stack.lock("down").await?;
+        reports.push(stack.remove(&docker).await?);
+    }
     for name in all_stack_names(&docker).await? {
         let named = Overrides {
             name: Some(name.clone()),
@@ -305,9 +320,9 @@ pub async fn down_all(
             .down()
             .await?;
         let other = match settings.cluster.provider {
-            crate::profile::Provider::K3s => crate::profile::Provider::Kind,
-            crate::profile::Provider::Kind => crate::profile::Provider::K3s,
-            crate::profile::Provider::Existing => {
+            Provider::K3s => Provider::Kind,
+            Provider::Kind => Provider::K3s,
+            Provider::Existing => {
                 reports.push(report);
                 continue;
             }

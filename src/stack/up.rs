@@ -186,6 +186,13 @@ impl Stack {
             Ok(report) => return Ok(report),
             Err(err) => err,
         };
+        // Read the causes while the stack is still there to read: the
+        // rollback removes the evidence.
+        let err = if existed || options.retain {
+            err
+        } else {
+            crate::diagnose::point(&self.current(), err).await
+        };
         Err(runner
             .roll_back_after(err, existed, options.retain, stop)
             .await)

@@ -383,3 +383,50 @@ fn a_healthy_kind_stack_has_no_finding() {
     assert_no_finding(&stack, &path);
     stack.run(&path, &["down"]).ok();
 }
+
+/// An `up` that fails names its cause, read before the rollback removed
+/// the evidence: here ESO's image, which no node can pull. Retained, the
+/// stack's `status` names it too.
+#[test]
+#[ignore = "needs Docker and the offline kit: make test-cluster"]
+fn a_failed_up_names_its_cause_before_rolling_back() {
+    if !require_cluster_kit() {
+        return;
+    }
+    let stack = TestStack::new("diagup");
+    let path = stack.dir.path().join("profile.yaml");
+    let profile = profile::ci(&stack.name)
+        .replace_line("  eso: 6m\n", "  eso: 90s\n")
+        .append(
+            "eso:\n  values:\n    image:\n      repository: registry.invalid/external-secrets\n",
+        )
+        .write(&path);
+    let up = stack.run(&profile, &["up"]);
+    assert_eq!(up.code, 5, "{}", up.all());
+    assert!(up.stderr.contains("rolled back"), "{}", up.stderr);
+    assert!(
+        up.stderr
+            .contains("found: pod external-secrets/external-secrets-")
+            && up
+                .stderr
+                .contains("cannot get image registry.invalid/external-secrets:"),
+        "{}",
+        up.stderr
+    );
+    assert!(stack.containers().is_empty(), "{:?}", stack.containers());
+
+    // Retained, the stack stays to be looked at: `status` names the image.
+    let retained = stack.run(&profile, &["up", "--retain"]);
+    assert_eq!(retained.code, 5, "{}", retained.all());
+    let status = stack.run(&profile, &["status"]);
+    assert_eq!(status.code, 4, "{}", status.all());
+    assert!(
+        status
+            .stderr
+            .contains("cannot get image registry.invalid/external-secrets:"),
+        "{}",
+        status.all()
+    );
+    println!("{}\n{}", up.stderr, status.all());
+    stack.run(&profile, &["down"]).ok();
+}

@@ -4,7 +4,8 @@
 //! every missing permission listed and nothing created; Ctrl-C during `up`
 //! removes what it applied; `up` -> `verify --push-secret` -> `status` ->
 //! `down` leaves the cluster's namespaces, CRDs and cluster roles as they
-//! were, and the cluster running.
+//! were, and the cluster running. An ESO devstack did not install is
+//! refused before anything is created.
 
 use std::collections::BTreeSet;
 use std::io::BufRead;
@@ -127,6 +128,57 @@ fn viewer_kubeconfig(
     out.to_path_buf()
 }
 
+/// An ESO that devstack did not install (here its CRD as Helm leaves it)
+/// is refused before anything is created; the test removes its CRD after.
+fn foreign_eso_is_refused(
+    rt: &tokio::runtime::Runtime,
+    client: &kube::Client,
+    stack: &TestStack,
+    profile: &Path,
+    env: &[(&str, &str)],
+) {
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "externalsecrets.external-secrets.io",
+                     "labels": {"app.kubernetes.io/managed-by": "Helm"}},
+        "spec": {"group": "external-secrets.io", "scope": "Namespaced",
+                 "names": {"kind": "ExternalSecret", "plural": "externalsecrets",
+                           "singular": "externalsecret", "listKind": "ExternalSecretList"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                          "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    rt.block_on(devstack::k8s::apply(client, &crd)).unwrap();
+    let before = inventory(rt, client);
+    let refused = stack.run_env(profile, &["up"], env);
+    let after = inventory(rt, client);
+    let crds = devstack::k8s::dynamic_api(
+        client,
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        None,
+    );
+    rt.block_on(crds.delete("externalsecrets.external-secrets.io", &Default::default()))
+        .unwrap();
+    assert!(rt.block_on(devstack::k8s::wait_gone(
+        client,
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        None,
+        "externalsecrets.external-secrets.io",
+        std::time::Duration::from_secs(60),
+    )));
+    assert_eq!(refused.code, 2, "{}", refused.all());
+    for part in [
+        "already has an External Secrets Operator that devstack did not install",
+        "managed by Helm, versions v1",
+        "nothing was created",
+    ] {
+        assert!(refused.stderr.contains(part), "{part}:\n{}", refused.stderr);
+    }
+    assert_same_inventory(&before, &after, "a refused ESO");
+}
+
 #[test]
 #[ignore = "needs Docker and the offline kit: make test-cluster"]
 fn existing_kind_cluster_is_left_as_it_was() {
@@ -196,6 +248,9 @@ fn existing_kind_cluster_is_left_as_it_was() {
             .contains("the existing cluster's API server"),
         "{kubernetes}"
     );
+
+    foreign_eso_is_refused(&rt, &client, &stack, &profile, &as_admin);
+    assert_same_inventory(&before, &inventory(&rt, &client), "a refused ESO");
 
     interrupted_up_removes_what_it_applied(&stack, &profile, &admin);
     assert_same_inventory(&before, &inventory(&rt, &client), "an interrupted up");
@@ -375,7 +430,54 @@ fn a_flux_installed_beforehand_is_used_and_left_in_place() {
         flux_before,
         "the installed Flux was changed"
     );
-    stack.run_env(&profile, &["down"], &as_admin).ok();
+    take_down(&stack, &profile, &as_admin);
     assert_same_inventory(&before, &inventory(&rt, &client), "down");
     assert_eq!(generation("kustomize-controller"), flux_before);
+}
+
+/// `down --all` through an unrelated profile that pins another provider,
+/// where the test may remove every stack here (DEVSTACK_TEST_DOWN_ALL=1,
+/// set by tests/run.sh): the stack is found by its record alone, having no
+/// container of its own. Elsewhere, the stack's own `down`.
+fn take_down(stack: &TestStack, profile: &Path, env: &[(&str, &str)]) {
+    if std::env::var_os("DEVSTACK_TEST_DOWN_ALL").is_none() {
+        say_skipped(
+            "`down --all` on an existing cluster: set DEVSTACK_TEST_DOWN_ALL=1 to let this test remove every devstack stack here",
+        );
+        stack.run_env(profile, &["down"], env).ok();
+        return;
+    }
+    let unrelated = stack.dir.path().join("unrelated.yaml");
+    std::fs::write(
+        &unrelated,
+        "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: unrelated\ncluster:\n  provider: kind\n",
+    )
+    .unwrap();
+    let report = stack
+        .run_env(&unrelated, &["down", "--all", "--json"], env)
+        .ok()
+        .json();
+    let ours = report["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stack"] == stack.name.as_str())
+        .unwrap_or_else(|| panic!("`down --all` did not find {}: {report}", stack.name))
+        .clone();
+    let uninstalled = ours["uninstalled"].as_array().unwrap();
+    assert!(
+        uninstalled.iter().any(|u| u
+            .as_str()
+            .unwrap()
+            .starts_with("Kustomization flux-system/devstack")),
+        "{report}"
+    );
+    assert!(
+        !stack
+            .dir
+            .path()
+            .join("state/stacks")
+            .join(&stack.name)
+            .exists()
+    );
 }

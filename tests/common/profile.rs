@@ -40,6 +40,11 @@ impl CiProfile {
         self.replace(anchor, &with)
     }
 
+    /// The profile with its line `line` (newline included) replaced.
+    pub fn replace_line(self, line: &str, with: &str) -> Self {
+        self.replace(line, with)
+    }
+
     /// Lines (indented two spaces) added at the top of `cluster:`.
     pub fn cluster(self, lines: &str) -> Self {
         self.insert_after("cluster:\n", lines)
