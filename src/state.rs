@@ -69,6 +69,9 @@ pub struct StackRecord {
     pub provider: Option<crate::profile::Provider>,
 }
 
+/// The record's file name in a stack's directory.
+const RECORD_FILE: &str = "stack.json";
+
 /// Names of the stacks recorded under `state_dir` whose cluster is one
 /// devstack did not create: they have no container or network of their
 /// own, so only their record says they exist.
@@ -79,8 +82,7 @@ pub fn stacks_on_existing_clusters(state_dir: &std::path::Path) -> Vec<String> {
     let mut names: Vec<String> = entries
         .filter_map(|entry| {
             let entry = entry.ok()?;
-            let bytes = std::fs::read(entry.path().join("stack.json")).ok()?;
-            let record: StackRecord = serde_json::from_slice(&bytes).ok()?;
+            let record = StackRecord::read(&entry.path().join(RECORD_FILE))?;
             (record.provider == Some(crate::profile::Provider::Existing))
                 .then(|| entry.file_name().to_string_lossy().into_owned())
         })
@@ -95,15 +97,18 @@ static RECORD_WRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl StackRecord {
     pub fn path(settings: &Settings) -> PathBuf {
-        stack_dir(settings).join("stack.json")
+        stack_dir(settings).join(RECORD_FILE)
     }
 
     /// The record, or an empty one when the stack has none (yet).
     pub fn load(settings: &Settings) -> StackRecord {
-        std::fs::read(Self::path(settings))
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .unwrap_or_default()
+        Self::read(&Self::path(settings)).unwrap_or_default()
+    }
+
+    /// The record at `path`, if there is a readable one.
+    fn read(path: &std::path::Path) -> Option<StackRecord> {
+        let bytes = std::fs::read(path).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// Read, change and atomically replace the record.

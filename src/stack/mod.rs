@@ -305,9 +305,7 @@ pub async fn down_all(
         };
         let settings =
             crate::profile::select(profile, &named)?.with_provider(Provider::Existing)?;
-        let stack = Stack::new(settings).with_ui(ui.clone());
-        let _lock = stack.lock("down").await?;
-        reports.push(stack.remove(&docker).await?);
+        reports.push(Stack::new(settings).with_ui(ui.clone()).down().await?);
     }
     for name in all_stack_names(&docker).await? {
         let named = Overrides {
