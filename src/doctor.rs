@@ -94,7 +94,7 @@ pub async fn examine(settings: &Settings) -> DoctorReport {
 /// Every check for the profile; never fails as a whole.
 pub async fn checks(settings: &Settings) -> Vec<Check> {
     let mut checks = Vec::new();
-    let engine = docker_checks(&mut checks).await;
+    let engine = docker_checks(&mut checks, settings).await;
     checks.extend(binary_checks(settings).await);
     checks.extend(port_checks(settings, engine.as_ref()).await);
     if settings.cluster.provider == Provider::Existing {
@@ -112,9 +112,20 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
     checks
 }
 
-async fn docker_checks(checks: &mut Vec<Check>) -> Option<bollard::Docker> {
+async fn docker_checks(checks: &mut Vec<Check>, settings: &Settings) -> Option<bollard::Docker> {
     let docker = match docker::connect().await {
         Ok(d) => d,
+        // Its nodes pull their images themselves; LocalStack runs in it.
+        Err(err) if settings.cluster.provider == Provider::Existing => {
+            checks.push(Check::pass(
+                "docker",
+                format!(
+                    "none answers ({}): a stack on an existing cluster needs no Docker engine on this machine (the nodes pull their images)",
+                    err.message()
+                ),
+            ));
+            return None;
+        }
         Err(err) => {
             checks.push(Check::fail(
                 "docker",
@@ -265,6 +276,10 @@ async fn kubernetes_check(settings: &Settings) -> Check {
                 format!("{version} (the existing cluster's API server)"),
             )
         }
+        None if settings.cluster.provider == Provider::Existing => (
+            None,
+            "the existing cluster's API server does not answer".into(),
+        ),
         None => (
             crate::versions::kubernetes_of_image(&settings.cluster.image),
             format!("from the node image {}", settings.cluster.image),

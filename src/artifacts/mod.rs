@@ -332,6 +332,9 @@ pub struct PullOptions<'a> {
     pub dir: PathBuf,
     /// Also the kind CLI (a portable bundle for the Kind provider).
     pub with_kind: bool,
+    /// The images too, into the Docker engine; without them (a cluster
+    /// whose nodes pull for themselves) no engine is asked.
+    pub images: bool,
     pub progress: &'a (dyn Fn(String) + Sync),
 }
 
@@ -365,8 +368,12 @@ pub async fn pull(
         }
         fetched.push(got);
     }
-    let mut images = wanted_images(settings);
-    if let Some(path) = flux_install {
+    let mut images = if options.images {
+        wanted_images(settings)
+    } else {
+        Vec::new()
+    };
+    if let Some(path) = flux_install.filter(|_| options.images) {
         let text = std::fs::read_to_string(&path)
             .map_err(|e| Error::internal(format!("read {}: {e}", path.display())))?;
         images.extend(flux_images(&text, &settings.flux.components)?);

@@ -206,6 +206,14 @@ pub struct Provisioned {
     pub merged_into: Option<std::path::PathBuf>,
 }
 
+/// Whether the stack is (or is to be) on a cluster devstack did not create,
+/// by the profile or by the stack's record. Such a stack needs no Docker
+/// engine on this machine ([`crate::docker::connect_or_absent`]).
+pub fn on_existing_cluster(settings: &Settings) -> bool {
+    settings.cluster.provider == Provider::Existing
+        || crate::state::StackRecord::load(settings).provider == Some(Provider::Existing)
+}
+
 /// Whether the stack has a cluster of any provider, running or not.
 pub async fn exists(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
     if settings.cluster.provider == Provider::Existing {
@@ -298,7 +306,10 @@ pub async fn remove(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<boo
     let had_file = std::fs::remove_file(&path).is_ok();
     let had_context =
         kubeconfig::remove_from_user(&settings.user_kubeconfig, &settings.kube_context())?;
-    crate::docker::remove_network_if_unused(engine.as_ref(), &settings.resource_prefix()).await?;
+    if settings.cluster.provider != Provider::Existing {
+        crate::docker::remove_network_if_unused(engine.as_ref(), &settings.resource_prefix())
+            .await?;
+    }
     Ok(removed || had_file || had_context)
 }
 

@@ -14,7 +14,7 @@ use crate::{docker, k8s};
 
 pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
-    let docker = docker::connect().await?;
+    let docker = docker::connect_or_absent(cluster::on_existing_cluster(&settings)).await?;
     let engine: Arc<dyn docker::Engine> = Arc::new(docker.clone());
     match cmd {
         ClusterCommand::Up { retain, recreate } => {

@@ -34,7 +34,7 @@ pub async fn show(
     component: Option<Component>,
     options: Options,
 ) -> Result<i32, Error> {
-    let docker = docker::connect().await?;
+    let docker = docker::connect_or_absent(crate::cluster::on_existing_cluster(settings)).await?;
     let components = component.map_or(Component::ALL.to_vec(), |c| vec![c]);
     let logs = StackLogs::find(docker, settings, &components, options.follow).await;
     let logs = readable(ctx, logs, component.is_some(), settings)?;

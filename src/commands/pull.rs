@@ -25,6 +25,7 @@ pub async fn run(ctx: &Context) -> Result<i32, Error> {
         &docker,
         &settings,
         PullOptions {
+            images: true,
             dir,
             with_kind: target.is_some(),
             progress: &move |m| progress_step.progress(m),

@@ -188,7 +188,10 @@ fn image_finding(evidence: &Evidence, settings: &Settings, pod: &PodEvidence) ->
         .chain(crate::versions::ESO_IMAGES)
         .chain(crate::versions::K3S_SYSTEM_IMAGES)
         .any(|p| p.reference == container.image);
-    let action = if pinned {
+    let existing = settings.cluster.provider == crate::profile::Provider::Existing;
+    let action = if existing {
+        "the existing cluster's nodes pull their own images (devstack imports them only into nodes that are containers on this machine's Docker engine): give the nodes a registry they reach, or registry mirrors in their container runtime's configuration, then run `devstack up` again"
+    } else if pinned {
         "imports the images devstack pins into the nodes, from its cache or the offline bundle (`devstack pull` fills the cache)"
     } else {
         "imports what devstack holds; an image it does not pin needs a registry the nodes reach (`images.mirrors` in the profile) or `images.preload`"
@@ -214,7 +217,7 @@ fn image_finding(evidence: &Evidence, settings: &Settings, pod: &PodEvidence) ->
                 ""
             }
         ))
-        .fix(Some(devstack(settings, "up")), action),
+        .fix((!existing).then(|| devstack(settings, "up")), action),
     )
 }
 
@@ -318,5 +321,19 @@ mod tests {
             "pod default/app-7c9d-xyz cannot get image registry.example/app:1"
         );
         assert!(finding.fix.action.contains("images.mirrors"));
+        assert_eq!(finding.fix.command.as_deref(), Some("devstack up"));
+
+        // On an existing cluster devstack gives no image to nodes it cannot reach.
+        let existing = settings()
+            .with_provider(crate::profile::Provider::Existing)
+            .unwrap();
+        let findings = super::image_pull(&evidence, &existing);
+        assert_eq!(findings.len(), 1, "{findings:#?}");
+        assert_eq!(findings[0].fix.command, None);
+        assert!(
+            findings[0].fix.action.contains("pull their own images"),
+            "{}",
+            findings[0].fix.action
+        );
     }
 }

@@ -26,9 +26,9 @@ const LOG_LINES: usize = 5;
 pub const NOT_SERVED: &str = "not served (its CRDs are not installed)";
 
 /// Reads the stack. Fails only when there is no stack at all, or Docker
-/// does not answer.
+/// does not answer for a stack that has containers.
 pub async fn gather(settings: &Settings) -> Result<Evidence, Error> {
-    let docker = docker::connect().await?;
+    let docker = docker::connect_or_absent(crate::cluster::on_existing_cluster(settings)).await?;
     let engine = docker::shared(&docker);
     let (localstack, node_containers) = tokio::join!(
         read_localstack(&docker, settings),

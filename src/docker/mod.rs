@@ -63,6 +63,35 @@ pub async fn connect() -> Result<Docker, Error> {
     Ok(docker)
 }
 
+/// [`connect`], or, when `optional` and no engine answers, [`absent`]: a run
+/// on a cluster devstack did not create needs the engine only for nodes
+/// that are containers of it.
+pub async fn connect_or_absent(optional: bool) -> Result<Docker, Error> {
+    match connect().await {
+        Ok(docker) => Ok(docker),
+        Err(_) if optional => Ok(absent()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A client every call of which fails as an unreachable engine does
+/// (`cannot reach the Docker engine at ...`), for code that asks the engine
+/// only about what may be on it.
+pub fn absent() -> Docker {
+    // bollard builds a Unix client for any path that exists and connects per
+    // call; /dev/null exists and is no socket, so every call fails at once.
+    Docker::connect_with_unix("/dev/null", 1, bollard::API_DEFAULT_VERSION)
+        .expect("/dev/null exists")
+}
+
+/// Whether the engine behind `docker` answers a ping within a second.
+pub async fn answers(docker: &Docker) -> bool {
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), docker.ping()).await,
+        Ok(Ok(_))
+    )
+}
+
 /// The engine behind a connected client, for the code that takes any [`Engine`].
 pub fn shared(docker: &Docker) -> std::sync::Arc<dyn Engine> {
     std::sync::Arc::new(docker.clone())
@@ -358,4 +387,29 @@ pub async fn exec_within(
             ))
         })?
         .map_err(|e| engine_error(what(), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_absent_engine_fails_every_call_as_unreachable_at_once() {
+        let docker = absent();
+        let started = std::time::Instant::now();
+        assert!(!answers(&docker).await);
+        let err = docker
+            .list_networks(None::<bollard::query_parameters::ListNetworksOptions>)
+            .await
+            .map_err(|e| engine_error("list networks", e))
+            .unwrap_err();
+        assert!(
+            err.message()
+                .starts_with("cannot reach the Docker engine at "),
+            "{}",
+            err.message()
+        );
+        assert!(err.hint().is_some());
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
 }

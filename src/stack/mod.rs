@@ -146,14 +146,23 @@ impl Stack {
         state::StackLock::acquire(&self.settings, command, &move |m| ui.info(m)).await
     }
 
-    /// Whether any labelled container of this stack exists.
+    /// Whether any labelled container of this stack exists, or its cluster.
+    /// A stack on an existing cluster has no container (LocalStack runs in
+    /// the cluster), and the machine may have no Docker engine to ask.
     pub async fn exists(&self, docker: &bollard::Docker) -> Result<bool, Error> {
-        Ok(
-            !docker::find_containers(docker, docker::stack_filter(Some(&self.settings.name)))
+        if self.settings.cluster.provider != Provider::Existing
+            && !docker::find_containers(docker, docker::stack_filter(Some(&self.settings.name)))
                 .await?
                 .is_empty()
-                || cluster::exists(&docker::shared(docker), &self.settings).await?,
-        )
+        {
+            return Ok(true);
+        }
+        cluster::exists(&docker::shared(docker), &self.settings).await
+    }
+
+    /// The Docker engine for a run on this stack ([`docker::connect_or_absent`]).
+    async fn engine(&self) -> Result<bollard::Docker, Error> {
+        docker::connect_or_absent(cluster::on_existing_cluster(&self.current())).await
     }
 
     /// Saves the stack's cluster as snapshot `name` (default: the stack's
@@ -212,7 +221,7 @@ impl Stack {
     /// A profile that does not pin the provider removes the cluster of the
     /// provider it was made with.
     pub async fn down(&self) -> Result<DownReport, Error> {
-        let docker = docker::connect().await?;
+        let docker = self.engine().await?;
         let _lock = self.lock("down").await?;
         let settings = cluster::choice::on_existing_provider(&docker, self.current()).await?;
         self.on(settings).remove(&docker).await
@@ -223,13 +232,23 @@ impl Stack {
         let uninstalled = uninstall_from_existing(settings, &self.ui).await?;
         let engine = docker::shared(docker);
         let cluster = cluster::remove(&engine, settings).await?;
+        if settings.cluster.provider == Provider::Existing {
+            // LocalStack ran in the cluster, which `uninstalled` emptied.
+            let state = remove_state_dir(settings);
+            return Ok(DownReport {
+                stack: settings.name.clone(),
+                cluster,
+                localstack: false,
+                state,
+                uninstalled,
+            });
+        }
         // A stack restored from a removed or replaced snapshot held its
         // shared volume: free now, unless another stack uses it.
         let _ = crate::snapshot::prune_shared_volumes(engine.as_ref(), settings).await;
         let localstack = localstack::down(docker, settings).await?;
         docker::remove_network_if_unused(docker, &localstack::network_name(settings)).await?;
-        let dir = state::stack_dir(settings);
-        let state = dir.exists() && std::fs::remove_dir_all(&dir).is_ok();
+        let state = remove_state_dir(settings);
         Ok(DownReport {
             stack: settings.name.clone(),
             cluster,
@@ -238,6 +257,12 @@ impl Stack {
             uninstalled,
         })
     }
+}
+
+/// Removes the stack's directory; whether there was one.
+fn remove_state_dir(settings: &Settings) -> bool {
+    let dir = state::stack_dir(settings);
+    dir.exists() && std::fs::remove_dir_all(&dir).is_ok()
 }
 
 /// On a cluster devstack did not create, what the stack put there; the
@@ -295,7 +320,7 @@ pub async fn down_all(
     overrides: &Overrides,
     ui: &Ui,
 ) -> Result<Vec<DownReport>, Error> {
-    let docker = docker::connect().await?;
+    let engine = docker::connect().await;
     let mut reports = Vec::new();
     let state_dir = crate::profile::select(profile, overrides)?.state_dir;
     for name in state::stacks_on_existing_clusters(&state_dir) {
@@ -307,6 +332,18 @@ pub async fn down_all(
             crate::profile::select(profile, &named)?.with_provider(Provider::Existing)?;
         reports.push(Stack::new(settings).with_ui(ui.clone()).down().await?);
     }
+    let docker = match engine {
+        Ok(docker) => docker,
+        // Stacks on existing clusters need no engine; others have containers.
+        Err(e) if !reports.is_empty() => {
+            ui.warn(format!(
+                "{}: stacks in containers on this machine were not looked for",
+                e.message()
+            ));
+            return Ok(reports);
+        }
+        Err(e) => return Err(e),
+    };
     for name in all_stack_names(&docker).await? {
         let named = Overrides {
             name: Some(name.clone()),

@@ -94,7 +94,7 @@ impl Stack {
     /// is found (said through the ui, and in the report's `choice`).
     pub async fn up(&self, options: UpOptions) -> Result<UpReport, Error> {
         self.timeline.restart();
-        let docker = docker::connect().await?;
+        let docker = self.engine().await?;
         let settled = AmpleStack::new(choice::settle(&docker, &self.current())).await?;
         let (run, choice) = self.settled(settled);
         let interrupts = Interrupts::watch(options.handle_interrupt);
@@ -367,15 +367,24 @@ impl UpRun<'_> {
             return Ok(None);
         }
         let docker = self.docker;
+        // Nodes that are not containers here pull the images themselves.
+        let images =
+            settings.cluster.provider != Provider::Existing || docker::answers(docker).await;
         let report = self
             .runner
             .step("Artifacts", None, |step: Arc<Step>| async move {
+                if !images {
+                    step.progress(
+                        "no Docker engine on this machine: the cluster's nodes pull the images",
+                    );
+                }
                 let report = crate::artifacts::pull(
                     docker,
                     settings,
                     crate::artifacts::PullOptions {
                         dir: settings.artifact_cache(),
                         with_kind: false,
+                        images,
                         progress: &|m| step.progress(m),
                     },
                 )
@@ -729,17 +738,21 @@ impl UpRun<'_> {
     }
 }
 
-/// Docker answers, the kubeconfig files are writable, the pins and bundle
-/// hold what the profile asks for, and the cluster's plan is allowed.
+/// Docker answers (an existing cluster needs none), the kubeconfig files are
+/// writable, the pins and bundle hold what the profile asks for, and the
+/// cluster's plan is allowed.
 async fn preflight(
     docker: &bollard::Docker,
     settings: &Settings,
     recreate: bool,
 ) -> Result<cluster::Plan, Error> {
-    docker
-        .ping()
-        .await
-        .map_err(|e| docker::engine_error("ping the Docker engine", e))?;
+    // An existing cluster's nodes may be anywhere: no engine is needed here.
+    if settings.cluster.provider != Provider::Existing {
+        docker
+            .ping()
+            .await
+            .map_err(|e| docker::engine_error("ping the Docker engine", e))?;
+    }
     // A change the cluster cannot take in place is refused before anything
     // (LocalStack included) is touched.
     let plan = cluster::plan(&docker::shared(docker), settings).await?;

@@ -13,10 +13,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::common::kind::{KindGuard, kind_cluster, kind_kit, kind_nodes};
+use crate::common::kind::{KindGuard, create_kind_cluster, kind_cluster, kind_kit, kind_nodes};
 use crate::common::*;
-
-const KIND_NODE_IMAGE: &str = "kindest/node:v1.36.4";
 
 /// The ci profile's secrets on the existing provider (no node shapes).
 fn existing_profile(stack: &TestStack, context: &str) -> PathBuf {
@@ -28,30 +26,6 @@ fn existing_profile(stack: &TestStack, context: &str) -> PathBuf {
     let path = stack.dir.path().join("profile.yaml");
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// `kind create cluster` with the kit's CLI and node image, its kubeconfig
-/// in `kubeconfig`; the cluster's context is `kind-<name>`.
-fn create_kind_cluster(kind: &Path, name: &str, kubeconfig: &Path) {
-    let out = std::process::Command::new(kind)
-        .args([
-            "create",
-            "cluster",
-            "--name",
-            name,
-            "--image",
-            KIND_NODE_IMAGE,
-        ])
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["--wait", "3m"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kind create cluster:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Names of the cluster's namespaces, CRDs, cluster roles and bindings.

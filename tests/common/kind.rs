@@ -45,6 +45,25 @@ pub fn kind_kit(test: &str) -> Option<PathBuf> {
     }
 }
 
+/// `kind create cluster` with the kit's CLI and the default node image, its
+/// kubeconfig in `kubeconfig`: a cluster made outside devstack, whose
+/// context is `kind-<name>`.
+pub fn create_kind_cluster(kind: &Path, name: &str, kubeconfig: &Path) {
+    let out = std::process::Command::new(kind)
+        .args(["create", "cluster", "--name", name, "--image"])
+        .arg(devstack::versions::KIND_NODE_IMAGE)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--wait", "3m"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kind create cluster:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub fn kind_cluster(stack: &TestStack) -> String {
     format!("devstack-{}", stack.name)
 }

@@ -9,6 +9,8 @@
 //! round trip through the mirror; a second stack on the same cache sends
 //! the mirror no request; a tampered image and a tampered download are
 //! each refused naming the artifact and both digests, with nothing left.
+//! A Kind cluster whose nodes pull through the registry takes the stack
+//! from a devstack that reaches no Docker engine (`provider: existing`).
 //!
 //! Every test is `#[ignore]`d so that a plain `cargo test` passes on any
 //! machine; `make test-online` runs them with `--include-ignored`.
@@ -155,6 +157,17 @@ fn path_without_kind() -> String {
 /// `devstack ARGS --profile PROFILE` as a user with network runs it: the
 /// mirror's exports, state under `home`, no bundle, no kind.
 fn online(mirror: &Mirror, home: &Path, profile: &Path, args: &[&str]) -> Run {
+    online_env(mirror, home, profile, args, &[])
+}
+
+/// [`online`] with `env` set too.
+fn online_env(
+    mirror: &Mirror,
+    home: &Path,
+    profile: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_devstack"));
     cmd.args(args)
         .arg("--profile")
@@ -170,6 +183,9 @@ fn online(mirror: &Mirror, home: &Path, profile: &Path, args: &[&str]) -> Run {
         .env_remove("DEVSTACK_PROVIDER")
         .env_remove("LOCALSTACK_AUTH_TOKEN");
     for (k, v) in &mirror.exports {
+        cmd.env(k, v);
+    }
+    for (k, v) in env {
         cmd.env(k, v);
     }
     Run::from(cmd.output().expect("run devstack"))
@@ -455,4 +471,173 @@ fn a_tampered_download_and_a_tampered_image_are_refused_with_both_digests() {
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// Points the containerd of every node at the mirror registry for each
+/// upstream registry it mirrors, as a cluster with registry mirrors of its
+/// own is set up: the registry joins the nodes' network, and each
+/// upstream's `hosts.toml` names the registry path that mirrors it.
+fn nodes_pull_through_mirror(nodes: &[String]) {
+    let network = docker_lines(&[
+        "inspect",
+        "-f",
+        "{{range $name, $_ := .NetworkSettings.Networks}}{{$name}}{{end}}",
+        &nodes[0],
+    ])
+    .join("");
+    let out = docker(&["network", "connect", &network, REGISTRY]);
+    assert!(
+        out.status.success(),
+        "connect the registry to {network}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let template = format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}");
+    let address = docker_lines(&["inspect", "-f", &template, REGISTRY]).join("");
+    assert!(
+        !address.is_empty(),
+        "the registry has no address on {network}"
+    );
+    for node in nodes {
+        for upstream in ["docker.io", "ghcr.io", "registry.k8s.io"] {
+            let hosts = format!(
+                "[host.\"http://{address}:5000/v2/{upstream}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  override_path = true\n"
+            );
+            let dir = format!("/etc/containerd/certs.d/{upstream}");
+            let script = format!("mkdir -p {dir} && cat > {dir}/hosts.toml");
+            let mut child = Command::new("docker")
+                .args(["exec", "-i", node, "sh", "-c", &script])
+                .stdin(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(hosts.as_bytes())
+                .unwrap();
+            assert!(child.wait().unwrap().success(), "hosts.toml on {node}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs Docker and the kit's mirror: make test-online"]
+fn an_existing_cluster_takes_the_stack_from_a_machine_without_docker() {
+    const TEST: &str = "an_existing_cluster_takes_the_stack_from_a_machine_without_docker";
+    let Some(mirror) = Mirror::start(TEST) else {
+        return;
+    };
+    let Some(kind) = crate::common::kind::kind_kit(TEST) else {
+        return;
+    };
+    let stack = TestStack::new("online-nodocker");
+    let _guard = crate::common::kind::KindGuard::new(kind.clone(), &stack);
+    let cluster = crate::common::kind::kind_cluster(&stack);
+    let kubeconfig = stack.dir.path().join("admin.kubeconfig");
+    crate::common::kind::create_kind_cluster(&kind, &cluster, &kubeconfig);
+    nodes_pull_through_mirror(&crate::common::kind::kind_nodes(&stack));
+    let profile = stack.dir.path().join("profile.yaml");
+    std::fs::write(
+        &profile,
+        format!(
+            "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: {}\ncluster:\n  provider: existing\n  context: kind-{cluster}\nsecrets:\n  - name: ci/app/token\n    generate: {{length: 32, charset: hex}}\n    sync:\n      namespace: default\n      secretName: app-token\ntimeouts:\n  localstack: 3m\n  flux: 5m\n  eso: 6m\n  verify: 2m\n",
+            stack.name
+        ),
+    )
+    .unwrap();
+    // No engine answers at DOCKER_HOST: everything devstack does goes
+    // through the Kubernetes API and the download mirror.
+    let no_engine = format!(
+        "unix://{}",
+        stack.dir.path().join("no-docker.sock").display()
+    );
+    let env = [
+        ("DOCKER_HOST", no_engine.as_str()),
+        ("KUBECONFIG", kubeconfig.to_str().unwrap()),
+    ];
+    let home = stack.dir.path();
+
+    let doctor = online_env(&mirror, home, &profile, &["doctor", "--json"], &env).json();
+    let docker_check = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "docker")
+        .cloned()
+        .unwrap_or_else(|| panic!("no docker check: {doctor}"));
+    assert_eq!(docker_check["status"], "pass", "{docker_check}");
+    assert!(
+        docker_check["detail"]
+            .to_string()
+            .contains("needs no Docker engine"),
+        "{docker_check}"
+    );
+
+    let mark = mirror.mark();
+    let up = online_env(&mirror, home, &profile, &["up", "--json"], &env);
+    let report = up.ok().json();
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+    assert!(
+        up.stderr.contains("the cluster's nodes pull the images"),
+        "{}",
+        up.stderr
+    );
+    // devstack fetched and checked the files; the images were the nodes' to pull.
+    let fetched = outcomes(&report);
+    assert!(
+        fetched.iter().any(|(name, _)| name.contains("flux")),
+        "{fetched:?}"
+    );
+    assert_checked_against(&report, &mirror.pins());
+    let artifacts = report["artifacts"]["artifacts"].as_array().unwrap();
+    assert!(
+        artifacts.iter().all(|a| a["kind"] != "image"),
+        "no image went through this machine: {report}"
+    );
+    let (registry, _) = mirror.requests_since(&mark);
+    for pulled in [
+        "/v2/ghcr.io/fluxcd/source-controller/manifests/",
+        "/v2/ghcr.io/external-secrets/external-secrets/manifests/",
+        "/v2/docker.io/localstack/localstack/manifests/",
+    ] {
+        assert!(
+            registry.iter().any(|l| l.contains(pulled)),
+            "the nodes did not pull {pulled} from the registry: {registry:?}"
+        );
+    }
+
+    let verify = online_env(&mirror, home, &profile, &["verify", "--json"], &env);
+    assert_eq!(verify.ok().json()["passed"], true, "{}", verify.all());
+    let status = online_env(&mirror, home, &profile, &["status"], &env);
+    assert!(status.ok().stdout.contains("existing"), "{}", status.stdout);
+    let down = online_env(&mirror, home, &profile, &["down", "--json"], &env);
+    let removed = down.ok().json()["stacks"][0]["uninstalled"].to_string();
+    assert!(removed.contains("Namespace localstack"), "{removed}");
+    let rt = runtime();
+    let client = rt
+        .block_on(devstack::k8s::client_from_kubeconfig(
+            &std::fs::read_to_string(&kubeconfig).unwrap(),
+        ))
+        .unwrap();
+    let namespaces: Vec<String> = rt
+        .block_on(
+            kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client)
+                .list(&Default::default()),
+        )
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    for gone in ["flux-system", "localstack", "external-secrets"] {
+        assert!(
+            !namespaces.iter().any(|n| n == gone),
+            "{gone} stayed after down: {namespaces:?}"
+        );
+    }
+    assert!(
+        !crate::common::kind::kind_nodes(&stack).is_empty(),
+        "the cluster itself stays"
+    );
 }
