@@ -67,6 +67,10 @@ pub struct StackRecord {
     /// before Kind became the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<crate::profile::Provider>,
+    /// The cluster's nodes pull the stack's images themselves
+    /// ([`crate::profile::ImageSettings::nodes_pull`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nodes_pull: bool,
 }
 
 /// The record's file name in a stack's directory.
@@ -141,10 +145,12 @@ impl StackRecord {
 }
 
 /// Fills in what the stack's record knows and the profile cannot: the
-/// LocalStack port `auto` chose when the stack was created, and the
-/// provider its cluster was made with when the profile does not pin one.
+/// LocalStack port `auto` chose when the stack was created, the provider
+/// its cluster was made with when the profile does not pin one, and
+/// whether its nodes pull the images themselves.
 pub fn attach_record(settings: &mut Settings) {
     let record = StackRecord::load(settings);
+    settings.images.nodes_pull = record.nodes_pull;
     if settings.localstack.port == crate::profile::HostPort::Auto {
         settings.localstack.bound_port = record.ports.localstack;
     }
@@ -270,6 +276,7 @@ mod tests {
                 api_server: None,
             },
             provider: None,
+            nodes_pull: false,
         };
         let json = serde_json::to_value(&record).unwrap();
         assert_eq!(json, serde_json::json!({"ports": {"localstack": 4566}}));

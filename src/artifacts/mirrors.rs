@@ -5,6 +5,9 @@
 
 use std::collections::BTreeMap;
 
+use super::Pins;
+use crate::profile::ImageSettings;
+
 /// An image reference split into its registry, repository path and tag:
 /// `kindest/node:v1.36.4` -> (`docker.io`, `kindest/node`, `v1.36.4`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,12 +58,46 @@ impl ImageName {
 /// `host[:port][/prefix]/<path>:<tag>` when its registry has a mirror.
 pub fn pull_reference(mirrors: &BTreeMap<String, String>, reference: &str) -> Option<String> {
     let name = ImageName::parse(reference);
-    let mirror = mirrors.get(&name.registry)?;
-    let base = mirror
+    let repository = mirrored_repository(mirrors, &name)?;
+    Some(format!("{repository}:{}", name.tag))
+}
+
+/// `host[:port][/prefix]/<path>` of `name` in its registry's mirror.
+fn mirrored_repository(mirrors: &BTreeMap<String, String>, name: &ImageName) -> Option<String> {
+    let base = mirrors
+        .get(&name.registry)?
         .trim_start_matches("https://")
         .trim_start_matches("http://")
         .trim_end_matches('/');
-    Some(format!("{base}/{}:{}", name.path, name.tag))
+    Some(format!("{base}/{}", name.path))
+}
+
+/// The repository and tag a node of the stack's cluster pulls for
+/// `reference` when the nodes pull the images themselves and its registry
+/// has a mirror: the mirror's, with the pinned digest after the tag
+/// (`v1.2.3@sha256:...`), so a node runs only what devstack would have
+/// checked. `None` otherwise: devstack gives the nodes their images, or
+/// they pull `reference` from its own registry.
+pub fn node_image(images: &ImageSettings, reference: &str) -> Option<(String, String)> {
+    if !images.nodes_pull {
+        return None;
+    }
+    let name = ImageName::parse(reference);
+    let repository = mirrored_repository(&images.mirrors, &name)?;
+    let pins = Pins::load(images.pins_file.as_deref()).ok();
+    let tag = match pins.as_ref().and_then(|p| p.image(reference)) {
+        Some(digest) => format!("{}@{digest}", name.tag),
+        None => name.tag,
+    };
+    Some((repository, tag))
+}
+
+/// [`node_image`] as one reference, else `reference` itself.
+pub fn node_reference(images: &ImageSettings, reference: &str) -> String {
+    match node_image(images, reference) {
+        Some((repository, tag)) => format!("{repository}:{tag}"),
+        None => reference.to_string(),
+    }
 }
 
 /// Where `url` is downloaded from: `<mirror>/<host>/<path>` with a
@@ -79,6 +116,42 @@ pub fn download_url(mirror: Option<&str>, url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn images(nodes_pull: bool) -> ImageSettings {
+        ImageSettings {
+            bundle: None,
+            preload: Vec::new(),
+            mirrors: BTreeMap::from([(
+                "docker.io".to_string(),
+                "https://harbor.example.com/dockerhub/".to_string(),
+            )]),
+            download_mirror: None,
+            pins_file: None,
+            nodes_pull,
+        }
+    }
+
+    #[test]
+    fn nodes_that_pull_get_the_mirror_at_the_pinned_digest() {
+        let localstack = crate::versions::LOCALSTACK_IMAGE;
+        let digest = Pins::builtin().image(localstack).unwrap().to_string();
+        let tag = ImageName::parse(localstack).tag;
+        assert_eq!(
+            node_reference(&images(true), localstack),
+            format!("harbor.example.com/dockerhub/localstack/localstack:{tag}@{digest}")
+        );
+        // Given their images by devstack, nodes run the upstream name.
+        assert_eq!(node_reference(&images(false), localstack), localstack);
+        // A registry without a mirror: the nodes pull from it.
+        let eso = crate::versions::ESO_IMAGE;
+        assert_eq!(node_image(&images(true), eso), None);
+        assert_eq!(node_reference(&images(true), eso), eso);
+        // An image devstack does not pin goes by its tag.
+        assert_eq!(
+            node_reference(&images(true), "app:1"),
+            "harbor.example.com/dockerhub/library/app:1"
+        );
+    }
 
     #[test]
     fn image_names_split_as_docker_reads_them() {

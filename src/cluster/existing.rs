@@ -68,6 +68,7 @@ impl ClusterProvider for Existing {
                 nodes.len(),
                 config.server
             ));
+            let nodes_pull = local_nodes(self.engine.as_ref(), &nodes).await.len() != nodes.len();
             Ok(ClusterInfo {
                 provider: Provider::Existing,
                 nodes,
@@ -76,6 +77,7 @@ impl ClusterProvider for Existing {
                 created: false,
                 repaired: Vec::new(),
                 images_loaded: false,
+                nodes_pull,
             })
         })
     }
@@ -95,20 +97,7 @@ impl ClusterProvider for Existing {
             let config = load(settings)?;
             let client = context::client(&config).await?;
             let nodes = node_names(&client, &config).await?;
-            let mut local = Vec::new();
-            for node in &nodes {
-                let running = self
-                    .engine
-                    .inspect_container(node)
-                    .await
-                    .ok()
-                    .and_then(|c| c.state)
-                    .and_then(|s| s.running)
-                    .unwrap_or(false);
-                if running {
-                    local.push(node.as_str());
-                }
-            }
+            let local = local_nodes(self.engine.as_ref(), &nodes).await;
             if local.len() != nodes.len() {
                 step.progress("the nodes are not containers here: they pull images themselves");
                 return Ok(0);
@@ -123,6 +112,25 @@ impl ClusterProvider for Existing {
     fn delete<'a>(&'a self, _settings: &'a Settings) -> BoxFuture<'a, Result<bool, Error>> {
         Box::pin(async { Ok(false) })
     }
+}
+
+/// The nodes that are running containers of `engine` (none when no engine
+/// answers on this machine).
+async fn local_nodes<'n>(engine: &dyn Engine, nodes: &'n [String]) -> Vec<&'n str> {
+    let mut local = Vec::new();
+    for node in nodes {
+        let running = engine
+            .inspect_container(node)
+            .await
+            .ok()
+            .and_then(|c| c.state)
+            .and_then(|s| s.running)
+            .unwrap_or(false);
+        if running {
+            local.push(node.as_str());
+        }
+    }
+    local
 }
 
 const CONTEXT_HINT: &str =

@@ -43,6 +43,10 @@ pub struct ClusterInfo {
     /// while new nodes boot), so `up` need not check them again.
     #[serde(skip)]
     pub images_loaded: bool,
+    /// The nodes pull the stack's images themselves: they are not
+    /// containers of this machine's Docker engine (an existing cluster).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub nodes_pull: bool,
 }
 
 impl ClusterInfo {

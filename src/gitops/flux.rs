@@ -244,6 +244,20 @@ const LEADER_ELECTION_ARG: &str = "--enable-leader-election";
 /// election, as long as two never run at once: hence `Recreate`, which
 /// stops the old pod before the new one starts (the source-controller's
 /// own manifest already asks for it).
+/// Where the nodes pull the images themselves, the controllers' images from
+/// their registries' mirrors ([`crate::artifacts::mirrors::node_reference`]).
+fn pull_through_mirrors(docs: &mut [Value], images: &crate::profile::ImageSettings) {
+    for doc in docs.iter_mut().filter(|d| d["kind"] == "Deployment") {
+        let containers = doc["spec"]["template"]["spec"]["containers"].as_array_mut();
+        for container in containers.into_iter().flatten() {
+            if let Some(image) = container["image"].as_str() {
+                let pulled = crate::artifacts::mirrors::node_reference(images, image);
+                container["image"] = Value::String(pulled);
+            }
+        }
+    }
+}
+
 fn tuned_controllers(docs: Vec<Value>) -> Vec<Value> {
     docs.into_iter()
         .map(|mut doc| {
@@ -454,6 +468,7 @@ pub async fn install(
         apply::parse_documents(&text, "Flux install manifests")?,
         &settings.flux.components,
     ));
+    pull_through_mirrors(&mut docs, &settings.images);
     for doc in docs.iter_mut().filter(|d| d["kind"] == "Namespace") {
         doc["metadata"]["labels"][INSTALLED_BY] = Value::String(installer.clone());
     }
@@ -515,6 +530,35 @@ pub async fn install(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn nodes_that_pull_run_the_controllers_from_the_mirror() {
+        let reference = crate::versions::FLUX_IMAGES[0].reference;
+        let mut docs = vec![json!({"kind": "Deployment", "spec": {"template": {"spec": {
+            "containers": [{"name": "manager", "image": reference}]}}}})];
+        let mut images = crate::profile::ImageSettings {
+            bundle: None,
+            preload: Vec::new(),
+            mirrors: [(
+                "ghcr.io".to_string(),
+                "https://mirror.example/gh".to_string(),
+            )]
+            .into(),
+            download_mirror: None,
+            pins_file: None,
+            nodes_pull: false,
+        };
+        pull_through_mirrors(&mut docs, &images);
+        let image =
+            |docs: &[Value]| docs[0]["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+        assert_eq!(image(&docs), json!(reference));
+        images.nodes_pull = true;
+        pull_through_mirrors(&mut docs, &images);
+        let pulled = image(&docs);
+        let pulled = pulled.as_str().unwrap();
+        assert!(pulled.starts_with("mirror.example/gh/fluxcd/"), "{pulled}");
+        assert!(pulled.contains("@sha256:"), "{pulled}");
+    }
 
     #[test]
     fn controllers_run_without_leader_election_and_are_replaced_not_rolled() {

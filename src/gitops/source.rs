@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 
 use aws_sdk_s3::primitives::ByteStream;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::manifests::Tree;
 use crate::error::Error;
@@ -250,6 +250,42 @@ fn aws_message<E: std::error::Error>(err: &E) -> String {
     text
 }
 
+/// The chart values of the profile (`eso.values`), and where the nodes pull
+/// ESO's image themselves, the image from its registry's mirror for the
+/// operator, the webhook and the cert-controller, unless the profile names
+/// one.
+fn eso_values(settings: &Settings) -> serde_json::Map<String, Value> {
+    let mut values = settings.eso.values.clone();
+    let eso_image = crate::artifacts::eso_image(&settings.eso.chart_version);
+    let Some((repository, tag)) =
+        crate::artifacts::mirrors::node_image(&settings.images, &eso_image)
+    else {
+        return values;
+    };
+    for component in [None, Some("webhook"), Some("certController")] {
+        let section = match component {
+            None => Some(&mut values),
+            Some(key) => values
+                .entry(key)
+                .or_insert_with(|| json!({}))
+                .as_object_mut(),
+        };
+        let image = section.and_then(|s| {
+            s.entry("image")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+        });
+        if let Some(image) = image
+            && !image.contains_key("repository")
+            && !image.contains_key("tag")
+        {
+            image.insert("repository".into(), json!(repository));
+            image.insert("tag".into(), json!(tag));
+        }
+    }
+    values
+}
+
 /// The stack's facts for `postBuild.substituteFrom`: what devstack knows
 /// that manifests should not hard-code.
 pub fn facts(
@@ -261,7 +297,10 @@ pub fn facts(
     let mut facts = BTreeMap::from([
         ("STACK_NAME".to_string(), settings.name.clone()),
         ("AWS_REGION".into(), settings.localstack.region.clone()),
-        ("LOCALSTACK_IMAGE".into(), settings.localstack.image.clone()),
+        (
+            "LOCALSTACK_IMAGE".into(),
+            crate::artifacts::mirrors::node_reference(&settings.images, &settings.localstack.image),
+        ),
         (
             "LOCALSTACK_SERVICES".into(),
             settings.localstack.services.join(","),
@@ -433,7 +472,7 @@ pub fn flux_objects(
     objects.push(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "devstack-eso-values", "namespace": super::HELM_RELEASE.0, "labels": values_labels},
-        "data": {"values.yaml": serde_json::to_string_pretty(&settings.eso.values).expect("JSON serializes")},
+        "data": {"values.yaml": serde_json::to_string_pretty(&eso_values(settings)).expect("JSON serializes")},
     }));
     objects.push(json!({
         "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
@@ -454,6 +493,50 @@ pub fn flux_objects(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ci profile on an existing cluster whose nodes pull through a mirror of ghcr.io.
+    fn nodes_pulling_through_a_mirror() -> Settings {
+        let loaded = crate::profile::load_reference("ci").unwrap();
+        let mut settings = Settings::resolve(loaded, &Default::default()).unwrap();
+        settings.images.nodes_pull = true;
+        settings.images.mirrors.insert(
+            "ghcr.io".into(),
+            "http://mirror.example:5000/ghcr.io".into(),
+        );
+        settings
+    }
+
+    #[test]
+    fn nodes_that_pull_run_eso_from_the_mirror_unless_the_profile_names_an_image() {
+        let mut settings = nodes_pulling_through_a_mirror();
+        settings.eso.values.insert(
+            "webhook".into(),
+            json!({"image": {"repository": "mine/eso"}}),
+        );
+        let values = Value::Object(eso_values(&settings));
+        let eso = crate::artifacts::eso_image(&settings.eso.chart_version);
+        let tag = crate::artifacts::mirrors::ImageName::parse(&eso).tag;
+        let digest = crate::artifacts::Pins::builtin()
+            .image(&eso)
+            .unwrap()
+            .to_string();
+        for image in [&values["image"], &values["certController"]["image"]] {
+            assert_eq!(
+                image,
+                &json!({
+                    "repository": "mirror.example:5000/ghcr.io/external-secrets/external-secrets",
+                    "tag": format!("{tag}@{digest}"),
+                })
+            );
+        }
+        assert_eq!(
+            values["webhook"]["image"],
+            json!({"repository": "mine/eso"})
+        );
+
+        settings.images.nodes_pull = false;
+        assert_eq!(Value::Object(eso_values(&settings))["image"], Value::Null);
+    }
 
     #[test]
     fn only_facts_the_manifests_substitute_count() {

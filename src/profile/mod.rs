@@ -16,7 +16,7 @@ pub use duration::HumanDuration;
 pub use load::{LoadedProfile, ProfileError, ProfileErrors};
 pub use schema::{GitopsLayout, GitopsSourceKind, HostPort, LocalStackMode, Provider};
 pub use secret::SecretString;
-pub use settings::{Overrides, SecretSource, Settings};
+pub use settings::{ImageSettings, Overrides, SecretSource, Settings};
 
 use crate::envvars;
 use crate::error::Error;

@@ -176,6 +176,11 @@ pub struct ImageSettings {
     pub download_mirror: Option<String>,
     /// `DEVSTACK_PINS`: a file of pins that replace the built-in ones.
     pub pins_file: Option<PathBuf>,
+    /// The cluster's nodes pull the stack's images themselves (an existing
+    /// cluster whose nodes are not containers here), through `mirrors`.
+    /// Known once `up` met the nodes; kept in the stack's record.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub nodes_pull: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]

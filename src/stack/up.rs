@@ -246,7 +246,10 @@ impl UpRun<'_> {
             // LocalStack runs on the cluster, so it comes after it.
             let provisioned = self.provision_cluster().await?;
             let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
-            let localstack = self.in_cluster_localstack_and_seed(&client).await?;
+            let settings = self.nodes_pull(provisioned.info.nodes_pull)?;
+            let localstack = self
+                .in_cluster_localstack_and_seed(&settings, &client)
+                .await?;
             (localstack, provisioned, client)
         } else {
             let (localstack, provisioned) =
@@ -470,13 +473,23 @@ impl UpRun<'_> {
         self.seeded(report, bound, None).await
     }
 
+    /// The settings with whether the cluster's nodes pull the images
+    /// themselves, which the stack's record keeps for later commands: the
+    /// manifests then name the images in their registries' mirrors.
+    fn nodes_pull(&self, nodes_pull: bool) -> Result<Settings, Error> {
+        state::StackRecord::update(&self.stack.settings, |r| r.nodes_pull = nodes_pull)?;
+        let mut settings = self.stack.settings.clone();
+        settings.images.nodes_pull = nodes_pull;
+        Ok(settings)
+    }
+
     /// The LocalStack step with LocalStack in the cluster, reached through
     /// a port-forward that lives as long as the run, then the Seeding step.
     async fn in_cluster_localstack_and_seed(
         &self,
+        settings: &Settings,
         client: &kube::Client,
     ) -> Result<LocalStackUp, Error> {
-        let settings = &self.stack.settings;
         let (report, forward) = self
             .runner
             .step(

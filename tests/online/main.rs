@@ -9,8 +9,9 @@
 //! round trip through the mirror; a second stack on the same cache sends
 //! the mirror no request; a tampered image and a tampered download are
 //! each refused naming the artifact and both digests, with nothing left.
-//! A Kind cluster whose nodes pull through the registry takes the stack
-//! from a devstack that reaches no Docker engine (`provider: existing`).
+//! A Kind cluster made outside devstack takes the stack from a devstack
+//! that reaches no Docker engine (`provider: existing`): its nodes pull the
+//! images through the profile's mirrors, at the pinned digests.
 //!
 //! Every test is `#[ignore]`d so that a plain `cargo test` passes on any
 //! machine; `make test-online` runs them with `--include-ignored`.
@@ -473,11 +474,11 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
-/// Points the containerd of every node at the mirror registry for each
-/// upstream registry it mirrors, as a cluster with registry mirrors of its
-/// own is set up: the registry joins the nodes' network, and each
-/// upstream's `hosts.toml` names the registry path that mirrors it.
-fn nodes_pull_through_mirror(nodes: &[String]) {
+/// Lets every node pull from the mirror registry over plain HTTP, as a
+/// cluster's nodes reach a registry of their network: the registry joins
+/// the nodes' network, and containerd gets a `hosts.toml` for its address
+/// there. Returns that address (`ip:5000`).
+fn nodes_reach_the_registry(nodes: &[String]) -> String {
     let network = docker_lines(&[
         "inspect",
         "-f",
@@ -492,33 +493,30 @@ fn nodes_pull_through_mirror(nodes: &[String]) {
         String::from_utf8_lossy(&out.stderr)
     );
     let template = format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}");
-    let address = docker_lines(&["inspect", "-f", &template, REGISTRY]).join("");
-    assert!(
-        !address.is_empty(),
-        "the registry has no address on {network}"
+    let ip = docker_lines(&["inspect", "-f", &template, REGISTRY]).join("");
+    assert!(!ip.is_empty(), "the registry has no address on {network}");
+    let address = format!("{ip}:5000");
+    let hosts = format!(
+        "server = \"http://{address}\"\n\n[host.\"http://{address}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
     );
+    let dir = format!("/etc/containerd/certs.d/{address}");
     for node in nodes {
-        for upstream in ["docker.io", "ghcr.io", "registry.k8s.io"] {
-            let hosts = format!(
-                "[host.\"http://{address}:5000/v2/{upstream}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  override_path = true\n"
-            );
-            let dir = format!("/etc/containerd/certs.d/{upstream}");
-            let script = format!("mkdir -p {dir} && cat > {dir}/hosts.toml");
-            let mut child = Command::new("docker")
-                .args(["exec", "-i", node, "sh", "-c", &script])
-                .stdin(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(hosts.as_bytes())
-                .unwrap();
-            assert!(child.wait().unwrap().success(), "hosts.toml on {node}");
-        }
+        let script = format!("mkdir -p {dir} && cat > {dir}/hosts.toml");
+        let mut child = Command::new("docker")
+            .args(["exec", "-i", node, "sh", "-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(hosts.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success(), "hosts.toml on {node}");
     }
+    address
 }
 
 #[test]
@@ -536,7 +534,7 @@ fn an_existing_cluster_takes_the_stack_from_a_machine_without_docker() {
     let cluster = crate::common::kind::kind_cluster(&stack);
     let kubeconfig = stack.dir.path().join("admin.kubeconfig");
     crate::common::kind::create_kind_cluster(&kind, &cluster, &kubeconfig);
-    nodes_pull_through_mirror(&crate::common::kind::kind_nodes(&stack));
+    let registry = nodes_reach_the_registry(&crate::common::kind::kind_nodes(&stack));
     let profile = stack.dir.path().join("profile.yaml");
     std::fs::write(
         &profile,
@@ -552,7 +550,13 @@ fn an_existing_cluster_takes_the_stack_from_a_machine_without_docker() {
         "unix://{}",
         stack.dir.path().join("no-docker.sock").display()
     );
+    // The nodes pull through the profile's mirrors, at the registry's
+    // address on their network (DEVSTACK_MIRRORS, as a user sets it).
+    let mirrors = ["docker.io", "ghcr.io", "registry.k8s.io"]
+        .map(|upstream| format!("{upstream}=http://{registry}/{upstream}"))
+        .join(",");
     let env = [
+        ("DEVSTACK_MIRRORS", mirrors.as_str()),
         ("DOCKER_HOST", no_engine.as_str()),
         ("KUBECONFIG", kubeconfig.to_str().unwrap()),
     ];

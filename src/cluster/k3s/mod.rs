@@ -395,6 +395,7 @@ pub async fn up(
             created: converged.created,
             repaired: converged.repaired.clone(),
             images_loaded: converged.created,
+            nodes_pull: false,
         })
     };
     let finish = async {

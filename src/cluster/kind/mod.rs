@@ -312,6 +312,7 @@ async fn converge(
         created,
         repaired,
         images_loaded: false,
+        nodes_pull: false,
     })
 }
 

@@ -46,6 +46,7 @@ pub(super) fn resolve(
         mirrors,
         download_mirror,
         pins_file: r.env(envvars::DEVSTACK_PINS).map(PathBuf::from),
+        nodes_pull: false,
     }
 }
 
