@@ -376,11 +376,6 @@ impl UpRun<'_> {
         let report = self
             .runner
             .step("Artifacts", None, |step: Arc<Step>| async move {
-                if !images {
-                    step.progress(
-                        "no Docker engine on this machine: the cluster's nodes pull the images",
-                    );
-                }
                 let report = crate::artifacts::pull(
                     docker,
                     settings,
@@ -392,7 +387,12 @@ impl UpRun<'_> {
                     },
                 )
                 .await?;
-                let summary = report.summary();
+                let mut summary = report.summary();
+                if !images {
+                    summary.push_str(
+                        "; no Docker engine on this machine: the cluster's nodes pull the images",
+                    );
+                }
                 Ok((report, summary))
             })
             .await?;
