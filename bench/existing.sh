@@ -2,7 +2,10 @@
 # `make bench`, existing-cluster rows: a cold `up` (to a verified round trip,
 # LocalStack in the cluster) on a Kind cluster made beforehand with the kit's
 # `kind create cluster`, beside the same profile on a Kind cluster devstack
-# creates itself, and the `down` that leaves the existing cluster as it was.
+# creates itself, and the `down` that leaves the existing cluster as it was;
+# then the same `up` from a devstack that reaches no Docker engine, on a new
+# Kind cluster whose nodes pull every image through a registry mirror (the
+# kit's test registry, tests/online/mirror.sh) at the pinned digests.
 # Timed from the shell around the whole command; each row says how many of
 # N runs produced it.
 #
@@ -22,6 +25,8 @@ cluster=devstack-bench-existing-$$
 own=bench-own-$$
 cleanup() {
   "$kind" delete cluster --name "$cluster" --kubeconfig "$work/kubeconfig" >/dev/null 2>&1 || true
+  "$kind" delete cluster --name "$cluster-nd" --kubeconfig "$work/nd-kubeconfig" >/dev/null 2>&1 || true
+  [ -n "${mirror_started:-}" ] && bash tests/online/mirror.sh stop >/dev/null 2>&1
   "$kind" delete cluster --name "devstack-$own" --kubeconfig "$work/own-kubeconfig" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
@@ -61,3 +66,42 @@ row "down on the existing cluster (the cluster stays)" existing_down s 1000
 if command -v kubectl >/dev/null; then
   printf '%-56s %s of %s\n' "downs that left the cluster as it was" "$((runs - left))" "$runs"
 fi
+
+# Without Docker on this machine: each run on a new cluster, so the nodes
+# pull everything. The registry joins the nodes' network, and their
+# containerd reaches it over plain HTTP through a hosts.toml.
+if ! mirror_env=$(bash tests/online/mirror.sh start 2>"$work/mirror.log"); then
+  echo "skipped: up without Docker: the kit's test registry did not start ($(tail -1 "$work/mirror.log"))"
+  exit 0
+fi
+mirror_started=1
+eval "$mirror_env"
+printf "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: bench-nodocker\ncluster:\n  provider: existing\n  context: kind-$cluster-nd\n$secrets" >"$work/nodocker.yaml"
+nodes_reach_registry() { # prints the registry's address on the nodes' network
+  local node network ip
+  node=$(docker ps --format '{{.Names}}' --filter "label=io.x-k8s.kind.cluster=$cluster-nd" | head -1)
+  network=$(docker inspect -f '{{range $n, $_ := .NetworkSettings.Networks}}{{$n}}{{end}}' "$node")
+  docker network connect "$network" devstack-test-mirror-registry >/dev/null 2>&1 || true
+  ip=$(docker inspect -f "{{(index .NetworkSettings.Networks \"$network\").IPAddress}}" devstack-test-mirror-registry)
+  for node in $(docker ps --format '{{.Names}}' --filter "label=io.x-k8s.kind.cluster=$cluster-nd"); do
+    printf 'server = "http://%s:5000"\n\n[host."http://%s:5000"]\n  capabilities = ["pull", "resolve"]\n' "$ip" "$ip" |
+      docker exec -i "$node" sh -c "mkdir -p /etc/containerd/certs.d/$ip:5000 && cat > /etc/containerd/certs.d/$ip:5000/hosts.toml"
+  done
+  echo "$ip:5000"
+}
+nd() {
+  KUBECONFIG="$work/nd-kubeconfig" DEVSTACK_HOME="$work/nd-state" CI=1 DOCKER_HOST="unix://$work/no-docker.sock" \
+    DEVSTACK_MIRRORS="docker.io=http://$registry/docker.io,ghcr.io=http://$registry/ghcr.io,registry.k8s.io=http://$registry/registry.k8s.io" \
+    "$bin" --profile "$work/nodocker.yaml" -q "$@"
+}
+for r in $(seq 1 "$runs"); do
+  bench_run=$r
+  "$kind" create cluster --name "$cluster-nd" --image kindest/node:v1.36.4 --kubeconfig "$work/nd-kubeconfig" --wait 3m >/dev/null 2>&1 \
+    || die "kind create cluster failed"
+  registry=$(nodes_reach_registry)
+  measure nodocker_up nd up --json
+  nd down >/dev/null 2>&1
+  "$kind" delete cluster --name "$cluster-nd" --kubeconfig "$work/nd-kubeconfig" >/dev/null 2>&1
+done
+echo "--- without Docker on this machine (the nodes pull through a registry mirror), median"
+row "up, cold, on a new existing Kind cluster (1 node)" nodocker_up s 1000
