@@ -16,6 +16,7 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
                 o.localstack_port = port;
                 o.localstack_image = image;
             })?;
+            let _lock = lock(ctx, &settings, "localstack up").await?;
             if in_cluster(&settings) {
                 return up_in_cluster(ctx, &settings).await;
             }
@@ -54,6 +55,7 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
                     "`devstack down` removes the whole stack",
                 ));
             }
+            let _lock = lock(ctx, &settings, "localstack down").await?;
             let docker = docker::connect().await?;
             let removed = localstack::down(&docker, &settings).await?;
             let name = localstack::container_name(&settings);
@@ -84,6 +86,18 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
         }
         LocalstackCommand::Status => status(ctx).await,
     }
+}
+
+/// The stack's lock, as `up` and `down` take it: `down` (or `down --all`)
+/// lists the stack's containers once, so a LocalStack created meanwhile
+/// would keep its network in use and the `down` would fail half-way.
+async fn lock(
+    ctx: &Context,
+    settings: &Settings,
+    command: &str,
+) -> Result<crate::state::StackLock, Error> {
+    let ui = ctx.ui.clone();
+    crate::state::StackLock::acquire(settings, command, &move |m| ui.info(m)).await
 }
 
 fn in_cluster(settings: &Settings) -> bool {

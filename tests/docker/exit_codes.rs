@@ -105,23 +105,7 @@ fn an_interrupted_run_exits_130_and_a_second_run_waits_for_the_first() {
     }
     let stack = TestStack::new("exit-sigint");
     let profile = stack.profile("");
-    let state = stack.dir.path().join("state");
-    let lock_path = state.join("locks").join(format!("{}.lock", stack.name));
-    std::fs::create_dir_all(lock_path.parent().unwrap()).unwrap();
-    let held = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .unwrap();
-    // SAFETY: flock on a descriptor this test owns; released when dropped.
-    let rc = unsafe {
-        libc::flock(
-            std::os::fd::AsRawFd::as_raw_fd(&held),
-            libc::LOCK_EX | libc::LOCK_NB,
-        )
-    };
-    assert_eq!(rc, 0, "the test takes the stack's lock first");
+    let (lock_path, held) = hold_stack_lock(&stack);
     let waiting = format!("waiting for another devstack run on stack `{}`", stack.name);
 
     let mut child = stack.spawn(&profile, &["up"]);
@@ -169,6 +153,71 @@ fn an_interrupted_run_exits_130_and_a_second_run_waits_for_the_first() {
         format!("`devstack down`, pid {}", child.id()),
         "the lock file names its last holder"
     );
+}
+
+/// `localstack up` takes the stack's lock as `up` and `down` do: a `down`
+/// (or `down --all`) that lists the stack's containers while a LocalStack is
+/// being created would otherwise find its network in use and fail half-way.
+#[test]
+#[ignore = "needs a Docker engine: make test-docker"]
+fn localstack_up_and_down_wait_for_a_run_that_holds_the_stack() {
+    if !require_docker() {
+        return;
+    }
+    require_image(LOCALSTACK_IMAGE);
+    let stack = TestStack::new("ls-lock");
+    let profile = stack.profile("");
+    let waiting = format!("waiting for another devstack run on stack `{}`", stack.name);
+    for command in ["up", "down"] {
+        let (_, held) = hold_stack_lock(&stack);
+        let mut child = stack.spawn(&profile, &["localstack", command]);
+        let stderr = wait_for_line(&mut child, command, &waiting);
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "`localstack {command}` finished while the lock was held"
+        );
+        let before = stack.containers();
+        drop(held);
+        let status = child.wait().unwrap();
+        let stderr = stderr.join().unwrap();
+        assert_eq!(status.code(), Some(0), "{stderr}");
+        let after = stack.containers();
+        if command == "up" {
+            assert!(before.is_empty(), "created while waiting: {before:?}");
+            assert_eq!(after.len(), 1, "{after:?}\n{stderr}");
+        } else {
+            assert_eq!(before.len(), 1, "removed while waiting: {before:?}");
+            assert!(after.is_empty(), "{after:?}\n{stderr}");
+        }
+    }
+}
+
+/// Takes `stack`'s lock as another devstack run would hold it; released
+/// when the file is dropped.
+fn hold_stack_lock(stack: &TestStack) -> (std::path::PathBuf, std::fs::File) {
+    let lock_path = stack
+        .dir
+        .path()
+        .join("state")
+        .join("locks")
+        .join(format!("{}.lock", stack.name));
+    std::fs::create_dir_all(lock_path.parent().unwrap()).unwrap();
+    let held = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .unwrap();
+    // SAFETY: flock on a descriptor this test owns; released when dropped.
+    let rc = unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&held),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    };
+    assert_eq!(rc, 0, "the test takes the stack's lock first");
+    (lock_path, held)
 }
 
 /// Reads the stderr of `child` (`devstack WHAT`) until a line contains
