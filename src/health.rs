@@ -48,7 +48,8 @@ impl Health {
 #[serde(rename_all = "camelCase")]
 pub struct StatusRow {
     /// `cluster`, `node`, `localstack`, `flux`, `kustomization`,
-    /// `helmrelease`, `clustersecretstore`, `externalsecret`.
+    /// `helmrelease` (or `eso`: the cluster's own ESO controller),
+    /// `clustersecretstore`, `externalsecret`.
     pub component: String,
     /// The object (`namespace/name` for namespaced ones).
     pub name: String,
@@ -487,7 +488,10 @@ async fn cluster_rows(settings: &Settings) -> Vec<StatusRow> {
     rows.extend(nodes.iter().map(node_row));
     rows.extend(flux_controller_rows(&client, settings).await);
     rows.extend(kustomization_rows(&client, settings).await);
-    rows.push(helm_release_row(&client).await);
+    match &settings.eso.cluster {
+        None => rows.push(helm_release_row(&client).await),
+        Some(eso) => rows.push(cluster_eso_row(&client, eso).await),
+    }
     rows.push(cluster_secret_store_row(&client).await);
     let eso_api = format!("{ESO_GROUP}/{ESO_VERSION}");
     rows.extend(external_secret_rows(&client, settings, &eso_api).await);
@@ -676,6 +680,34 @@ async fn helm_release_row(client: &kube::Client) -> StatusRow {
         |o| judge_flux(o, release_deployed(o)),
         FLUX_HINT,
     )
+}
+
+/// The cluster's own ESO controller that serves the stack: its
+/// Deployment, which devstack neither installed nor repairs.
+async fn cluster_eso_row(client: &kube::Client, eso: &crate::profile::ClusterEso) -> StatusRow {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &eso.namespace);
+    let result = deployments
+        .get_opt(&eso.deployment)
+        .await
+        .map(|d| d.map(|d| serde_json::to_value(d).unwrap_or_default()));
+    let hint = format!(
+        "the cluster's External Secrets Operator is not devstack's to repair: `kubectl -n {} describe deployment {}` shows why it does not run",
+        eso.namespace, eso.deployment
+    );
+    let row = object_row(
+        "eso",
+        format!("{}/{} (the cluster's)", eso.namespace, eso.deployment),
+        result,
+        |d| judge_condition(d, "Available", None),
+        &hint,
+    );
+    with_waiting_reason(
+        client,
+        row,
+        &eso.namespace,
+        "app.kubernetes.io/name=external-secrets",
+    )
+    .await
 }
 
 async fn cluster_secret_store_row(client: &kube::Client) -> StatusRow {

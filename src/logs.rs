@@ -309,10 +309,20 @@ impl StackLogs {
 
     async fn eso(&mut self, settings: &Settings, follow: bool) -> Result<Vec<Source>, Error> {
         let client = self.client(settings, follow).await?;
-        let (namespace, release) = gitops::HELM_RELEASE;
+        let (mut namespace, release) = gitops::HELM_RELEASE;
         let (mut sources, mut pending) = (Vec::new(), 0);
-        for (suffix, name) in ESO_DEPLOYMENTS {
-            let deployment = format!("{release}{suffix}");
+        // The cluster's own ESO: its controller, which serves the stack.
+        let deployments: Vec<(String, &str)> = match &settings.eso.cluster {
+            Some(eso) => {
+                namespace = &eso.namespace;
+                vec![(eso.deployment.clone(), "controller")]
+            }
+            None => ESO_DEPLOYMENTS
+                .iter()
+                .map(|(suffix, name)| (format!("{release}{suffix}"), *name))
+                .collect(),
+        };
+        for (deployment, name) in deployments {
             let pods = deployment_pods(&client, namespace, &deployment).await?;
             pending += pods.iter().filter(|p| is_pending(p)).count();
             sources.extend(pod_sources(&format!("eso/{name}"), &deployment, &pods));

@@ -71,6 +71,10 @@ pub struct StackRecord {
     /// ([`crate::profile::ImageSettings::nodes_pull`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub nodes_pull: bool,
+    /// The cluster's ESO the stack uses instead of its own
+    /// ([`crate::profile::ClusterEso`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_eso: Option<crate::profile::ClusterEso>,
 }
 
 /// The record's file name in a stack's directory.
@@ -151,6 +155,7 @@ impl StackRecord {
 pub fn attach_record(settings: &mut Settings) {
     let record = StackRecord::load(settings);
     settings.images.nodes_pull = record.nodes_pull;
+    settings.eso.cluster = record.cluster_eso.clone();
     if settings.localstack.port == crate::profile::HostPort::Auto {
         settings.localstack.bound_port = record.ports.localstack;
     }
@@ -277,6 +282,7 @@ mod tests {
             },
             provider: None,
             nodes_pull: false,
+            cluster_eso: None,
         };
         let json = serde_json::to_value(&record).unwrap();
         assert_eq!(json, serde_json::json!({"ports": {"localstack": 4566}}));

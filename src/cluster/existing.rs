@@ -69,6 +69,13 @@ impl ClusterProvider for Existing {
                 config.server
             ));
             let nodes_pull = local_nodes(self.engine.as_ref(), &nodes).await.len() != nodes.len();
+            let cluster_eso = super::eso::on_cluster(&client, settings, &config.context).await?;
+            if let Some(eso) = &cluster_eso {
+                step.progress(format!(
+                    "the External Secrets Operator of the cluster serves the stack (Deployment {}/{})",
+                    eso.namespace, eso.deployment
+                ));
+            }
             Ok(ClusterInfo {
                 provider: Provider::Existing,
                 nodes,
@@ -78,6 +85,7 @@ impl ClusterProvider for Existing {
                 repaired: Vec::new(),
                 images_loaded: false,
                 nodes_pull,
+                cluster_eso,
             })
         })
     }
@@ -187,50 +195,8 @@ pub async fn preflight(settings: &Settings) -> Result<(String, String), Error> {
         return Err(access::refusal(&config.context, &missing));
     }
     refuse_another_stack(&client, settings, &config).await?;
-    refuse_foreign_eso(&client, &config).await?;
+    super::eso::on_cluster(&client, settings, &config.context).await?;
     Ok((config.context, config.server))
-}
-
-/// The CRD every External Secrets Operator installs.
-const ESO_CRD: &str = "externalsecrets.external-secrets.io";
-
-/// An External Secrets Operator devstack did not install: the chain would
-/// take its CRDs over, and the stack's `down` would then delete them, and
-/// every ExternalSecret of the cluster with them.
-async fn refuse_foreign_eso(client: &kube::Client, config: &ContextConfig) -> Result<(), Error> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = crds
-        .get_opt(ESO_CRD)
-        .await
-        .map_err(|e| Error::internal(format!("read CRD {ESO_CRD}: {e}")))?;
-    let Some(crd) = crd else {
-        return Ok(());
-    };
-    let labels = crd.metadata.labels.unwrap_or_default();
-    // The chain's CRD level (gitops::CHAIN[0]), named here as gitops uses cluster.
-    let applied_by_chain = labels
-        .get("kustomize.toolkit.fluxcd.io/namespace")
-        .is_some_and(|ns| ns == "flux-system")
-        && labels
-            .get("kustomize.toolkit.fluxcd.io/name")
-            .is_some_and(|name| name == "external-secrets-crds");
-    if applied_by_chain {
-        return Ok(());
-    }
-    let by = labels
-        .get("app.kubernetes.io/managed-by")
-        .map(|m| format!(", managed by {m}"))
-        .unwrap_or_default();
-    let versions: Vec<String> = crd.spec.versions.iter().map(|v| v.name.clone()).collect();
-    Err(Error::user(format!(
-        "the cluster of context `{}` already has an External Secrets Operator that devstack did not install (CRD {ESO_CRD}{by}, versions {}): devstack would take its CRDs over, and removing the stack would delete them with every ExternalSecret of the cluster",
-        config.context,
-        versions.join(", ")
-    ))
-    .with_hint(
-        "use a cluster without ESO (devstack installs its own, pointed at the stack's LocalStack), or remove that ESO first if it is yours to remove; nothing was created",
-    ))
 }
 
 /// One stack per cluster for now: a second one would take over the first

@@ -3,6 +3,7 @@
 //! needed), `kind` drives the `kind` CLI.
 
 pub mod choice;
+pub mod eso;
 pub mod existing;
 pub mod k3s;
 pub mod kind;
@@ -47,6 +48,10 @@ pub struct ClusterInfo {
     /// containers of this machine's Docker engine (an existing cluster).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub nodes_pull: bool,
+    /// The cluster's own External Secrets Operator serves the stack
+    /// (`eso.install`): devstack does not install one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_eso: Option<crate::profile::ClusterEso>,
 }
 
 impl ClusterInfo {
@@ -143,8 +148,11 @@ pub async fn up(
         // Converging an existing cluster imports images added to the profile
         // since; workloads must not start before they are there.
         if !options.images_restored && !info.images_loaded {
+            // ESO's image only when devstack installs ESO.
+            let mut settings = settings.clone();
+            settings.eso.cluster = info.cluster_eso.clone();
             let span = step.span("image loads");
-            span.finish(provider.load_images(settings, step).await)?;
+            span.finish(provider.load_images(&settings, step).await)?;
         }
         if options.coredns_later {
             return Ok(());

@@ -50,6 +50,7 @@ pub fn wanted_images(settings: &Settings) -> Result<Vec<PreloadImage>, Error> {
             };
             let skip = |r: &str| {
                 (NOT_IN_CLUSTER.contains(&r) && !in_cluster(r))
+                    || (r == "eso" && !settings.eso.installs())
                     || (settings.cluster.provider != Provider::K3s && K3S_ONLY.contains(&r))
             };
             if artifact.role.as_deref().is_some_and(skip) {

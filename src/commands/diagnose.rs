@@ -15,7 +15,10 @@ pub async fn run(ctx: &Context) -> Result<i32, Error> {
             return Err(err);
         }
     };
-    step.done(format!("{} detectors run", diagnose::DETECTORS.len()));
+    step.done(format!(
+        "{} detectors run",
+        diagnose::detectors(&settings).len()
+    ));
     for (what, why) in &evidence.unread {
         if why == diagnose::NOT_SERVED {
             ctx.ui.detail(format!("{what}: {why}"));

@@ -9,7 +9,7 @@ use super::{
     read,
 };
 use crate::gitops::chain::waiting;
-use crate::gitops::{CHAIN, FLUX_NAMESPACE, HELM_RELEASE, ROOT_KUSTOMIZATION};
+use crate::gitops::{CHAIN, FLUX_NAMESPACE, HELM_RELEASE, ROOT_KUSTOMIZATION, chain_levels};
 use crate::k8s::conditions::{self, one_line};
 use crate::profile::{GitopsLayout, GitopsSourceKind, Settings};
 
@@ -210,7 +210,12 @@ pub fn kustomizations(evidence: &Evidence, settings: &Settings) -> Vec<Finding> 
         && settings.gitops.path.is_none();
     let root_ok = find(ROOT_KUSTOMIZATION).is_some_and(|r| failed(r).is_none());
     let expected: Vec<&str> = std::iter::once(ROOT_KUSTOMIZATION)
-        .chain(CHAIN.into_iter().filter(|_| own_chain && root_ok))
+        .chain(
+            chain_levels(settings.eso.installs())
+                .iter()
+                .copied()
+                .filter(|_| own_chain && root_ok),
+        )
         .collect();
     for name in expected.into_iter().filter(|n| find(n).is_none()) {
         out.push(

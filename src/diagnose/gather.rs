@@ -93,6 +93,9 @@ fn last_lines(text: &str) -> Vec<String> {
 }
 
 async fn read_localstack(docker: &bollard::Docker, settings: &Settings) -> LocalStackEvidence {
+    if in_cluster(settings) {
+        return read_localstack_in_cluster(settings).await;
+    }
     let name = localstack::container_name(settings);
     let mut out = LocalStackEvidence {
         endpoint: settings.localstack.endpoint_url(),
@@ -106,15 +109,44 @@ async fn read_localstack(docker: &bollard::Docker, settings: &Settings) -> Local
         out.endpoint = endpoint.url;
         out.network_ip = endpoint.network_ip;
     }
-    if container.status == "running" {
-        let health = match localstack::HealthClient::new(&out.endpoint) {
-            Ok(client) => client.services().await,
-            Err(e) => Err(e.message().to_string()),
-        };
-        match health {
-            Ok(services) => out.services = Some(services),
-            Err(why) => out.health_error = Some(why),
+    let endpoint = out.endpoint.clone();
+    let serving = container.status == "running" && read_health(&mut out, &endpoint, settings).await;
+    if !serving {
+        container.log_tail = last_lines(&docker::tail_logs(docker, &name, LOG_LINES).await);
+    }
+    out.container = Some(container);
+    out
+}
+
+/// LocalStack in the cluster, through a port-forward devstack opens as
+/// the other commands do: its health, and the names of its secrets.
+async fn read_localstack_in_cluster(settings: &Settings) -> LocalStackEvidence {
+    let mut out = LocalStackEvidence {
+        endpoint: k8s::localstack_in_cluster_url(),
+        ..LocalStackEvidence::default()
+    };
+    let reached = match localstack::in_cluster::reach(settings).await {
+        Ok(reached) => reached,
+        Err(e) => {
+            out.health_error = Some(e.message().to_string());
+            return out;
         }
+    };
+    let endpoint = reached.settings.localstack.endpoint_url();
+    read_health(&mut out, &endpoint, &reached.settings).await;
+    out
+}
+
+/// LocalStack's health at `endpoint`, and the names of its secrets (read
+/// with `settings`) once its Secrets Manager serves; whether it does.
+async fn read_health(out: &mut LocalStackEvidence, endpoint: &str, settings: &Settings) -> bool {
+    let health = match localstack::HealthClient::new(endpoint) {
+        Ok(client) => client.services().await,
+        Err(e) => Err(e.message().to_string()),
+    };
+    match health {
+        Ok(services) => out.services = Some(services),
+        Err(why) => out.health_error = Some(why),
     }
     let serving = out.services.as_ref().is_some_and(|s| {
         matches!(
@@ -124,11 +156,8 @@ async fn read_localstack(docker: &bollard::Docker, settings: &Settings) -> Local
     });
     if serving {
         out.secret_names = secret_names(settings).await.ok();
-    } else {
-        container.log_tail = last_lines(&docker::tail_logs(docker, &name, LOG_LINES).await);
     }
-    out.container = Some(container);
-    out
+    serving
 }
 
 /// Names of the secrets in the stack's Secrets Manager; values are never read.
@@ -240,6 +269,9 @@ async fn read_cluster(client: &kube::Client, settings: &Settings, evidence: &mut
     };
     evidence.cluster.nodes = nodes.iter().map(NodeEvidence::from_node).collect();
     read_workloads(client, evidence).await;
+    if in_cluster(settings) {
+        read_localstack_workload(client, evidence).await;
+    }
     read_flux(client, settings, evidence).await;
     read_eso(client, evidence).await;
     let route = read_route(client).await;
@@ -297,6 +329,41 @@ async fn read_workloads(client: &kube::Client, evidence: &mut Evidence) {
         .collect();
     let events = keep(evidence, "events", events);
     evidence.cluster.events = events.iter().map(EventEvidence::from_event).collect();
+}
+
+/// LocalStack's pods and Deployment in the cluster (`localstack.mode:
+/// in-cluster`).
+async fn read_localstack_workload(client: &kube::Client, evidence: &mut Evidence) {
+    let namespace = k8s::LOCALSTACK_NAMESPACE;
+    let (pods, deployments) = tokio::join!(
+        list(
+            Api::<Pod>::namespaced(client.clone(), namespace),
+            ListParams::default()
+        ),
+        list(
+            Api::<Deployment>::namespaced(client.clone(), namespace),
+            ListParams::default()
+        ),
+    );
+    for pod in keep(evidence, &format!("pods in {namespace}"), pods) {
+        let pod = PodEvidence::from_pod(&pod);
+        if !evidence.cluster.pods.contains(&pod) {
+            evidence.cluster.pods.push(pod);
+        }
+    }
+    let deployments = keep(
+        evidence,
+        &format!("Deployments in {namespace}"),
+        deployments,
+    );
+    evidence
+        .cluster
+        .deployments
+        .extend(deployments.iter().map(DeploymentEvidence::from_deployment));
+}
+
+fn in_cluster(settings: &Settings) -> bool {
+    settings.localstack.mode == crate::profile::LocalStackMode::InCluster
 }
 
 /// Flux's Kustomizations, the HelmRelease and the sources in flux-system.

@@ -4,10 +4,13 @@
 use serde_json::Value;
 
 use super::{Evidence, Finding, cluster_read, devstack, read};
-use crate::profile::Settings;
+use crate::profile::{LocalStackMode, Settings};
 
 /// LocalStack missing, stopped, not answering, or without a service the stack uses.
 pub fn container(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
+    if settings.localstack.mode == LocalStackMode::InCluster {
+        return in_cluster(evidence, settings);
+    }
     let ls = &evidence.localstack;
     let name = crate::localstack::container_name(settings);
     let object = format!("container {name}");
@@ -60,22 +63,74 @@ pub fn container(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
         devstack(settings, "up")
     );
     let recreate_action = "`devstack localstack logs` shows why; recreating it re-seeds its secrets and re-publishes the GitOps source";
+    let state = format!(
+        "container {name}: running{}",
+        container
+            .health
+            .as_ref()
+            .map(|h| format!(", {h}"))
+            .unwrap_or_default()
+    );
+    serving(
+        evidence,
+        settings,
+        &object,
+        std::iter::once(state).chain(logs).collect(),
+        (recreate, recreate_action),
+    )
+}
+
+/// LocalStack in the cluster (`localstack.mode: in-cluster`): its
+/// Deployment runs, answers through a port-forward, and serves the
+/// profile's services.
+fn in_cluster(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
+    let namespace = crate::k8s::LOCALSTACK_NAMESPACE;
+    let name = crate::k8s::LOCALSTACK_SERVICE;
+    let object = format!("Deployment {namespace}/{name}");
+    let up = devstack(settings, "up");
+    let up_action =
+        "re-applies LocalStack's level, re-seeds its secrets and re-publishes the GitOps source";
+    if !cluster_read(evidence) || !read(evidence, &format!("Deployments in {namespace}")) {
+        return Vec::new();
+    }
+    if let Some(why) = super::not_running(evidence, namespace, name) {
+        return vec![
+            Finding::new(
+                "localstack-container",
+                object,
+                format!("LocalStack in the cluster: {}", why.symptom),
+            )
+            .evidence(why.evidence)
+            .cause(why.cause)
+            .fix(Some(up), up_action),
+        ];
+    }
+    let logs = format!("`{}` shows its log", devstack(settings, "localstack logs"));
+    serving(
+        evidence,
+        settings,
+        &object,
+        vec![format!("{object}: available")],
+        (up, &format!("{logs}; {up_action}")),
+    )
+}
+
+/// LocalStack runs: a finding when its health endpoint does not answer or
+/// it reports a service the profile needs unavailable.
+fn serving(
+    evidence: &Evidence,
+    settings: &Settings,
+    object: &str,
+    state: Vec<String>,
+    (fix, action): (String, &str),
+) -> Vec<Finding> {
+    let ls = &evidence.localstack;
     if let Some(why) = &ls.health_error {
         return vec![
             Finding::new("localstack-container", object, "LocalStack does not answer")
-                .evidence(
-                    std::iter::once(format!(
-                        "container {name}: running{}",
-                        container
-                            .health
-                            .as_ref()
-                            .map(|h| format!(", {h}"))
-                            .unwrap_or_default()
-                    ))
-                    .chain(logs),
-                )
+                .evidence(state)
                 .cause(format!("its health endpoint at {}: {why}", ls.endpoint))
-                .fix(Some(recreate), recreate_action),
+                .fix(Some(fix), action),
         ];
     }
     let services = ls.services.clone().unwrap_or_default();
@@ -99,12 +154,12 @@ pub fn container(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
             object,
             format!("LocalStack does not serve {}", names.join(", ")),
         )
-        .evidence(states.into_iter().chain(logs))
+        .evidence(states.into_iter().chain(state))
         .cause(format!(
             "the profile's `localstack.services` needs them and LocalStack reports them unavailable at {}",
             ls.endpoint
         ))
-        .fix(Some(recreate), recreate_action),
+        .fix(Some(fix), action),
     ]
 }
 
@@ -261,6 +316,45 @@ mod tests {
                 .evidence
                 .contains(&"log: Received SIGTERM, shutting down".to_string())
         );
+    }
+
+    #[test]
+    fn localstack_in_the_cluster_is_judged_by_its_deployment_and_health() {
+        let mut settings = super::super::fixtures::settings();
+        settings.localstack.mode = crate::profile::LocalStackMode::InCluster;
+        let in_cluster = |available: u32, health_error: Option<&str>| {
+            with(|e| {
+                let container = e["localstack"]["container"].take();
+                assert!(container.is_object());
+                e["localstack"]["healthError"] = json!(health_error);
+                e["cluster"]["deployments"].as_array_mut().unwrap().push(json!(
+                    {"namespace": "localstack", "name": "localstack", "replicas": 1, "ready": available, "available": available}
+                ));
+            })
+        };
+        let findings = |evidence| super::super::detect(&evidence, &settings);
+        assert!(
+            findings(in_cluster(1, None)).is_empty(),
+            "no container to miss"
+        );
+        let down = findings(in_cluster(0, None));
+        assert_eq!(down.len(), 1, "{down:#?}");
+        assert_eq!(down[0].object, "Deployment localstack/localstack");
+        assert!(
+            down[0].symptom.starts_with("LocalStack in the cluster:"),
+            "{}",
+            down[0].symptom
+        );
+        assert!(
+            down[0].fix.command.as_deref().unwrap().ends_with(" up"),
+            "{down:#?}"
+        );
+        let silent = findings(in_cluster(1, Some("connection refused")));
+        assert_eq!(
+            silent[0].symptom, "LocalStack does not answer",
+            "{silent:#?}"
+        );
+        assert!(silent[0].cause.contains("connection refused"));
     }
 
     #[test]

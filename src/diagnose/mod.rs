@@ -112,32 +112,51 @@ pub fn devstack(settings: &Settings, args: &str) -> String {
 /// A detector: what it finds in the evidence.
 pub type Detector = fn(&Evidence, &Settings) -> Vec<Finding>;
 
+/// Which stacks a detector applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applies {
+    Always,
+    /// Only where devstack installs ESO: the detector judges its
+    /// HelmRelease, Deployments or webhook. A cluster's own ESO is its
+    /// owners' to run, and `status` shows its controller.
+    OwnEso,
+}
+
 /// Every detector, in the order findings are shown: the stack's parts from
 /// the bottom up (Docker, nodes, LocalStack, Flux, ESO, the secrets).
-pub const DETECTORS: &[Detector] = &[
-    cluster::unreachable,
-    cluster::nodes,
-    cluster::image_pull,
-    localstack::container,
-    localstack::route,
-    localstack::credentials,
-    flux::controllers,
-    flux::sources,
-    flux::kustomizations,
-    flux::helm_release,
-    eso::workloads,
-    eso::oom_killed,
-    webhook::certificate,
-    webhook::not_serving,
-    webhook::ca_bundle,
-    eso::store,
-    external_secrets::missing_in_localstack,
-    external_secrets::failing,
+pub const DETECTORS: &[(Detector, Applies)] = &[
+    (cluster::unreachable, Applies::Always),
+    (cluster::nodes, Applies::Always),
+    (cluster::image_pull, Applies::Always),
+    (localstack::container, Applies::Always),
+    (localstack::route, Applies::Always),
+    (localstack::credentials, Applies::Always),
+    (flux::controllers, Applies::Always),
+    (flux::sources, Applies::Always),
+    (flux::kustomizations, Applies::Always),
+    (flux::helm_release, Applies::OwnEso),
+    (eso::workloads, Applies::OwnEso),
+    (eso::oom_killed, Applies::OwnEso),
+    (webhook::certificate, Applies::OwnEso),
+    (webhook::not_serving, Applies::OwnEso),
+    (webhook::ca_bundle, Applies::OwnEso),
+    (eso::store, Applies::Always),
+    (external_secrets::missing_in_localstack, Applies::Always),
+    (external_secrets::failing, Applies::Always),
 ];
+
+/// The detectors that apply to this stack, in the order of [`DETECTORS`].
+pub fn detectors(settings: &Settings) -> Vec<Detector> {
+    DETECTORS
+        .iter()
+        .filter(|(_, applies)| *applies == Applies::Always || settings.eso.installs())
+        .map(|(detector, _)| *detector)
+        .collect()
+}
 
 /// Every finding in `evidence`.
 pub fn detect(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
-    DETECTORS
+    detectors(settings)
         .iter()
         .flat_map(|detector| detector(evidence, settings))
         .collect()

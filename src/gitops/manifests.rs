@@ -54,6 +54,9 @@ const LOCALSTACK_OBJECT_FILES: [&str; 3] = [
     "localstack/service.yaml",
 ];
 const OPERATOR_LEVEL_FILE: &str = "deployment-operator.yaml";
+const OPERATOR_DIR: &str = "operator/";
+const CRS_LEVEL_FILE: &str = "deployment-crs.yaml";
+const STORE_FILE: &str = "crs/cluster-secret-store.yaml";
 
 /// Files of the chain devstack relies on (it rewrites or leaves them out).
 pub const REPOSITORIES_FILE: &str = "repositories.yaml";
@@ -139,18 +142,13 @@ pub fn prepare(
     }
     if layout == GitopsLayout::Naive {
         for file in CHAIN_FILES {
-            let Some(bytes) = tree.get(file) else {
+            if !tree.contains_key(file) {
                 return Err(Error::user(format!(
                     "the naive layout rewrites {origin}/{file}, which is missing"
                 ))
                 .with_hint("use `gitops.layout: chain` with custom manifests"));
-            };
-            let docs = parse_documents(&String::from_utf8_lossy(bytes), file)?;
-            let rewritten: Vec<String> = docs
-                .into_iter()
-                .map(|doc| serde_json::to_string_pretty(&naive(doc)).expect("JSON serializes"))
-                .collect();
-            tree.insert(file.to_string(), rewritten.join("\n---\n").into_bytes());
+            }
+            rewrite(&mut tree, file, naive)?;
         }
     }
     Ok(tree)
@@ -168,28 +166,98 @@ pub fn for_localstack_mode(mut tree: Tree, mode: LocalStackMode) -> Result<Tree,
         let root = drop_resource(&String::from_utf8_lossy(root), LOCALSTACK_LEVEL_FILE);
         tree.insert("kustomization.yaml".into(), root.into_bytes());
     }
-    if let Some(bytes) = tree.get(OPERATOR_LEVEL_FILE) {
-        let docs = parse_documents(&String::from_utf8_lossy(bytes), OPERATOR_LEVEL_FILE)?;
-        let rewritten: Vec<String> = docs
-            .into_iter()
-            .map(|mut doc| {
-                // `pointer_mut`, not `doc["spec"]["dependsOn"]`: indexing inserts a null
-                // the Kustomization API rejects when the level has no dependsOn.
-                if let Some(depends) = doc
-                    .pointer_mut("/spec/dependsOn")
-                    .and_then(Value::as_array_mut)
-                {
-                    depends.retain(|d| d["name"] != crate::k8s::LOCALSTACK_NAMESPACE);
-                }
-                serde_json::to_string_pretty(&doc).expect("JSON serializes")
-            })
-            .collect();
-        tree.insert(
-            OPERATOR_LEVEL_FILE.into(),
-            rewritten.join("\n---\n").into_bytes(),
-        );
-    }
+    rewrite(&mut tree, OPERATOR_LEVEL_FILE, |doc| {
+        // `pointer_mut`, not `doc["spec"]["dependsOn"]`: indexing inserts a null
+        // the Kustomization API rejects when the level has no dependsOn.
+        if let Some(depends) = doc
+            .pointer_mut("/spec/dependsOn")
+            .and_then(Value::as_array_mut)
+        {
+            depends.retain(|d| d["name"] != crate::k8s::LOCALSTACK_NAMESPACE);
+        }
+    })?;
     Ok(tree)
+}
+
+/// The tree for a stack that the cluster's own ESO serves: without the CRD
+/// and operator levels (and the ESO sources and namespace they use), the
+/// custom resources depending on LocalStack's level instead, and the
+/// store's credentials in LocalStack's namespace, which the stack owns
+/// (the cluster's ESO may live in `external-secrets`, which it does not).
+/// With a controller class, the store names it.
+pub fn for_cluster_eso(mut tree: Tree, controller_class: Option<&str>) -> Result<Tree, Error> {
+    let dropped = [
+        "deployment-crds.yaml",
+        OPERATOR_LEVEL_FILE,
+        "chart.yaml",
+        REPOSITORIES_FILE,
+        "namespace.yaml",
+    ];
+    tree.retain(|path, _| !dropped.contains(&path.as_str()) && !path.starts_with(OPERATOR_DIR));
+    if let Some(root) = tree.get("kustomization.yaml") {
+        let root = dropped
+            .iter()
+            .fold(String::from_utf8_lossy(root).into_owned(), |root, file| {
+                drop_resource(&root, file)
+            });
+        tree.insert("kustomization.yaml".into(), root.into_bytes());
+    }
+    let localstack_level = tree.contains_key(LOCALSTACK_LEVEL_FILE);
+    let namespace = crate::k8s::LOCALSTACK_NAMESPACE;
+    rewrite(&mut tree, CRS_LEVEL_FILE, |doc| {
+        if let Some(depends) = doc
+            .pointer_mut("/spec/dependsOn")
+            .and_then(Value::as_array_mut)
+        {
+            depends.retain(|d| {
+                d["name"] != "external-secrets-operator" && d["name"] != "external-secrets-crds"
+            });
+            if localstack_level && !depends.iter().any(|d| d["name"] == namespace) {
+                depends.push(serde_json::json!({"name": namespace}));
+            }
+        }
+    })?;
+    rewrite(&mut tree, "localstack-credentials.yaml", |doc| {
+        if doc["kind"] == "Secret" {
+            doc["metadata"]["namespace"] = namespace.into();
+        }
+    })?;
+    rewrite(&mut tree, STORE_FILE, |doc| {
+        if doc["kind"] != "ClusterSecretStore" {
+            return;
+        }
+        if let Some(auth) = doc
+            .pointer_mut("/spec/provider/aws/auth/secretRef")
+            .and_then(Value::as_object_mut)
+        {
+            for reference in auth.values_mut() {
+                if reference.get("namespace").is_some() {
+                    reference["namespace"] = namespace.into();
+                }
+            }
+        }
+        if let Some(class) = controller_class {
+            doc["spec"]["controller"] = class.into();
+        }
+    })?;
+    Ok(tree)
+}
+
+/// Rewrites each document of `file` in `tree` (when it is there).
+fn rewrite(tree: &mut Tree, file: &str, change: impl Fn(&mut Value)) -> Result<(), Error> {
+    let Some(bytes) = tree.get(file) else {
+        return Ok(());
+    };
+    let docs = parse_documents(&String::from_utf8_lossy(bytes), file)?;
+    let rewritten: Vec<String> = docs
+        .into_iter()
+        .map(|mut doc| {
+            change(&mut doc);
+            serde_json::to_string_pretty(&doc).expect("JSON serializes")
+        })
+        .collect();
+    tree.insert(file.to_string(), rewritten.join("\n---\n").into_bytes());
+    Ok(())
 }
 
 /// The objects of the shipped `localstack` level with `facts` substituted
@@ -232,7 +300,7 @@ pub fn substitute(text: &str, facts: &BTreeMap<String, String>) -> String {
 /// What many hand-written repositories do: every level independent, no
 /// health checks, retries only at the interval. Flux then applies the custom
 /// resources before the CRDs or the webhook are there.
-fn naive(mut doc: Value) -> Value {
+fn naive(doc: &mut Value) {
     if doc["kind"] == "Kustomization"
         && let Some(spec) = doc.get_mut("spec").and_then(Value::as_object_mut)
     {
@@ -242,7 +310,6 @@ fn naive(mut doc: Value) -> Value {
         let interval = spec.get("interval").cloned().unwrap_or(Value::Null);
         spec.insert("retryInterval".into(), interval);
     }
-    doc
 }
 
 /// Removes one `- entry` line from a kustomization.yaml's resources list,
@@ -317,6 +384,58 @@ mod tests {
             operator["spec"]["healthChecks"].as_array().unwrap().len(),
             4
         );
+    }
+
+    #[test]
+    fn the_clusters_own_eso_leaves_the_crs_level_on_localstack_and_nothing_in_its_namespace() {
+        let tree = for_cluster_eso(embedded(), Some("dev")).unwrap();
+        for gone in [
+            "deployment-crds.yaml",
+            OPERATOR_LEVEL_FILE,
+            "chart.yaml",
+            "namespace.yaml",
+        ] {
+            assert!(!tree.contains_key(gone), "{gone}");
+        }
+        assert!(!tree.keys().any(|k| k.starts_with(OPERATOR_DIR)));
+        let root = String::from_utf8(tree["kustomization.yaml"].clone()).unwrap();
+        let resources: Vec<&str> = root
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("- "))
+            .collect();
+        assert_eq!(
+            resources,
+            [
+                "localstack-credentials.yaml",
+                "deployment-localstack.yaml",
+                "deployment-crs.yaml"
+            ]
+        );
+        let doc = |file: &str| {
+            parse_documents(&String::from_utf8_lossy(&tree[file]), file).unwrap()[0].clone()
+        };
+        assert_eq!(
+            doc(CRS_LEVEL_FILE)["spec"]["dependsOn"],
+            serde_json::json!([{"name": "localstack"}])
+        );
+        assert_eq!(
+            doc("localstack-credentials.yaml")["metadata"]["namespace"],
+            "localstack"
+        );
+        let store = doc(STORE_FILE);
+        assert_eq!(store["spec"]["controller"], "dev");
+        let refs = &store["spec"]["provider"]["aws"]["auth"]["secretRef"];
+        assert_eq!(refs["accessKeyIDSecretRef"]["namespace"], "localstack");
+        assert_eq!(refs["secretAccessKeySecretRef"]["namespace"], "localstack");
+        // Flux still substitutes the region there.
+        assert_eq!(
+            store["spec"]["provider"]["aws"]["region"],
+            "${AWS_REGION:=us-east-1}"
+        );
+        let unclassed = for_cluster_eso(embedded(), None).unwrap();
+        let store =
+            parse_documents(&String::from_utf8_lossy(&unclassed[STORE_FILE]), "store").unwrap();
+        assert!(store[0]["spec"].get("controller").is_none());
     }
 
     #[test]

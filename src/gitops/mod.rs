@@ -39,6 +39,12 @@ pub const CHAIN: [&str; 3] = [
 /// depends on (`localstack.mode: in-cluster`).
 pub const LOCALSTACK_LEVEL: &str = "localstack";
 
+/// The levels of the chain the stack delivers: the CRD and operator levels
+/// only when devstack installs ESO (not when the cluster's own serves it).
+pub fn chain_levels(installs_eso: bool) -> &'static [&'static str] {
+    if installs_eso { &CHAIN } else { &CHAIN[2..] }
+}
+
 /// The stack's Kustomizations: the root, LocalStack's level when it runs
 /// in the cluster, then the chain.
 pub fn levels(settings: &Settings) -> Vec<&'static str> {
@@ -46,7 +52,7 @@ pub fn levels(settings: &Settings) -> Vec<&'static str> {
         .then_some(LOCALSTACK_LEVEL);
     std::iter::once(ROOT_KUSTOMIZATION)
         .chain(localstack)
-        .chain(CHAIN)
+        .chain(chain_levels(settings.eso.installs()).iter().copied())
         .collect()
 }
 /// The operator's HelmRelease (namespace, name).
@@ -185,11 +191,11 @@ async fn sync(
         .await?;
 
     if let Some(tell) = options.reapplying.take() {
-        tell_reapplying(client, tell, applied.facts_changed);
+        tell_reapplying(client, tell, applied.facts_changed, settings.eso.installs());
     }
     let wait = chain_wait_options(settings, options.nudge, budget, applied.facts_changed);
     let chain_report = runner
-        .step(chain_title(settings.gitops.layout), None, |step| {
+        .step(chain_title(settings), None, |step| {
             wait_chain(client, wait, applied.root_request, step)
         })
         .await?;
@@ -229,7 +235,10 @@ fn bucket_objects(
     };
     if local {
         let tree = manifests::prepare(tree, &origin, settings.gitops.layout, offline.is_some())?;
-        let tree = manifests::for_localstack_mode(tree, settings.localstack.mode)?;
+        let mut tree = manifests::for_localstack_mode(tree, settings.localstack.mode)?;
+        if let Some(eso) = &settings.eso.cluster {
+            tree = manifests::for_cluster_eso(tree, eso.controller_class.as_deref())?;
+        }
         for (path, bytes) in tree {
             objects.insert(format!("{}/{path}", source::MANIFESTS_PREFIX), bytes);
         }
@@ -348,20 +357,25 @@ fn tell_reapplying(
     client: &kube::Client,
     tell: tokio::sync::oneshot::Sender<bool>,
     facts_changed: bool,
+    installs_eso: bool,
 ) {
     let client = client.clone();
     tokio::spawn(async move {
-        let only = !facts_changed && chain::applied_before(&client).await;
+        let only = !facts_changed && chain::applied_before(&client, installs_eso).await;
         let _ = tell.send(only);
     });
 }
 
-fn chain_title(layout: GitopsLayout) -> String {
+fn chain_title(settings: &Settings) -> String {
     format!(
         "External Secrets chain ({})",
-        match layout {
-            GitopsLayout::Chain => "crds -> operator -> crs",
-            GitopsLayout::Naive => "naive layout",
+        match (settings.gitops.layout, &settings.eso.cluster) {
+            (GitopsLayout::Naive, _) => "naive layout".to_string(),
+            (GitopsLayout::Chain, None) => "crds -> operator -> crs".to_string(),
+            (GitopsLayout::Chain, Some(eso)) => format!(
+                "crs, served by the cluster's ESO {}/{}",
+                eso.namespace, eso.deployment
+            ),
         }
     )
 }
@@ -374,6 +388,7 @@ fn chain_wait_options(
 ) -> chain::WaitOptions {
     let chain_layout = settings.gitops.layout == GitopsLayout::Chain;
     chain::WaitOptions {
+        installs_eso: settings.eso.installs(),
         budget,
         // The naive layout shows what Flux does alone, races included.
         nudge: nudge && chain_layout,
@@ -394,7 +409,9 @@ async fn wait_chain(
     let report = Box::pin(chain::wait_ready(client, wait, Some(root_request), &step)).await?;
     let span = step.span(format!("ClusterSecretStore {CLUSTER_SECRET_STORE} Ready"));
     span.finish(wait_store_ready(client, wait.budget).await)?;
-    record_pod_starts(client, HELM_RELEASE.0, &step).await;
+    if wait.installs_eso {
+        record_pod_starts(client, HELM_RELEASE.0, &step).await;
+    }
     let timings: Vec<String> = report
         .levels
         .iter()
@@ -452,9 +469,16 @@ async fn apply_profile_external_secrets(
 }
 
 /// Waits until ESO serves what the round trip uses: its webhook answering
-/// and the stack's ClusterSecretStore Ready.
-pub async fn eso_serving(client: &kube::Client, budget: Budget) -> Result<(), Error> {
-    webhook::wait_serving(client, budget).await?;
+/// (devstack's own ESO; the cluster's serves as its owners run it) and the
+/// stack's ClusterSecretStore Ready.
+pub async fn eso_serving(
+    client: &kube::Client,
+    settings: &Settings,
+    budget: Budget,
+) -> Result<(), Error> {
+    if settings.eso.installs() {
+        webhook::wait_serving(client, budget).await?;
+    }
     wait_store_ready(client, budget).await
 }
 

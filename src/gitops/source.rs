@@ -68,6 +68,9 @@ pub struct OfflineEso {
 
 /// Reads the bundle's ESO artifacts, when a bundle is configured and has them.
 pub fn offline_eso(settings: &Settings) -> Result<Option<OfflineEso>, Error> {
+    if !settings.eso.installs() {
+        return Ok(None);
+    }
     let Some(bundle) = crate::cluster::preload::open_bundle(settings)? else {
         return Ok(None);
     };

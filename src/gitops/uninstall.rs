@@ -76,11 +76,14 @@ async fn wait_flux_pruned(
         let api = (KUSTOMIZATION_API, "Kustomization", FLUX_NAMESPACE, level);
         pending.push((name, api));
     }
-    let (namespace, release) = HELM_RELEASE;
-    pending.push((
-        format!("HelmRelease {namespace}/{release}"),
-        (HELM_RELEASE_API, "HelmRelease", namespace, release),
-    ));
+    // A HelmRelease of that name beside the cluster's own ESO is not the stack's.
+    if settings.eso.installs() {
+        let (namespace, release) = HELM_RELEASE;
+        pending.push((
+            format!("HelmRelease {namespace}/{release}"),
+            (HELM_RELEASE_API, "HelmRelease", namespace, release),
+        ));
+    }
     for (what, (api_version, kind, namespace, name)) in pending {
         if !k8s::wait_gone(client, api_version, kind, Some(namespace), name, limit).await {
             return Err(Error::timeout(format!(

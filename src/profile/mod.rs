@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 
 pub use duration::HumanDuration;
 pub use load::{LoadedProfile, ProfileError, ProfileErrors};
-pub use schema::{GitopsLayout, GitopsSourceKind, HostPort, LocalStackMode, Provider};
+pub use schema::{EsoInstall, GitopsLayout, GitopsSourceKind, HostPort, LocalStackMode, Provider};
 pub use secret::SecretString;
-pub use settings::{ImageSettings, Overrides, SecretSource, Settings};
+pub use settings::{ClusterEso, ImageSettings, Overrides, SecretSource, Settings};
 
 use crate::envvars;
 use crate::error::Error;

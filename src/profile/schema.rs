@@ -261,9 +261,24 @@ pub struct FluxSpec {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct EsoSpec {
+    pub install: Option<EsoInstall>,
     pub chart_version: Option<String>,
     /// Helm values merged over devstack's own (mapping).
     pub values: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Whether devstack installs the External Secrets Operator (`eso.install`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EsoInstall {
+    /// Use an ESO the cluster already runs when it can serve the stack;
+    /// else install devstack's own.
+    #[default]
+    Auto,
+    /// Install devstack's own; an ESO already there is refused.
+    Always,
+    /// Use the ESO the cluster already runs; none there is refused.
+    Never,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::duration::HumanDuration;
 use super::schema::*;
@@ -145,8 +145,34 @@ pub struct FluxSettings {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EsoSettings {
+    pub install: EsoInstall,
     pub chart_version: String,
     pub values: serde_json::Map<String, serde_json::Value>,
+    /// The ESO the cluster already ran that the stack uses instead of
+    /// installing its own (`eso.install`). Known once `up` met the
+    /// cluster; kept in the stack's record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterEso>,
+}
+
+/// An External Secrets Operator that devstack did not install, whose
+/// controller serves the stack: its AWS endpoint is the stack's LocalStack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterEso {
+    pub namespace: String,
+    /// The controller's Deployment.
+    pub deployment: String,
+    /// Its `--controller-class`, which the stack's store then names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller_class: Option<String>,
+}
+
+impl EsoSettings {
+    /// Whether devstack delivers ESO itself (the CRD and operator levels).
+    pub fn installs(&self) -> bool {
+        self.cluster.is_none()
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -844,3 +844,40 @@ fn a_context_flag_picks_the_existing_provider_and_wins_over_env_and_profile() {
     assert_eq!(s.localstack.mode, super::LocalStackMode::Container);
     assert_eq!(s.cluster.context, None);
 }
+
+#[test]
+fn eso_install_never_needs_a_cluster_that_runs_eso() {
+    let none = HashMap::new();
+    let text = format!("{HEADER}name: x\ncluster:\n  provider: kind\neso:\n  install: never\n");
+    let err = resolve(&text, &Overrides::default(), &none).unwrap_err();
+    assert!(
+        err.message().contains("`eso.install: never`"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        err.message()
+            .contains("the kind cluster devstack creates has none"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        err.hint()
+            .unwrap_or_default()
+            .contains("cluster.provider: existing")
+    );
+
+    let text = format!(
+        "{HEADER}name: x\ncluster:\n  provider: existing\n  context: ci\neso:\n  install: never\n"
+    );
+    let settings = resolve(&text, &Overrides::default(), &none).unwrap();
+    assert_eq!(settings.eso.install, crate::profile::EsoInstall::Never);
+    assert!(settings.eso.installs(), "until `up` met the cluster's ESO");
+    let err = err_of(&format!("{HEADER}name: x\neso:\n  install: sometimes\n"));
+    assert!(err.message.contains("unknown value `sometimes`"), "{err:?}");
+    assert!(
+        err.hint
+            .unwrap_or_default()
+            .contains("`auto`, `always`, `never`")
+    );
+}

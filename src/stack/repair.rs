@@ -49,7 +49,10 @@ pub(super) fn localstack_repair(
 
 /// The chain's Flux objects that do not exist or are being deleted (drift
 /// `up` repairs).
-pub(super) async fn missing_flux_objects(client: &kube::Client) -> BTreeSet<String> {
+pub(super) async fn missing_flux_objects(
+    client: &kube::Client,
+    installs_eso: bool,
+) -> BTreeSet<String> {
     let gone = |found: Result<Option<kube::api::DynamicObject>, kube::Error>| match found {
         Ok(None) => true,
         Ok(Some(object)) => object.metadata.deletion_timestamp.is_some(),
@@ -58,10 +61,15 @@ pub(super) async fn missing_flux_objects(client: &kube::Client) -> BTreeSet<Stri
     };
     let mut missing = BTreeSet::new();
     let ks = gitops::chain::kustomizations(client);
-    for name in std::iter::once(gitops::ROOT_KUSTOMIZATION).chain(gitops::CHAIN) {
+    for &name in
+        std::iter::once(&gitops::ROOT_KUSTOMIZATION).chain(gitops::chain_levels(installs_eso))
+    {
         if gone(ks.get_opt(name).await) {
             missing.insert(format!("Kustomization {}/{name}", gitops::FLUX_NAMESPACE));
         }
+    }
+    if !installs_eso {
+        return missing;
     }
     let releases = gitops::chain::helm_releases(client);
     if gone(releases.get_opt(gitops::HELM_RELEASE.1).await) {

@@ -246,7 +246,7 @@ impl UpRun<'_> {
             // LocalStack runs on the cluster, so it comes after it.
             let provisioned = self.provision_cluster().await?;
             let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
-            let settings = self.nodes_pull(provisioned.info.nodes_pull)?;
+            let settings = self.what_the_cluster_decides(&provisioned.info)?;
             let localstack = self
                 .in_cluster_localstack_and_seed(&settings, &client)
                 .await?;
@@ -268,7 +268,8 @@ impl UpRun<'_> {
             self.route_localstack(settings, &provisioned).await?;
         }
         let missing_before = self.missing_flux_objects(&provisioned, &client).await;
-        let rescaled = if self.existed {
+        // The cluster's own ESO is its owners' to scale.
+        let rescaled = if self.existed && settings.eso.installs() {
             restore_scaled_down(&client).await
         } else {
             Vec::new()
@@ -473,13 +474,18 @@ impl UpRun<'_> {
         self.seeded(report, bound, None).await
     }
 
-    /// The settings with whether the cluster's nodes pull the images
-    /// themselves, which the stack's record keeps for later commands: the
-    /// manifests then name the images in their registries' mirrors.
-    fn nodes_pull(&self, nodes_pull: bool) -> Result<Settings, Error> {
-        state::StackRecord::update(&self.stack.settings, |r| r.nodes_pull = nodes_pull)?;
+    /// The settings with what only the cluster tells, which the stack's
+    /// record keeps for later commands: whether its nodes pull the images
+    /// themselves (the manifests then name the images in their registries'
+    /// mirrors), and the cluster's own ESO that serves the stack.
+    fn what_the_cluster_decides(&self, info: &cluster::ClusterInfo) -> Result<Settings, Error> {
+        state::StackRecord::update(&self.stack.settings, |r| {
+            r.nodes_pull = info.nodes_pull;
+            r.cluster_eso = info.cluster_eso.clone();
+        })?;
         let mut settings = self.stack.settings.clone();
-        settings.images.nodes_pull = nodes_pull;
+        settings.images.nodes_pull = info.nodes_pull;
+        settings.eso.cluster = info.cluster_eso.clone();
         Ok(settings)
     }
 
@@ -656,7 +662,7 @@ impl UpRun<'_> {
         if provisioned.info.created {
             BTreeSet::new()
         } else {
-            missing_flux_objects(client).await
+            missing_flux_objects(client, self.stack.settings.eso.installs()).await
         }
     }
 
@@ -693,7 +699,7 @@ impl UpRun<'_> {
             let budget = crate::k8s::wait::Budget::new(settings.timeouts.eso.get(), "timeouts.eso");
             // Should ESO not be found serving, the chain's own wait says why.
             tokio::select! {
-                serving = gitops::eso_serving(client, budget) => serving.ok()?,
+                serving = gitops::eso_serving(client, settings, budget) => serving.ok()?,
                 () = chain_done.cancelled() => return None,
             }
             Some(self.round_trip(settings, client).await)

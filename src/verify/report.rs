@@ -80,9 +80,12 @@ impl VerifyReport {
 }
 
 fn failure_hint(settings: &Settings, check: &str) -> String {
-    let (ns, _) = crate::gitops::HELM_RELEASE;
+    let (ns, deployment) = match &settings.eso.cluster {
+        Some(eso) => (eso.namespace.as_str(), eso.deployment.as_str()),
+        None => crate::gitops::HELM_RELEASE,
+    };
     let eso_logs = format!(
-        "ESO's log: `kubectl --context {} -n {ns} logs deploy/external-secrets`",
+        "ESO's log: `kubectl --context {} -n {ns} logs deploy/{deployment}`",
         settings.kube_context()
     );
     match check {

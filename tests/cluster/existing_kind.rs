@@ -17,7 +17,7 @@ use crate::common::kind::{KindGuard, create_kind_cluster, kind_cluster, kind_kit
 use crate::common::*;
 
 /// The ci profile's secrets on the existing provider (no node shapes).
-fn existing_profile(stack: &TestStack, context: &str) -> PathBuf {
+pub(crate) fn existing_profile(stack: &TestStack, context: &str) -> PathBuf {
     let text = format!(
         "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: {name}\ncluster:\n  provider: existing\n  context: {context}\nimages:\n  bundle: {bundle}\nsecrets:\n  - name: ci/app/token\n    generate: {{length: 32, charset: hex}}\n    sync:\n      namespace: default\n      secretName: app-token\ntimeouts:\n  localstack: 90s\n  flux: 4m\n  eso: 6m\n  verify: 2m\n",
         name = stack.name,
@@ -29,7 +29,7 @@ fn existing_profile(stack: &TestStack, context: &str) -> PathBuf {
 }
 
 /// Names of the cluster's namespaces, CRDs, cluster roles and bindings.
-fn inventory(rt: &tokio::runtime::Runtime, client: &kube::Client) -> BTreeSet<String> {
+pub(crate) fn inventory(rt: &tokio::runtime::Runtime, client: &kube::Client) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for (api_version, kind) in [
         ("v1", "Namespace"),
@@ -47,7 +47,11 @@ fn inventory(rt: &tokio::runtime::Runtime, client: &kube::Client) -> BTreeSet<St
 }
 
 #[track_caller]
-fn assert_same_inventory(before: &BTreeSet<String>, after: &BTreeSet<String>, when: &str) {
+pub(crate) fn assert_same_inventory(
+    before: &BTreeSet<String>,
+    after: &BTreeSet<String>,
+    when: &str,
+) {
     let added: Vec<&String> = after.difference(before).collect();
     let gone: Vec<&String> = before.difference(after).collect();
     assert!(
@@ -102,8 +106,9 @@ fn viewer_kubeconfig(
     out.to_path_buf()
 }
 
-/// An ESO that devstack did not install (here its CRD as Helm leaves it)
-/// is refused before anything is created; the test removes its CRD after.
+/// An ESO that devstack did not install (here its CRD as Helm leaves it,
+/// with no controller running) is refused before anything is created; the
+/// test removes its CRD after. tests/cluster/cluster_eso.rs has a whole one.
 fn foreign_eso_is_refused(
     rt: &tokio::runtime::Runtime,
     client: &kube::Client,
@@ -144,8 +149,9 @@ fn foreign_eso_is_refused(
     )));
     assert_eq!(refused.code, 2, "{}", refused.all());
     for part in [
-        "already has an External Secrets Operator that devstack did not install",
+        "runs an External Secrets Operator that devstack did not install",
         "managed by Helm, versions v1",
+        "no controller Deployment labelled app.kubernetes.io/name=external-secrets runs",
         "nothing was created",
     ] {
         assert!(refused.stderr.contains(part), "{part}:\n{}", refused.stderr);

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod cluster_eso;
 mod cluster_k3s;
 mod cluster_kind;
 mod contract_k3s;

@@ -396,6 +396,7 @@ pub async fn up(
             repaired: converged.repaired.clone(),
             images_loaded: converged.created,
             nodes_pull: false,
+            cluster_eso: None,
         })
     };
     let finish = async {

@@ -313,6 +313,7 @@ async fn converge(
         repaired,
         images_loaded: false,
         nodes_pull: false,
+        cluster_eso: None,
     })
 }
 

@@ -21,7 +21,7 @@ use super::judge::{
 use super::retry::{Asks, grace_over, retry_pause_of, waiting};
 use super::{ChainReport, Failure, LevelTiming, WaitOptions};
 use crate::error::Error;
-use crate::gitops::{CHAIN, FLUX_NAMESPACE, HELM_RELEASE, ROOT_KUSTOMIZATION};
+use crate::gitops::{FLUX_NAMESPACE, HELM_RELEASE, ROOT_KUSTOMIZATION, chain_levels};
 use crate::k8s::conditions::Condition;
 use crate::k8s::wait::{self, Objects, Seen, Wait};
 use crate::ui::Step;
@@ -200,7 +200,7 @@ impl<'a> ChainFollower<'a> {
         root_request: Option<String>,
     ) -> Self {
         let mut levels: Vec<Level> = std::iter::once(ROOT_KUSTOMIZATION)
-            .chain(CHAIN)
+            .chain(chain_levels(options.installs_eso).iter().copied())
             .map(Level::new)
             .collect();
         levels[0].requested = root_request;
@@ -369,7 +369,11 @@ impl<'a> ChainFollower<'a> {
                 blocking.get_or_insert(why);
             }
         }
-        let (release_ready, release_state) = self.judge_release();
+        let (release_ready, release_state) = if self.options.installs_eso {
+            self.judge_release()
+        } else {
+            (true, String::new())
+        };
         if blocking.is_none() && release_ready {
             return Ok(true);
         }

@@ -23,7 +23,7 @@ pub use retry::waiting;
 
 use judge::{applied, observed_current};
 
-use super::{CHAIN, HELM_RELEASE, ROOT_KUSTOMIZATION};
+use super::{HELM_RELEASE, ROOT_KUSTOMIZATION};
 use crate::error::Error;
 use crate::k8s::wait::Budget;
 use crate::ui::Step;
@@ -64,6 +64,9 @@ impl ChainReport {
 
 #[derive(Debug, Clone, Copy)]
 pub struct WaitOptions {
+    /// devstack installs ESO (the CRD and operator levels, the HelmRelease
+    /// and the webhook's certificate); else the cluster's own ESO serves.
+    pub installs_eso: bool,
     /// Bounds the wait (`timeouts.eso`, shared with the steps before it).
     pub budget: Budget,
     /// Request reconciles as levels turn Ready (off only to measure Flux alone).
@@ -99,6 +102,9 @@ pub async fn wait_ready(
     step: &Step,
 ) -> Result<ChainReport, Error> {
     let budget = options.budget;
+    if !options.installs_eso {
+        return follow::watch_chain(client, options, root_request, step).await;
+    }
     let ready_and_serving = async {
         let report = follow::watch_chain(client, options, root_request, step).await?;
         super::webhook::wait_serving(client, budget).await?;
@@ -114,9 +120,9 @@ pub async fn wait_ready(
 /// sources hold now, with the HelmRelease it installs deployed for its
 /// current spec: a restart or a restore, where Flux only re-applies the
 /// same objects. A level not found, or not reconciled yet, says no.
-pub async fn applied_before(client: &kube::Client) -> bool {
+pub async fn applied_before(client: &kube::Client, installs_eso: bool) -> bool {
     let ks = kustomizations(client);
-    for name in std::iter::once(ROOT_KUSTOMIZATION).chain(CHAIN) {
+    for &name in std::iter::once(&ROOT_KUSTOMIZATION).chain(super::chain_levels(installs_eso)) {
         let Ok(Some(object)) = ks.get_opt(name).await else {
             return false;
         };
@@ -124,6 +130,9 @@ pub async fn applied_before(client: &kube::Client) -> bool {
         if !applied(&object, source_revision(client, &object).await.as_deref()) {
             return false;
         }
+    }
+    if !installs_eso {
+        return true;
     }
     // Its own reconcile after a restart may be under way (or have met a
     // source not serving yet): what counts is the spec it last handled and

@@ -3,7 +3,9 @@
 
 use super::Resolver;
 use crate::profile::duration::HumanDuration;
-use crate::profile::schema::{EsoSpec, FluxSpec, GitopsLayout, GitopsSourceKind, GitopsSpec};
+use crate::profile::schema::{
+    EsoInstall, EsoSpec, FluxSpec, GitopsLayout, GitopsSourceKind, GitopsSpec, Provider,
+};
 use crate::profile::settings::{
     EsoSettings, FLUX_COMPONENTS, FluxSettings, GitopsSettings, REQUIRED_FLUX_COMPONENTS,
 };
@@ -52,8 +54,22 @@ pub(super) fn resolve_flux(r: &mut Resolver, spec: Option<FluxSpec>) -> FluxSett
     }
 }
 
-pub(super) fn resolve_eso(spec: Option<EsoSpec>) -> EsoSettings {
+pub(super) fn resolve_eso(
+    r: &mut Resolver,
+    spec: Option<EsoSpec>,
+    provider: Provider,
+) -> EsoSettings {
+    let install = spec.as_ref().and_then(|e| e.install).unwrap_or_default();
+    if install == EsoInstall::Never && provider != Provider::Existing {
+        r.problems.at_path(
+            "eso.install",
+            format!("`eso.install: never` uses an External Secrets Operator the cluster already runs, and the {} cluster devstack creates has none", provider.as_str()),
+            Some("remove `eso.install`, or use `cluster.provider: existing` with a cluster that runs ESO".into()),
+        );
+    }
     EsoSettings {
+        install,
+        cluster: None,
         chart_version: spec
             .as_ref()
             .and_then(|e| e.chart_version.clone())

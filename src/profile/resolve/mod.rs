@@ -71,7 +71,7 @@ pub(crate) fn resolve_with_env(
     let mut cluster = cluster::resolve(&mut r, spec.cluster)?;
     let localstack = localstack::resolve(&mut r, spec.localstack, cluster.provider)?;
     let flux = gitops::resolve_flux(&mut r, spec.flux);
-    let eso = gitops::resolve_eso(spec.eso);
+    let eso = gitops::resolve_eso(&mut r, spec.eso, cluster.provider);
     let gitops = gitops::resolve_gitops(&mut r, spec.gitops, &eso);
     let images = images::resolve(&mut r, spec.images, &mut cluster);
     let secrets = secrets::resolve(&mut r, spec.secrets);
