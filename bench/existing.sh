@@ -3,6 +3,7 @@
 # LocalStack in the cluster) on a Kind cluster made beforehand with the kit's
 # `kind create cluster`, beside the same profile on a Kind cluster devstack
 # creates itself, and the `down` that leaves the existing cluster as it was;
+# the same `up` once the cluster runs its own ESO (installed with Helm);
 # then the same `up` from a devstack that reaches no Docker engine, on a new
 # Kind cluster whose nodes pull every image through a registry mirror (the
 # kit's test registry, tests/online/mirror.sh) at the pinned digests.
@@ -65,6 +66,34 @@ row "the same profile on a Kind cluster devstack creates" own_up s 1000
 row "down on the existing cluster (the cluster stays)" existing_down s 1000
 if command -v kubectl >/dev/null; then
   printf '%-56s %s of %s\n' "downs that left the cluster as it was" "$((runs - left))" "$runs"
+fi
+
+# The cluster's own ESO serving the stack (`eso.install: auto`): installed
+# as a platform does, with the kit's Helm and chart, its controller pointed
+# at the stack's LocalStack in the cluster; the chain is then the custom
+# resources alone.
+helm=$(dirname "$bundle")/bin/helm
+eso_chart=$(jq -r '.artifacts[] | select(.kind=="eso-chart" and .version=="2.9.0") | .file' "$bundle/index.json")
+eso_image=$(jq -r '.artifacts[] | select(.role=="eso" and .version=="v2.9.0") | .file' "$bundle/index.json")
+if [ -x "$helm" ] && [ -n "$eso_chart" ] && [ -n "$eso_image" ]; then
+  for node in $(docker ps --format '{{.Names}}' --filter "label=io.x-k8s.kind.cluster=$cluster"); do
+    docker exec -i "$node" ctr --namespace k8s.io images import - <"$bundle/$eso_image" >/dev/null
+  done
+  HELM_CACHE_HOME="$work/helm-cache" HELM_CONFIG_HOME="$work/helm-config" KUBECONFIG="$work/kubeconfig" \
+    "$helm" upgrade --install external-secrets "$bundle/$eso_chart" -n external-secrets --create-namespace \
+    --set installCRDs=true --set "extraEnv[0].name=AWS_SECRETSMANAGER_ENDPOINT" \
+    --set "extraEnv[0].value=http://localstack.localstack.svc.cluster.local:4566" --wait --timeout 5m >/dev/null \
+    || die "helm install of ESO failed"
+  for r in $(seq 1 "$runs"); do
+    bench_run=$r
+    measure cluster_eso_up ds existing up --json
+    measure cluster_eso_down ds existing down
+  done
+  echo "--- the same existing cluster, its own ESO serving the stack, median"
+  row "up, cold, with the cluster's ESO (no ESO install)" cluster_eso_up s 1000
+  row "down (the cluster's ESO stays)" cluster_eso_down s 1000
+else
+  echo "skipped: the cluster's own ESO: no helm at $helm or no ESO 2.9.0 chart and image in $bundle (run make kit)"
 fi
 
 # Without Docker on this machine: each run on a new cluster, so the nodes
