@@ -4,7 +4,7 @@
 //! in namespace `external-secrets`). Before it is there, `eso.install: never`
 //! is refused; pointed elsewhere, it is refused before anything is created;
 //! `eso.install: always` refuses it too; pointed at the stack's LocalStack,
-//! it serves the stack (`up` -> `verify --push-secret` -> `status` ->
+//! it serves the stack (`up` -> `up` again -> `verify --push-secret` -> `status` ->
 //! `diagnose` -> `logs eso` -> `down`, the later commands knowing it from the
 //! stack's record) and stays exactly as it was.
 
@@ -240,7 +240,21 @@ fn an_eso_the_cluster_runs_serves_the_stack_and_stays_as_it_was() {
         .iter()
         .map(|l| l["name"].as_str().unwrap())
         .collect();
-    assert_eq!(levels, ["devstack", "external-secrets-crs"], "{report}");
+    assert_eq!(
+        levels,
+        ["devstack", "localstack", "external-secrets-crs"],
+        "{report}"
+    );
+    // Again, with the default profile: the record says which ESO serves;
+    // the chain only re-applies, and nothing needed repair.
+    let again = stack.run_env(&profile, &["up", "--json"], &as_admin);
+    let again = again.ok().json();
+    assert_eq!(again["verify"]["passed"], true, "{again}");
+    assert_eq!(again["repaired"], serde_json::json!([]), "{again}");
+    assert_eq!(
+        again["cluster"]["clusterEso"],
+        report["cluster"]["clusterEso"]
+    );
     let verify = stack.run_env(&profile, &["verify", "--push-secret", "--json"], &as_admin);
     assert_push_verified(&verify.ok().json());
     let status = stack.run_env(&profile, &["status", "--json"], &as_admin);

@@ -21,7 +21,9 @@ use super::judge::{
 use super::retry::{Asks, grace_over, retry_pause_of, waiting};
 use super::{ChainReport, Failure, LevelTiming, WaitOptions};
 use crate::error::Error;
-use crate::gitops::{FLUX_NAMESPACE, HELM_RELEASE, ROOT_KUSTOMIZATION, chain_levels};
+use crate::gitops::{
+    FLUX_NAMESPACE, HELM_RELEASE, LOCALSTACK_LEVEL, ROOT_KUSTOMIZATION, chain_levels,
+};
 use crate::k8s::conditions::Condition;
 use crate::k8s::wait::{self, Objects, Seen, Wait};
 use crate::ui::Step;
@@ -199,7 +201,12 @@ impl<'a> ChainFollower<'a> {
         started: Instant,
         root_request: Option<String>,
     ) -> Self {
+        // With devstack's own ESO the operator level waits for the CRD
+        // level anyway, by which time LocalStack's level is long Ready.
+        let localstack =
+            (options.localstack_level && !options.installs_eso).then_some(LOCALSTACK_LEVEL);
         let mut levels: Vec<Level> = std::iter::once(ROOT_KUSTOMIZATION)
+            .chain(localstack)
             .chain(chain_levels(options.installs_eso).iter().copied())
             .map(Level::new)
             .collect();

@@ -67,6 +67,12 @@ pub struct WaitOptions {
     /// devstack installs ESO (the CRD and operator levels, the HelmRelease
     /// and the webhook's certificate); else the cluster's own ESO serves.
     pub installs_eso: bool,
+    /// LocalStack runs in the cluster as the level `localstack`. With the
+    /// cluster's own ESO the custom resources' level depends on it
+    /// directly, so it is followed (and nudged in turn) like the others:
+    /// nudged before it is Ready, that level would sit in Flux's 30 s
+    /// dependency requeue.
+    pub localstack_level: bool,
     /// Bounds the wait (`timeouts.eso`, shared with the steps before it).
     pub budget: Budget,
     /// Request reconciles as levels turn Ready (off only to measure Flux alone).
