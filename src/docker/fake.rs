@@ -39,6 +39,8 @@ pub struct FakeContainer {
     pub archives: BTreeMap<String, Vec<u8>>,
     /// The hostname it was created with.
     pub hostname: Option<String>,
+    /// What `logs_tail` returns.
+    pub log: String,
 }
 
 type ExecHandler = Box<dyn Fn(&str, &[&str]) -> (i64, String) + Send + Sync>;
@@ -397,8 +399,13 @@ impl Engine for FakeEngine {
         ready(result.map_err(|e| super::engine_error("upload", e)))
     }
 
-    fn logs_tail<'a>(&'a self, _container: &'a str, _lines: usize) -> BoxFuture<'a, String> {
-        ready(String::new())
+    fn logs_tail<'a>(&'a self, container: &'a str, _lines: usize) -> BoxFuture<'a, String> {
+        ready(self.with(|s| {
+            s.containers
+                .get(container)
+                .map(|c| c.log.clone())
+                .unwrap_or_default()
+        }))
     }
 
     fn create_volume(&self, request: VolumeCreateRequest) -> BoxFuture<'_, EngineResult<()>> {

@@ -425,12 +425,35 @@ pub async fn up(
 /// `timeouts.cluster`. Never returns while every node runs.
 async fn a_node_exits(engine: &dyn Engine, settings: &Settings) -> Error {
     const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+    let mut started_again = std::collections::BTreeSet::new();
     loop {
         tokio::time::sleep(LOOK_EVERY).await;
-        if let Some(node) = stopped_node(engine, settings).await {
-            return node_exited(engine, &node).await;
+        let Some(node) = stopped_node(engine, settings).await else {
+            continue;
+        };
+        if !started_again.contains(&node)
+            && lost_the_startup_race(&engine.logs_tail(&node, 8).await)
+            && engine.start_container(&node).await.is_ok()
+        {
+            tracing::info!(
+                "node {node} lost K3s's startup race (k3s-io/k3s#7328): started it again"
+            );
+            started_again.insert(node);
+            continue;
         }
+        return node_exited(engine, &node).await;
     }
+}
+
+/// K3s releases before k3s-io/k3s#14201 (June 2026) can stop while they
+/// start: the cloud-controller-manager asks for a ConfigMap before K3s has
+/// granted it the RBAC to read it, and its failure stops the server. Seen
+/// with three stacks starting at once on two cores. Started again, the
+/// server finds its RBAC in place.
+fn lost_the_startup_race(last_lines: &str) -> bool {
+    last_lines.contains("cloud-controller-manager exited")
+        && last_lines.contains("extension-apiserver-authentication")
+        && last_lines.contains("forbidden")
 }
 
 /// A node that stops within a few seconds of an error: the error may be
@@ -786,6 +809,50 @@ mod engine_tests {
             "{err:?}"
         );
         assert!(err.hint().is_some_and(|h| h.contains("cluster.k3sArgs")));
+    }
+
+    #[tokio::test]
+    async fn a_server_that_lost_k3s_startup_race_is_started_again_once() {
+        const RACE: &str = "time=\"2026-11-29T10:35:32Z\" level=error msg=\"cloud-controller-manager exited: unable to load configmap based request-header-client-ca-file: configmaps \\\"extension-apiserver-authentication\\\" is forbidden: User \\\"k3s-cloud-controller-manager\\\" cannot get resource \\\"configmaps\\\"\"";
+        assert!(lost_the_startup_race(RACE));
+        assert!(!lost_the_startup_race(
+            "Error: unknown flag: --no-such-flag"
+        ));
+        let f = fixture("");
+        f.add_server(true);
+        let engine = f.engine.as_ref();
+        let stop = |log: &str| {
+            f.engine.with(|s| {
+                let node = s.containers.get_mut("devstack-t-server-0").unwrap();
+                node.running = false;
+                node.log = log.to_string();
+            })
+        };
+        stop(RACE);
+        let waiting = a_node_exits(engine, &f.settings);
+        tokio::pin!(waiting);
+        let still_waiting =
+            tokio::time::timeout(std::time::Duration::from_millis(2500), &mut waiting).await;
+        assert!(
+            still_waiting.is_err(),
+            "the node was started again: no error"
+        );
+        assert!(
+            f.engine
+                .calls()
+                .contains(&"start devstack-t-server-0".to_string())
+        );
+        assert!(f.engine.container("devstack-t-server-0").unwrap().running);
+        // Lost again: once is enough, the error names the node.
+        stop(RACE);
+        let err = tokio::time::timeout(std::time::Duration::from_secs(3), waiting)
+            .await
+            .expect("the second stop is an error");
+        assert!(
+            err.message()
+                .starts_with("node devstack-t-server-0 exited with "),
+            "{err:?}"
+        );
     }
 
     #[tokio::test]
