@@ -705,7 +705,7 @@ async fn cluster_eso_row(client: &kube::Client, eso: &crate::profile::ClusterEso
         client,
         row,
         &eso.namespace,
-        "app.kubernetes.io/name=external-secrets",
+        crate::cluster::eso::CONTROLLER_LABEL,
     )
     .await
 }

@@ -309,18 +309,18 @@ impl StackLogs {
 
     async fn eso(&mut self, settings: &Settings, follow: bool) -> Result<Vec<Source>, Error> {
         let client = self.client(settings, follow).await?;
-        let (mut namespace, release) = gitops::HELM_RELEASE;
         let (mut sources, mut pending) = (Vec::new(), 0);
         // The cluster's own ESO: its controller, which serves the stack.
-        let deployments: Vec<(String, &str)> = match &settings.eso.cluster {
-            Some(eso) => {
-                namespace = &eso.namespace;
-                vec![(eso.deployment.clone(), "controller")]
+        let (namespace, deployments): (&str, Vec<(String, &str)>) = match &settings.eso.cluster {
+            Some(eso) => (&eso.namespace, vec![(eso.deployment.clone(), "controller")]),
+            None => {
+                let (namespace, release) = gitops::HELM_RELEASE;
+                let deployments = ESO_DEPLOYMENTS
+                    .iter()
+                    .map(|(suffix, name)| (format!("{release}{suffix}"), *name))
+                    .collect();
+                (namespace, deployments)
             }
-            None => ESO_DEPLOYMENTS
-                .iter()
-                .map(|(suffix, name)| (format!("{release}{suffix}"), *name))
-                .collect(),
         };
         for (deployment, name) in deployments {
             let pods = deployment_pods(&client, namespace, &deployment).await?;

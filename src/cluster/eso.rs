@@ -23,7 +23,7 @@ pub const ENDPOINT_VARIABLE: &str = "AWS_SECRETSMANAGER_ENDPOINT";
 /// The label the ESO chart gives the controller's Deployment (its webhook
 /// and cert-controller carry `external-secrets-webhook` and
 /// `external-secrets-cert-controller`).
-const CONTROLLER_LABEL: &str = "app.kubernetes.io/name=external-secrets";
+pub const CONTROLLER_LABEL: &str = "app.kubernetes.io/name=external-secrets";
 
 /// The ESO the stack uses: `None` when devstack delivers its own (the
 /// cluster has none, or runs the one this stack's chain applied), the
@@ -41,7 +41,7 @@ pub async fn on_cluster(
         .map_err(|e| Error::internal(format!("read CRD {ESO_CRD}: {e}")))?;
     let endpoint = crate::k8s::localstack_in_cluster_url();
     let ours = crd.as_ref().is_some_and(applied_by_the_chain);
-    let foreign = crd.filter(|crd| !applied_by_the_chain(crd));
+    let foreign = crd.filter(|_| !ours);
     match (settings.eso.install, foreign) {
         (EsoInstall::Never, None) if ours => Err(Error::user(format!(
             "`eso.install: never`, and the External Secrets Operator on the cluster of context `{context}` is one that devstack installed"

@@ -7,7 +7,7 @@ use crate::commands::Context;
 use crate::docker;
 use crate::error::Error;
 use crate::localstack;
-use crate::profile::{LocalStackMode, Settings};
+use crate::profile::Settings;
 
 pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
     match cmd {
@@ -17,7 +17,7 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
                 o.localstack_image = image;
             })?;
             let _lock = lock(ctx, &settings, "localstack up").await?;
-            if in_cluster(&settings) {
+            if settings.localstack.in_cluster() {
                 return up_in_cluster(ctx, &settings).await;
             }
             let docker = docker::connect().await?;
@@ -46,7 +46,7 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
         }
         LocalstackCommand::Down => {
             let settings = ctx.settings(|_| {})?;
-            if in_cluster(&settings) {
+            if settings.localstack.in_cluster() {
                 return Err(Error::user(format!(
                     "stack `{}` runs LocalStack in its cluster, as the Flux level `localstack` the External Secrets Operator depends on: removed alone, Flux would bring it back",
                     settings.name
@@ -100,10 +100,6 @@ async fn lock(
     crate::state::StackLock::acquire(settings, command, &move |m| ui.info(m)).await
 }
 
-fn in_cluster(settings: &Settings) -> bool {
-    settings.localstack.mode == LocalStackMode::InCluster
-}
-
 /// `localstack up` with LocalStack in the cluster: its objects applied and
 /// waited on, as `up` does.
 async fn up_in_cluster(ctx: &Context, settings: &Settings) -> Result<i32, Error> {
@@ -144,7 +140,7 @@ async fn forward(
     port: Option<u16>,
     shell: ShellKind,
 ) -> Result<i32, Error> {
-    if !in_cluster(settings) {
+    if !settings.localstack.in_cluster() {
         return Err(Error::user(format!(
             "stack `{}` runs LocalStack as a container published on this machine at {}: there is nothing to forward",
             settings.name,
@@ -191,7 +187,7 @@ async fn forward(
 async fn status(ctx: &Context) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
     let reached = localstack::in_cluster::reach(&settings).await;
-    let (name, state) = if in_cluster(&settings) {
+    let (name, state) = if settings.localstack.in_cluster() {
         let name = format!(
             "{}/{}",
             crate::k8s::LOCALSTACK_NAMESPACE,

@@ -93,7 +93,7 @@ fn last_lines(text: &str) -> Vec<String> {
 }
 
 async fn read_localstack(docker: &bollard::Docker, settings: &Settings) -> LocalStackEvidence {
-    if in_cluster(settings) {
+    if settings.localstack.in_cluster() {
         return read_localstack_in_cluster(settings).await;
     }
     let name = localstack::container_name(settings);
@@ -269,7 +269,7 @@ async fn read_cluster(client: &kube::Client, settings: &Settings, evidence: &mut
     };
     evidence.cluster.nodes = nodes.iter().map(NodeEvidence::from_node).collect();
     read_workloads(client, evidence).await;
-    if in_cluster(settings) {
+    if settings.localstack.in_cluster() {
         read_localstack_workload(client, evidence).await;
     }
     read_flux(client, settings, evidence).await;
@@ -360,10 +360,6 @@ async fn read_localstack_workload(client: &kube::Client, evidence: &mut Evidence
         .cluster
         .deployments
         .extend(deployments.iter().map(DeploymentEvidence::from_deployment));
-}
-
-fn in_cluster(settings: &Settings) -> bool {
-    settings.localstack.mode == crate::profile::LocalStackMode::InCluster
 }
 
 /// Flux's Kustomizations, the HelmRelease and the sources in flux-system.

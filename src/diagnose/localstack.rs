@@ -4,11 +4,11 @@
 use serde_json::Value;
 
 use super::{Evidence, Finding, cluster_read, devstack, read};
-use crate::profile::{LocalStackMode, Settings};
+use crate::profile::Settings;
 
 /// LocalStack missing, stopped, not answering, or without a service the stack uses.
 pub fn container(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
-    if settings.localstack.mode == LocalStackMode::InCluster {
+    if settings.localstack.in_cluster() {
         return in_cluster(evidence, settings);
     }
     let ls = &evidence.localstack;

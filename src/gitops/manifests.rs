@@ -55,7 +55,6 @@ const LOCALSTACK_OBJECT_FILES: [&str; 3] = [
 ];
 const OPERATOR_LEVEL_FILE: &str = "deployment-operator.yaml";
 const OPERATOR_DIR: &str = "operator/";
-const CRS_LEVEL_FILE: &str = "deployment-crs.yaml";
 const STORE_FILE: &str = "crs/cluster-secret-store.yaml";
 
 /// Files of the chain devstack relies on (it rewrites or leaves them out).
@@ -65,6 +64,8 @@ const CHAIN_FILES: [&str; 3] = [
     "deployment-operator.yaml",
     "deployment-crs.yaml",
 ];
+const CRDS_LEVEL_FILE: &str = CHAIN_FILES[0];
+const CRS_LEVEL_FILE: &str = CHAIN_FILES[2];
 
 pub fn embedded() -> Tree {
     EMBEDDED
@@ -187,7 +188,7 @@ pub fn for_localstack_mode(mut tree: Tree, mode: LocalStackMode) -> Result<Tree,
 /// With a controller class, the store names it.
 pub fn for_cluster_eso(mut tree: Tree, controller_class: Option<&str>) -> Result<Tree, Error> {
     let dropped = [
-        "deployment-crds.yaml",
+        CRDS_LEVEL_FILE,
         OPERATOR_LEVEL_FILE,
         "chart.yaml",
         REPOSITORIES_FILE,
@@ -209,9 +210,9 @@ pub fn for_cluster_eso(mut tree: Tree, controller_class: Option<&str>) -> Result
             .pointer_mut("/spec/dependsOn")
             .and_then(Value::as_array_mut)
         {
-            depends.retain(|d| {
-                d["name"] != "external-secrets-operator" && d["name"] != "external-secrets-crds"
-            });
+            // The CRD and operator levels, which this tree leaves out.
+            let dropped_levels = &crate::gitops::CHAIN[..2];
+            depends.retain(|d| !dropped_levels.iter().any(|level| d["name"] == *level));
             if localstack_level && !depends.iter().any(|d| d["name"] == namespace) {
                 depends.push(serde_json::json!({"name": namespace}));
             }

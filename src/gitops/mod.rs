@@ -389,7 +389,7 @@ fn chain_wait_options(
     let chain_layout = settings.gitops.layout == GitopsLayout::Chain;
     chain::WaitOptions {
         installs_eso: settings.eso.installs(),
-        localstack_level: settings.localstack.mode == crate::profile::LocalStackMode::InCluster,
+        localstack_level: settings.localstack.in_cluster(),
         budget,
         // The naive layout shows what Flux does alone, races included.
         nudge: nudge && chain_layout,

@@ -379,6 +379,11 @@ impl Settings {
 }
 
 impl LocalStackSettings {
+    /// LocalStack runs in the cluster (`localstack.mode: in-cluster`).
+    pub fn in_cluster(&self) -> bool {
+        self.mode == LocalStackMode::InCluster
+    }
+
     /// The host port in use: the fixed one, or the one chosen for `auto`.
     pub fn host_port(&self) -> Option<u16> {
         self.port.fixed().or(self.bound_port)

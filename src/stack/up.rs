@@ -267,7 +267,9 @@ impl UpRun<'_> {
         if !in_cluster {
             self.route_localstack(settings, &provisioned).await?;
         }
-        let missing_before = self.missing_flux_objects(&provisioned, &client).await;
+        let missing_before = self
+            .missing_flux_objects(settings, &provisioned, &client)
+            .await;
         // The cluster's own ESO is its owners' to scale.
         let rescaled = if self.existed && settings.eso.installs() {
             restore_scaled_down(&client).await
@@ -656,13 +658,15 @@ impl UpRun<'_> {
     /// (a new cluster has none to miss).
     async fn missing_flux_objects(
         &self,
+        settings: &Settings,
         provisioned: &Provisioned,
         client: &kube::Client,
     ) -> BTreeSet<String> {
         if provisioned.info.created {
             BTreeSet::new()
         } else {
-            missing_flux_objects(client, self.stack.settings.eso.installs()).await
+            // This run's settings: what the cluster decided (its own ESO) is in them.
+            missing_flux_objects(client, settings.eso.installs()).await
         }
     }
 
