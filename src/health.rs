@@ -16,7 +16,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::gitops::{CLUSTER_SECRET_STORE, FLUX_NAMESPACE, HELM_RELEASE};
+use crate::gitops::FLUX_NAMESPACE;
 use crate::k8s::conditions::{self, one_line};
 use crate::k8s::dynamic_api;
 use crate::profile::Settings;
@@ -244,8 +244,9 @@ async fn localstack_row(settings: &Settings) -> StatusRow {
 /// LocalStack in the cluster: its Deployment, then its services through a
 /// port-forward.
 async fn in_cluster_localstack_row(settings: &Settings) -> StatusRow {
-    use crate::k8s::{LOCALSTACK_NAMESPACE, LOCALSTACK_SERVICE};
-    let name = format!("{LOCALSTACK_NAMESPACE}/{LOCALSTACK_SERVICE}");
+    let namespace = settings.names.localstack_namespace();
+    let service = settings.names.localstack_service();
+    let name = format!("{namespace}/{service}");
     let up = "`devstack up` starts or repairs it";
     let client = match crate::k8s::stack_client(settings).await {
         Ok(client) => client,
@@ -256,18 +257,20 @@ async fn in_cluster_localstack_row(settings: &Settings) -> StatusRow {
         }
     };
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
-        Api::namespaced(client.clone(), LOCALSTACK_NAMESPACE);
-    match deployments.get_opt(LOCALSTACK_SERVICE).await {
+        Api::namespaced(client.clone(), &namespace);
+    match deployments.get_opt(service).await {
         Ok(Some(d)) if crate::k8s::deployment_available(&d) => {}
         Ok(Some(d)) => {
             let selector = localstack::in_cluster::SELECTOR;
-            let detail = match waiting_container(&client, LOCALSTACK_NAMESPACE, selector).await {
+            let detail = match waiting_container(&client, &namespace, selector).await {
                 Some(why) => format!("{}; {why}", crate::k8s::deployment_state(&d)),
                 None => crate::k8s::deployment_state(&d),
             };
             return StatusRow::new("localstack", name, Health::Unhealthy, "not available")
                 .detail(detail)
-                .hint("`kubectl -n localstack describe pods` shows why; `devstack up` repairs it");
+                .hint(format!(
+                    "`kubectl -n {namespace} describe pods` shows why; `devstack up` repairs it"
+                ));
         }
         Ok(None) => {
             return StatusRow::new("localstack", name, Health::Missing, "missing")
@@ -280,7 +283,7 @@ async fn in_cluster_localstack_row(settings: &Settings) -> StatusRow {
                 .hint(up);
         }
     }
-    let forward = match localstack::in_cluster::open_forward(&client, None).await {
+    let forward = match localstack::in_cluster::open_forward(&client, &settings.names, None).await {
         Ok(forward) => forward,
         Err(e) => {
             return StatusRow::new("localstack", name, Health::Unhealthy, "no port-forward")
@@ -288,10 +291,14 @@ async fn in_cluster_localstack_row(settings: &Settings) -> StatusRow {
                 .hint(up);
         }
     };
-    let repair =
-        "`kubectl -n localstack logs deploy/localstack` shows why; `devstack up` repairs it";
-    let shown = format!("{} in the cluster", crate::k8s::localstack_in_cluster_url());
-    services_row(settings, name, (&forward.url(), &shown), up, repair).await
+    let repair = format!(
+        "`kubectl -n {namespace} logs deploy/localstack` shows why; `devstack up` repairs it"
+    );
+    let shown = format!(
+        "{} in the cluster",
+        crate::k8s::localstack_in_cluster_url(&settings.names)
+    );
+    services_row(settings, name, (&forward.url(), &shown), up, &repair).await
 }
 
 /// Why a container of the pods matching `selector` does not run, as its
@@ -489,10 +496,10 @@ async fn cluster_rows(settings: &Settings) -> Vec<StatusRow> {
     rows.extend(flux_controller_rows(&client, settings).await);
     rows.extend(kustomization_rows(&client, settings).await);
     match &settings.eso.cluster {
-        None => rows.push(helm_release_row(&client).await),
+        None => rows.push(helm_release_row(&client, &settings.names).await),
         Some(eso) => rows.push(cluster_eso_row(&client, eso).await),
     }
-    rows.push(cluster_secret_store_row(&client).await);
+    rows.push(cluster_secret_store_row(&client, &settings.names.store()).await);
     let eso_api = format!("{ESO_GROUP}/{ESO_VERSION}");
     rows.extend(external_secret_rows(&client, settings, &eso_api).await);
     rows
@@ -651,7 +658,7 @@ async fn kustomization_rows(client: &kube::Client, settings: &Settings) -> Vec<S
     );
     let mut rows = Vec::new();
     for name in crate::gitops::levels(settings) {
-        let object = get_json(&kustomizations, name).await;
+        let object = get_json(&kustomizations, &name).await;
         let current = match &object {
             Ok(Some(o)) => crate::gitops::chain::source_revision(client, o).await,
             _ => None,
@@ -670,13 +677,13 @@ async fn kustomization_rows(client: &kube::Client, settings: &Settings) -> Vec<S
     rows
 }
 
-async fn helm_release_row(client: &kube::Client) -> StatusRow {
-    let (release_ns, release) = HELM_RELEASE;
-    let releases = dynamic_api(client, HELM_RELEASE_API, "HelmRelease", Some(release_ns));
+async fn helm_release_row(client: &kube::Client, names: &crate::profile::StackNames) -> StatusRow {
+    let (release_ns, release) = names.helm_release();
+    let releases = dynamic_api(client, HELM_RELEASE_API, "HelmRelease", Some(&release_ns));
     object_row(
         "helmrelease",
         format!("{release_ns}/{release}"),
-        get_json(&releases, release).await,
+        get_json(&releases, &release).await,
         |o| judge_flux(o, release_deployed(o)),
         FLUX_HINT,
     )
@@ -710,12 +717,12 @@ async fn cluster_eso_row(client: &kube::Client, eso: &crate::profile::ClusterEso
     .await
 }
 
-async fn cluster_secret_store_row(client: &kube::Client) -> StatusRow {
+async fn cluster_secret_store_row(client: &kube::Client, store: &str) -> StatusRow {
     let stores = crate::gitops::cluster_secret_stores(client);
     object_row(
         "clustersecretstore",
-        CLUSTER_SECRET_STORE.to_string(),
-        get_json(&stores, CLUSTER_SECRET_STORE).await,
+        store.to_string(),
+        get_json(&stores, store).await,
         ready_judgement,
         "`devstack status` rows above show whether the chain delivered it; `devstack sync` converges it",
     )

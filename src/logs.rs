@@ -223,10 +223,8 @@ impl StackLogs {
     ) -> Result<Vec<Source>, Error> {
         if settings.localstack.mode == crate::profile::LocalStackMode::InCluster {
             let client = self.client(settings, follow).await?;
-            let (namespace, name) = (
-                crate::k8s::LOCALSTACK_NAMESPACE,
-                crate::k8s::LOCALSTACK_SERVICE,
-            );
+            let namespace = &settings.names.localstack_namespace();
+            let name = settings.names.localstack_service();
             let pods = deployment_pods(&client, namespace, name).await?;
             let pending = pods.iter().filter(|p| is_pending(p)).count();
             let sources = pod_sources(Component::Localstack.as_str(), name, &pods);
@@ -311,17 +309,27 @@ impl StackLogs {
         let client = self.client(settings, follow).await?;
         let (mut sources, mut pending) = (Vec::new(), 0);
         // The cluster's own ESO: its controller, which serves the stack.
-        let (namespace, deployments): (&str, Vec<(String, &str)>) = match &settings.eso.cluster {
-            Some(eso) => (&eso.namespace, vec![(eso.deployment.clone(), "controller")]),
+        let (namespace, deployments): (String, Vec<(String, &str)>) = match &settings.eso.cluster {
+            Some(eso) => (
+                eso.namespace.clone(),
+                vec![(eso.deployment.clone(), "controller")],
+            ),
             None => {
-                let (namespace, release) = gitops::HELM_RELEASE;
-                let deployments = ESO_DEPLOYMENTS
+                let (namespace, release) = settings.names.helm_release();
+                // A stack that shares the cluster runs only its controller.
+                let parts = if settings.names.shares_cluster() {
+                    &ESO_DEPLOYMENTS[..1]
+                } else {
+                    &ESO_DEPLOYMENTS[..]
+                };
+                let deployments = parts
                     .iter()
                     .map(|(suffix, name)| (format!("{release}{suffix}"), *name))
                     .collect();
                 (namespace, deployments)
             }
         };
+        let namespace = namespace.as_str();
         for (deployment, name) in deployments {
             let pods = deployment_pods(&client, namespace, &deployment).await?;
             pending += pods.iter().filter(|p| is_pending(p)).count();

@@ -75,6 +75,10 @@ pub struct StackRecord {
     /// ([`crate::profile::ClusterEso`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_eso: Option<crate::profile::ClusterEso>,
+    /// The stack joined a cluster another stack runs on, and names its
+    /// objects after itself ([`crate::profile::StackNames`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shares_cluster: bool,
 }
 
 /// The record's file name in a stack's directory.
@@ -82,21 +86,24 @@ const RECORD_FILE: &str = "stack.json";
 
 /// Names of the stacks recorded under `state_dir` whose cluster is one
 /// devstack did not create: they have no container or network of their
-/// own, so only their record says they exist.
+/// own, so only their record says they exist. Those that joined a cluster
+/// another stack runs on come first: that stack goes down after them.
 pub fn stacks_on_existing_clusters(state_dir: &std::path::Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(state_dir.join("stacks")) else {
         return Vec::new();
     };
-    let mut names: Vec<String> = entries
+    let mut stacks: Vec<(bool, String)> = entries
         .filter_map(|entry| {
             let entry = entry.ok()?;
             let record = StackRecord::read(&entry.path().join(RECORD_FILE))?;
-            (record.provider == Some(crate::profile::Provider::Existing))
-                .then(|| entry.file_name().to_string_lossy().into_owned())
+            (record.provider == Some(crate::profile::Provider::Existing)).then(|| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                (!record.shares_cluster, name)
+            })
         })
         .collect();
-    names.sort();
-    names
+    stacks.sort();
+    stacks.into_iter().map(|(_, name)| name).collect()
 }
 
 /// `up` records LocalStack and the cluster concurrently: one writer at a
@@ -156,6 +163,9 @@ pub fn attach_record(settings: &mut Settings) {
     let record = StackRecord::load(settings);
     settings.images.nodes_pull = record.nodes_pull;
     settings.eso.cluster = record.cluster_eso.clone();
+    if record.shares_cluster && !settings.names.shares_cluster() {
+        settings.share_cluster();
+    }
     if settings.localstack.port == crate::profile::HostPort::Auto {
         settings.localstack.bound_port = record.ports.localstack;
     }
@@ -283,6 +293,7 @@ mod tests {
             provider: None,
             nodes_pull: false,
             cluster_eso: None,
+            shares_cluster: false,
         };
         let json = serde_json::to_value(&record).unwrap();
         assert_eq!(json, serde_json::json!({"ports": {"localstack": 4566}}));
@@ -300,19 +311,25 @@ mod tests {
         assert!(stacks_on_existing_clusters(dir.path()).is_empty());
         let mut settings = Settings::builtin(&Default::default()).unwrap();
         settings.state_dir = dir.path().to_path_buf();
-        for (name, provider) in [
-            ("shared-b", Some(crate::profile::Provider::Existing)),
-            ("own", Some(crate::profile::Provider::Kind)),
-            ("shared-a", Some(crate::profile::Provider::Existing)),
-            ("old", None),
+        for (name, provider, joined) in [
+            ("shared-b", Some(crate::profile::Provider::Existing), false),
+            ("own", Some(crate::profile::Provider::Kind), false),
+            ("shared-a", Some(crate::profile::Provider::Existing), false),
+            ("joined", Some(crate::profile::Provider::Existing), true),
+            ("old", None, false),
         ] {
             settings.name = name.into();
-            StackRecord::update(&settings, |r| r.provider = provider).unwrap();
+            StackRecord::update(&settings, |r| {
+                r.provider = provider;
+                r.shares_cluster = joined;
+            })
+            .unwrap();
         }
         std::fs::create_dir_all(dir.path().join("stacks/no-record")).unwrap();
+        // A stack that joined another's cluster goes down before it.
         assert_eq!(
             stacks_on_existing_clusters(dir.path()),
-            ["shared-a", "shared-b"]
+            ["joined", "shared-a", "shared-b"]
         );
     }
 

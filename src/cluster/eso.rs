@@ -39,7 +39,7 @@ pub async fn on_cluster(
         .get_opt(ESO_CRD)
         .await
         .map_err(|e| Error::internal(format!("read CRD {ESO_CRD}: {e}")))?;
-    let endpoint = crate::k8s::localstack_in_cluster_url();
+    let endpoint = crate::k8s::localstack_in_cluster_url(&settings.names);
     let ours = crd.as_ref().is_some_and(applied_by_the_chain);
     let foreign = crd.filter(|_| !ours);
     match (settings.eso.install, foreign) {

@@ -69,6 +69,14 @@ impl ClusterProvider for Existing {
                 config.server
             ));
             let nodes_pull = local_nodes(self.engine.as_ref(), &nodes).await.len() != nodes.len();
+            let settings = &on_this_cluster(&client, settings, &config).await?;
+            let shares_cluster = settings.names.shares_cluster();
+            if shares_cluster {
+                step.progress(format!(
+                    "another stack runs on the cluster: this one's objects are named `*-{}`",
+                    settings.name
+                ));
+            }
             let cluster_eso = super::eso::on_cluster(&client, settings, &config.context).await?;
             if let Some(eso) = &cluster_eso {
                 step.progress(format!(
@@ -86,6 +94,7 @@ impl ClusterProvider for Existing {
                 images_loaded: false,
                 nodes_pull,
                 cluster_eso,
+                shares_cluster,
             })
         })
     }
@@ -184,8 +193,8 @@ async fn version(client: &kube::Client, config: &ContextConfig) -> Result<String
 }
 
 /// The API server answers and the context's user holds every permission
-/// devstack needs (a refusal lists all the missing ones), and no other
-/// stack runs there. Returns the context's name and server.
+/// devstack needs (a refusal lists all the missing ones), and the stack can
+/// join the stacks already there. Returns the context's name and server.
 pub async fn preflight(settings: &Settings) -> Result<(String, String), Error> {
     let config = load(settings)?;
     let client = context::client(&config).await?;
@@ -194,34 +203,133 @@ pub async fn preflight(settings: &Settings) -> Result<(String, String), Error> {
     if !missing.is_empty() {
         return Err(access::refusal(&config.context, &missing));
     }
-    refuse_another_stack(&client, settings, &config).await?;
-    super::eso::on_cluster(&client, settings, &config.context).await?;
+    let settings = on_this_cluster(&client, settings, &config).await?;
+    super::eso::on_cluster(&client, &settings, &config.context).await?;
     Ok((config.context, config.server))
 }
 
-/// One stack per cluster for now: a second one would take over the first
-/// one's LocalStack and Flux objects, which have fixed names.
-async fn refuse_another_stack(
+/// A devstack stack on a cluster, known by the facts ConfigMap it keeps in
+/// flux-system.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackOnCluster {
+    pub name: String,
+    /// It uses the shipped names: it came first.
+    pub first: bool,
+}
+
+/// The devstack stacks on the cluster.
+pub async fn stacks_on_cluster(client: &kube::Client) -> Result<Vec<StackOnCluster>, Error> {
+    use crate::profile::names::base;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "flux-system");
+    let params = kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=devstack");
+    let list = match api.list(&params).await {
+        Ok(list) => list.items,
+        // No flux-system yet: no stack either.
+        Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),
+        Err(e) => {
+            return Err(Error::internal(format!(
+                "list ConfigMaps in flux-system: {e}"
+            )));
+        }
+    };
+    let mut stacks: Vec<StackOnCluster> = list
+        .into_iter()
+        .filter_map(|facts| {
+            let name = facts.metadata.name?;
+            if !name.starts_with(base::FACTS) {
+                return None;
+            }
+            let stack = facts.data.and_then(|d| d.get("STACK_NAME").cloned())?;
+            Some(StackOnCluster {
+                first: name == base::FACTS,
+                name: stack,
+            })
+        })
+        .collect();
+    stacks.sort_by(|a, b| (!a.first, &a.name).cmp(&(!b.first, &b.name)));
+    Ok(stacks)
+}
+
+/// The settings as the stack runs on this cluster: under the shipped names
+/// when it is alone there or came first, under its own when another stack
+/// came first (its record says so once it is up). A stack joins only when
+/// the first one's store names an ESO controller class: a store without
+/// one is served by every controller, the joining stack's too, which would
+/// reach the wrong LocalStack for it.
+async fn on_this_cluster(
+    client: &kube::Client,
+    settings: &Settings,
+    config: &ContextConfig,
+) -> Result<Settings, Error> {
+    use crate::profile::names::base;
+    let mut settings = settings.clone();
+    refuse_taking_over_external_secrets(client, &settings, config).await?;
+    if settings.names.shares_cluster() {
+        return Ok(settings);
+    }
+    let stacks = stacks_on_cluster(client).await?;
+    let first = stacks.iter().find(|s| s.first);
+    let Some(first) = first.filter(|first| first.name != settings.name) else {
+        return Ok(settings);
+    };
+    let stores =
+        crate::k8s::dynamic_api(client, "external-secrets.io/v1", "ClusterSecretStore", None);
+    let class = match stores.get_opt(base::STORE).await {
+        Ok(Some(store)) => store.data["spec"]["controller"]
+            .as_str()
+            .filter(|class| !class.is_empty())
+            .map(str::to_string),
+        _ => None,
+    };
+    if class.is_none() {
+        return Err(Error::user(format!(
+            "the cluster of context `{}` runs devstack stack `{}`, whose ClusterSecretStore `{}` names no ESO controller class, so the controller a second stack adds would serve it too",
+            config.context, first.name, base::STORE
+        ))
+        .with_hint(format!(
+            "recreate stack `{0}` with this devstack (`devstack --name {0} down`, then `up`: on a cluster it did not create, devstack now names a class), or give the cluster's ESO a `--controller-class`; nothing was created",
+            first.name
+        )));
+    }
+    settings.share_cluster();
+    Ok(settings)
+}
+
+/// Stacks on one cluster must not sync the profile's secrets to the same
+/// place: the later one's ExternalSecret would take over the other's, and
+/// its `down` would delete it.
+async fn refuse_taking_over_external_secrets(
     client: &kube::Client,
     settings: &Settings,
     config: &ContextConfig,
 ) -> Result<(), Error> {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    let facts: Api<ConfigMap> = Api::namespaced(client.clone(), "flux-system");
-    let Ok(Some(facts)) = facts.get_opt("devstack-stack-facts").await else {
-        return Ok(());
-    };
-    let other = facts.data.and_then(|d| d.get("STACK_NAME").cloned());
-    match other {
-        Some(other) if other != settings.name => Err(Error::user(format!(
-            "the cluster of context `{}` already runs devstack stack `{other}`, and one cluster holds one stack for now",
-            config.context
-        ))
-        .with_hint(format!(
-            "use that stack (`--name {other}`), take it down first (`devstack --name {other} down`), or use another cluster"
-        ))),
-        _ => Ok(()),
+    for secret in settings.secrets.iter().filter(|s| s.sync.is_some()) {
+        let (namespace, name) = crate::profile::settings::profile_external_secret_name(secret);
+        let api = crate::k8s::dynamic_api(
+            client,
+            "external-secrets.io/v1",
+            "ExternalSecret",
+            Some(&namespace),
+        );
+        // Without ESO's CRDs there is none.
+        let Ok(Some(existing)) = api.get_opt(&name).await else {
+            continue;
+        };
+        let labels = existing.metadata.labels.unwrap_or_default();
+        let owner = labels.get(crate::docker::LABEL_STACK);
+        if let Some(owner) = owner.filter(|owner| **owner != settings.name) {
+            return Err(Error::user(format!(
+                "secret `{}` syncs to {namespace}/{name} on the cluster of context `{}`, where stack `{owner}` already syncs one",
+                secret.name, config.context
+            ))
+            .with_hint(format!(
+                "give this stack's profile another `sync.namespace` or `sync.secretName` for `{}`; nothing was created",
+                secret.name
+            )));
+        }
     }
+    Ok(())
 }
 
 /// What `up`, `verify` and `down` do on the cluster: Flux's and ESO's

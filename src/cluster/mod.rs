@@ -52,6 +52,10 @@ pub struct ClusterInfo {
     /// (`eso.install`): devstack does not install one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster_eso: Option<crate::profile::ClusterEso>,
+    /// Another stack came first on the cluster: this one names its objects
+    /// after itself and uses the first one's ESO CRDs and webhook.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shares_cluster: bool,
 }
 
 impl ClusterInfo {

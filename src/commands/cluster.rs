@@ -108,7 +108,7 @@ pub async fn up(
     if !routed {
         ctx.ui.warn(format!(
             "LocalStack is not running; pods reach it at {} once `devstack localstack up` starts it",
-            k8s::localstack_in_cluster_url()
+            k8s::localstack_in_cluster_url(&settings.names)
         ));
     }
     if ctx.ui.json() {
@@ -117,7 +117,7 @@ pub async fn up(
             "kubeconfig": path,
             "mergedInto": provisioned.merged_into,
             "context": settings.kube_context(),
-            "localstackInCluster": k8s::localstack_in_cluster_url(),
+            "localstackInCluster": k8s::localstack_in_cluster_url(&settings.names),
             "localstackRouted": routed,
         }));
     } else {

@@ -35,7 +35,7 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
             if localstack::reroute_after_localstack(&docker, &settings).await? {
                 ctx.ui.info(format!(
                     "pods reach it at {}",
-                    crate::k8s::localstack_in_cluster_url()
+                    crate::k8s::localstack_in_cluster_url(&settings.names)
                 ));
             }
             if ctx.ui.json() {
@@ -123,7 +123,7 @@ async fn up_in_cluster(ctx: &Context, settings: &Settings) -> Result<i32, Error>
         "{} ({} at {})",
         report.action,
         report.endpoint.container,
-        crate::k8s::localstack_in_cluster_url()
+        crate::k8s::localstack_in_cluster_url(&settings.names)
     ));
     if ctx.ui.json() {
         ctx.ui
@@ -151,7 +151,7 @@ async fn forward(
         ));
     }
     let client = crate::k8s::stack_client(settings).await?;
-    let forward = localstack::in_cluster::open_forward(&client, port).await?;
+    let forward = localstack::in_cluster::open_forward(&client, &settings.names, port).await?;
     let health = localstack::HealthClient::new(&forward.url())?
         .services()
         .await;
@@ -175,7 +175,7 @@ async fn forward(
     ctx.ui.info(format!(
         "forwarding {} to {} in the cluster; Ctrl-C closes it",
         forward.url(),
-        crate::k8s::localstack_in_cluster_url()
+        crate::k8s::localstack_in_cluster_url(&settings.names)
     ));
     let interrupts = crate::pipeline::Interrupts::watch(true);
     interrupts.cancel.cancelled().await;
@@ -190,8 +190,8 @@ async fn status(ctx: &Context) -> Result<i32, Error> {
     let (name, state) = if settings.localstack.in_cluster() {
         let name = format!(
             "{}/{}",
-            crate::k8s::LOCALSTACK_NAMESPACE,
-            crate::k8s::LOCALSTACK_SERVICE
+            settings.names.localstack_namespace(),
+            settings.names.localstack_service()
         );
         let state = reached.as_ref().ok().map(|_| "in the cluster".to_string());
         (name, state)

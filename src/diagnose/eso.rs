@@ -5,7 +5,7 @@
 use super::{
     Evidence, Finding, PodEvidence, condition_line, devstack, events_about, not_running, read,
 };
-use crate::gitops::{CHAIN, CLUSTER_SECRET_STORE, HELM_RELEASE, chain::eso_deployments};
+use crate::gitops::{CHAIN, ChainPlan};
 use crate::k8s::conditions::{self, one_line};
 use crate::profile::Settings;
 
@@ -25,8 +25,10 @@ const UNREACHABLE: &[&str] = &[
 /// A webhook that runs but is not ready, and a container killed for
 /// memory, are left to the detectors that say why.
 pub fn workloads(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
-    let ns = HELM_RELEASE.0;
-    if !read(evidence, "Deployments in external-secrets") || !read(evidence, "helmrelease") {
+    let plan = ChainPlan::of(settings);
+    let (ns, _) = settings.names.helm_release();
+    let ns = ns.as_str();
+    if !read(evidence, &format!("Deployments in {ns}")) || !read(evidence, "helmrelease") {
         return Vec::new();
     }
     let deployed = evidence
@@ -34,9 +36,10 @@ pub fn workloads(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
         .helm_release
         .as_ref()
         .is_some_and(|r| r["status"]["history"][0]["status"] == "deployed");
-    let [_, webhook, _] = eso_deployments();
+    let deployments = plan.release_deployments();
+    let webhook = deployments.get(1).cloned().unwrap_or_default();
     let mut out = Vec::new();
-    for name in eso_deployments() {
+    for name in deployments {
         let Some(why) = not_running(evidence, ns, &name) else {
             continue;
         };
@@ -72,11 +75,13 @@ pub fn workloads(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
 /// ESO's pods killed for memory: the controller under many
 /// ExternalSecrets, or its webhook or cert-controller.
 pub fn oom_killed(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
-    let ns = HELM_RELEASE.0;
-    let [controller, webhook, cert_controller] = eso_deployments();
+    let (ns, _) = settings.names.helm_release();
+    let ns = ns.as_str();
+    let deployments = ChainPlan::of(settings).release_deployments();
+    let (controller, webhook) = (&deployments[0], deployments.get(1));
     let count = evidence.cluster.external_secrets.len();
     let mut out = Vec::new();
-    for name in [&controller, &webhook, &cert_controller] {
+    for name in &deployments {
         let pods: Vec<&PodEvidence> = super::pods_of(evidence, ns, name)
             .into_iter()
             .filter(|p| p.containers.iter().any(|c| c.oom_killed()))
@@ -92,12 +97,12 @@ pub fn oom_killed(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
             .memory_limit
             .clone()
             .unwrap_or_else(|| "the node's memory".into());
-        let (key, load) = if name == &controller {
+        let (key, load) = if name == controller {
             (
                 "resources",
                 format!(" with {count} ExternalSecret(s) to reconcile"),
             )
-        } else if name == &webhook {
+        } else if Some(name) == webhook {
             ("webhook.resources", String::new())
         } else {
             ("certController.resources", String::new())
@@ -141,19 +146,18 @@ pub fn store(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
     if !read(evidence, "clustersecretstores") {
         return Vec::new();
     }
-    let object = format!("ClusterSecretStore {CLUSTER_SECRET_STORE}");
+    let store_name = settings.names.store();
+    let object = format!("ClusterSecretStore {store_name}");
     let Some(store) = evidence
         .cluster
         .cluster_secret_stores
         .iter()
-        .find(|s| s["metadata"]["name"] == CLUSTER_SECRET_STORE)
+        .find(|s| s["metadata"]["name"] == store_name.as_str())
     else {
         // The custom resources' level applies it: missing only once it applied.
-        let applied = evidence
-            .cluster
-            .kustomizations
-            .iter()
-            .any(|k| k["metadata"]["name"] == CHAIN[2] && conditions::is_ready(k));
+        let applied = evidence.cluster.kustomizations.iter().any(|k| {
+            k["metadata"]["name"] == settings.names.of(CHAIN[2]) && conditions::is_ready(k)
+        });
         if !applied {
             return Vec::new();
         }
@@ -184,7 +188,7 @@ pub fn store(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
                 evidence,
                 "ClusterSecretStore",
                 "",
-                CLUSTER_SECRET_STORE,
+                &store_name,
             ))
             .cause(cause)
             .fix(Some(command), action),
@@ -217,7 +221,7 @@ fn store_cause(
         return (
             format!(
                 "{unreachable}: the in-cluster route to LocalStack ({}) does not point at its container ({ip})",
-                crate::k8s::localstack_in_cluster_url()
+                crate::k8s::localstack_in_cluster_url(&settings.names)
             ),
             devstack(settings, "localstack up"),
             "points the in-cluster Service at the LocalStack container".into(),
@@ -238,8 +242,8 @@ fn store_cause(
             "re-applies the credentials from the GitOps manifests".into(),
         );
     }
-    let controller = &eso_deployments()[0];
-    if settings.eso.installs() && not_running(evidence, HELM_RELEASE.0, controller).is_some() {
+    let (namespace, controller) = settings.names.helm_release();
+    if settings.eso.installs() && not_running(evidence, &namespace, &controller).is_some() {
         return (
             "ESO's controller does not run, so nothing validates the store".into(),
             devstack(settings, "up"),
@@ -250,7 +254,7 @@ fn store_cause(
         return (
             format!(
                 "{unreachable}: ESO cannot reach Secrets Manager at {}: {message}",
-                crate::k8s::localstack_in_cluster_url()
+                crate::k8s::localstack_in_cluster_url(&settings.names)
             ),
             devstack(settings, "up"),
             "re-routes pods to LocalStack and has ESO validate the store again".into(),

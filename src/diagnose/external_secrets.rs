@@ -6,7 +6,6 @@
 use serde_json::Value;
 
 use super::{Evidence, Finding, condition_line, devstack, events_about, object_name, read};
-use crate::gitops::CLUSTER_SECRET_STORE;
 use crate::k8s::conditions::{self, one_line};
 use crate::profile::Settings;
 
@@ -88,8 +87,8 @@ fn external_secrets(evidence: &Evidence) -> Vec<Reads<'_>> {
 }
 
 /// Reads the stack's own store.
-fn on_our_store(es: &Reads) -> bool {
-    es.store.0 == "ClusterSecretStore" && es.store.1 == CLUSTER_SECRET_STORE
+fn on_our_store(es: &Reads, settings: &Settings) -> bool {
+    es.store.0 == "ClusterSecretStore" && es.store.1 == settings.names.store()
 }
 
 /// The condition's message and the ExternalSecret's Warning events, as one text.
@@ -127,7 +126,7 @@ pub fn missing_in_localstack(evidence: &Evidence, settings: &Settings) -> Vec<Fi
     let mut out = Vec::new();
     for es in external_secrets(evidence)
         .iter()
-        .filter(|es| on_our_store(es))
+        .filter(|es| on_our_store(es, settings))
     {
         let (lines, said) = what_eso_says(evidence, es);
         let mut absent: Vec<String> = absent_keys(evidence, es)
@@ -190,7 +189,7 @@ pub fn failing(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
         .cluster
         .cluster_secret_stores
         .iter()
-        .any(|s| s["metadata"]["name"] == CLUSTER_SECRET_STORE && conditions::is_ready(s));
+        .any(|s| s["metadata"]["name"] == settings.names.store() && conditions::is_ready(s));
     for es in external_secrets(evidence) {
         if let Some(finding) = judge(evidence, settings, &es, &stores, store_ready) {
             out.push(finding);
@@ -208,6 +207,7 @@ fn judge(
 ) -> Option<Finding> {
     let object = format!("ExternalSecret {}/{}", es.namespace, es.name);
     let (lines, said) = what_eso_says(evidence, es);
+    let our_store = settings.names.store();
     let finding = |symptom: String, cause: String| {
         Finding::new("external-secret-failing", &object, symptom)
             .evidence(lines.clone())
@@ -221,16 +221,23 @@ fn judge(
         return Some(
             finding(
                 format!("{object} names a store that does not exist"),
-                format!("ClusterSecretStore `{store}` does not exist (the stack's is `{CLUSTER_SECRET_STORE}`)"),
+                format!(
+                    "ClusterSecretStore `{store}` does not exist (the stack's is `{our_store}`)"
+                ),
             )
-            .fix(None, format!("set `spec.secretStoreRef` of {object} to ClusterSecretStore `{CLUSTER_SECRET_STORE}`")),
+            .fix(
+                None,
+                format!(
+                    "set `spec.secretStoreRef` of {object} to ClusterSecretStore `{our_store}`"
+                ),
+            ),
         );
     }
     let wrong: Vec<String> = absent_keys(evidence, es)
         .into_iter()
         .filter(|k| !declared(settings, k))
         .collect();
-    if let (Some(key), true) = (wrong.first(), on_our_store(es)) {
+    if let (Some(key), true) = (wrong.first(), on_our_store(es, settings)) {
         let names = evidence.localstack.secret_names.clone().unwrap_or_default();
         let close = crate::profile::load::closest_match(key, &names)
             .map(|c| format!(" (did you mean `{c}`?)"))
@@ -251,7 +258,7 @@ fn judge(
     });
     let ready = conditions::condition(es.object, "Ready");
     // Not reconciled yet, synced, or failing because the store is (its own finding).
-    if ready.is_none() || synced || (on_our_store(es) && !store_ready) {
+    if ready.is_none() || synced || (on_our_store(es, settings) && !store_ready) {
         return None;
     }
     // The runbook's case is `secret-missing-in-localstack`'s.
@@ -277,9 +284,7 @@ fn judge(
     } else if NO_STORE.iter().any(|m| said.contains(m)) {
         (
             format!("the store it names cannot be used: {message}"),
-            format!(
-                "set `spec.secretStoreRef` of {object} to ClusterSecretStore `{CLUSTER_SECRET_STORE}`"
-            ),
+            format!("set `spec.secretStoreRef` of {object} to ClusterSecretStore `{our_store}`"),
         )
     } else {
         (

@@ -9,7 +9,7 @@ use super::{
     read,
 };
 use crate::gitops::chain::waiting;
-use crate::gitops::{CHAIN, FLUX_NAMESPACE, HELM_RELEASE, ROOT_KUSTOMIZATION, chain_levels};
+use crate::gitops::{CHAIN, ChainPlan, FLUX_NAMESPACE};
 use crate::k8s::conditions::{self, one_line};
 use crate::profile::{GitopsLayout, GitopsSourceKind, Settings};
 
@@ -175,7 +175,7 @@ fn source_cause(
                 "re-publishes the bucket in LocalStack and points the source at it".into(),
             )
         }
-        Some("GitRepository") if source["metadata"]["name"] == crate::gitops::source::SOURCE_NAME
+        Some("GitRepository") if source["metadata"]["name"] == settings.names.source()
             && settings.gitops.source == GitopsSourceKind::Git =>
         (
             format!(
@@ -208,12 +208,13 @@ pub fn kustomizations(evidence: &Evidence, settings: &Settings) -> Vec<Finding> 
     let own_chain = settings.gitops.layout == GitopsLayout::Chain
         && settings.gitops.source == GitopsSourceKind::Local
         && settings.gitops.path.is_none();
-    let root_ok = find(ROOT_KUSTOMIZATION).is_some_and(|r| failed(r).is_none());
-    let expected: Vec<&str> = std::iter::once(ROOT_KUSTOMIZATION)
+    let plan = ChainPlan::of(settings);
+    let root = plan.root();
+    let root_ok = find(&root).is_some_and(|r| failed(r).is_none());
+    let expected: Vec<String> = std::iter::once(root)
         .chain(
-            chain_levels(settings.eso.installs())
-                .iter()
-                .copied()
+            plan.chain_levels()
+                .into_iter()
                 .filter(|_| own_chain && root_ok),
         )
         .collect();
@@ -287,7 +288,8 @@ pub fn helm_release(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
     if !read(evidence, "helmrelease") {
         return Vec::new();
     }
-    let (ns, name) = HELM_RELEASE;
+    let (ns, name) = settings.names.helm_release();
+    let (ns, name) = (ns.as_str(), name.as_str());
     let object = format!("HelmRelease {ns}/{name}");
     let Some(release) = &evidence.cluster.helm_release else {
         return missing_release(evidence, settings, object);
@@ -316,7 +318,7 @@ fn missing_release(evidence: &Evidence, settings: &Settings, object: String) -> 
         .cluster
         .kustomizations
         .iter()
-        .find(|k| k["metadata"]["name"] == CHAIN[1]);
+        .find(|k| k["metadata"]["name"] == settings.names.of(CHAIN[1]));
     if operator.is_none_or(|o| failed(o).is_some()) {
         return Vec::new();
     }
@@ -328,7 +330,7 @@ fn missing_release(evidence: &Evidence, settings: &Settings, object: String) -> 
         )
         .cause(format!(
             "nothing installs ESO: the chain's level {} applies it",
-            CHAIN[1]
+            settings.names.of(CHAIN[1])
         ))
         .fix(
             Some(devstack(settings, "sync")),

@@ -16,7 +16,7 @@ use serde_json::Value;
 use super::evidence::*;
 use crate::docker::{self, Engine};
 use crate::error::Error;
-use crate::gitops::{self, FLUX_NAMESPACE, HELM_RELEASE};
+use crate::gitops::{self, FLUX_NAMESPACE};
 use crate::profile::Settings;
 use crate::{k8s, localstack, state};
 
@@ -122,7 +122,7 @@ async fn read_localstack(docker: &bollard::Docker, settings: &Settings) -> Local
 /// the other commands do: its health, and the names of its secrets.
 async fn read_localstack_in_cluster(settings: &Settings) -> LocalStackEvidence {
     let mut out = LocalStackEvidence {
-        endpoint: k8s::localstack_in_cluster_url(),
+        endpoint: k8s::localstack_in_cluster_url(&settings.names),
         ..LocalStackEvidence::default()
     };
     let reached = match localstack::in_cluster::reach(settings).await {
@@ -268,21 +268,22 @@ async fn read_cluster(client: &kube::Client, settings: &Settings, evidence: &mut
         }
     };
     evidence.cluster.nodes = nodes.iter().map(NodeEvidence::from_node).collect();
-    read_workloads(client, evidence).await;
+    let eso_namespace = settings.names.eso_namespace();
+    read_workloads(client, &eso_namespace, evidence).await;
     if settings.localstack.in_cluster() {
-        read_localstack_workload(client, evidence).await;
+        read_localstack_workload(client, &settings.names, evidence).await;
     }
     read_flux(client, settings, evidence).await;
     read_eso(client, evidence).await;
-    let route = read_route(client).await;
+    let route = read_route(client, &settings.names).await;
     evidence.cluster.localstack_route = keep(evidence, "the localstack Service", route);
-    attach_logs(client, evidence).await;
+    attach_logs(client, &eso_namespace, evidence).await;
 }
 
 /// Pods and Deployments of Flux and ESO, Pending pods anywhere, and
 /// Warning events.
-async fn read_workloads(client: &kube::Client, evidence: &mut Evidence) {
-    let namespaces = [FLUX_NAMESPACE, HELM_RELEASE.0];
+async fn read_workloads(client: &kube::Client, eso_namespace: &str, evidence: &mut Evidence) {
+    let namespaces = [FLUX_NAMESPACE, eso_namespace];
     let pods = |ns: &str| {
         list(
             Api::<Pod>::namespaced(client.clone(), ns),
@@ -310,7 +311,11 @@ async fn read_workloads(client: &kube::Client, evidence: &mut Evidence) {
         ),
     );
     let mut all: Vec<Pod> = keep(evidence, "pods in flux-system", flux_pods);
-    all.extend(keep(evidence, "pods in external-secrets", eso_pods));
+    all.extend(keep(
+        evidence,
+        &format!("pods in {eso_namespace}"),
+        eso_pods,
+    ));
     for pod in keep(evidence, "Pending pods", pending) {
         if !namespaces.contains(&pod.metadata.namespace.as_deref().unwrap_or_default()) {
             all.push(pod);
@@ -320,7 +325,7 @@ async fn read_workloads(client: &kube::Client, evidence: &mut Evidence) {
     let mut found = keep(evidence, "Deployments in flux-system", flux_deployments);
     found.extend(keep(
         evidence,
-        "Deployments in external-secrets",
+        &format!("Deployments in {eso_namespace}"),
         eso_deployments,
     ));
     evidence.cluster.deployments = found
@@ -333,8 +338,12 @@ async fn read_workloads(client: &kube::Client, evidence: &mut Evidence) {
 
 /// LocalStack's pods and Deployment in the cluster (`localstack.mode:
 /// in-cluster`).
-async fn read_localstack_workload(client: &kube::Client, evidence: &mut Evidence) {
-    let namespace = k8s::LOCALSTACK_NAMESPACE;
+async fn read_localstack_workload(
+    client: &kube::Client,
+    names: &crate::profile::StackNames,
+    evidence: &mut Evidence,
+) {
+    let namespace = &names.localstack_namespace();
     let (pods, deployments) = tokio::join!(
         list(
             Api::<Pod>::namespaced(client.clone(), namespace),
@@ -375,10 +384,11 @@ async fn read_flux(client: &kube::Client, settings: &Settings, evidence: &mut Ev
             kind,
         )
     };
+    let (release_namespace, release_name) = settings.names.helm_release();
     let release = async {
         served(
-            gitops::chain::helm_releases(client)
-                .get_opt(HELM_RELEASE.1)
+            gitops::chain::helm_releases(client, &release_namespace)
+                .get_opt(&release_name)
                 .await,
         )
         .map(|o| o.map(|o| serde_json::to_value(o).unwrap_or_default()))
@@ -459,9 +469,11 @@ pub fn credential_secrets(stores: &[Value]) -> BTreeSet<(String, String)> {
         .collect()
 }
 
+/// The webhook every stack on the cluster shares: the first stack's.
 async fn read_webhook(client: &kube::Client) -> Result<WebhookEvidence, String> {
-    let namespace = HELM_RELEASE.0;
-    let [_, service, _] = gitops::chain::eso_deployments();
+    let (namespace, release) = crate::profile::StackNames::alone().helm_release();
+    let namespace = namespace.as_str();
+    let [_, service, _] = gitops::chain::eso_deployments(&release);
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
     if served(services.get_opt(&service).await)?.is_none() {
         return Ok(WebhookEvidence::default());
@@ -528,8 +540,11 @@ async fn read_webhook(client: &kube::Client) -> Result<WebhookEvidence, String> 
     })
 }
 
-async fn read_route(client: &kube::Client) -> Result<RouteEvidence, String> {
-    let (namespace, name) = (k8s::LOCALSTACK_NAMESPACE, k8s::LOCALSTACK_SERVICE);
+async fn read_route(
+    client: &kube::Client,
+    names: &crate::profile::StackNames,
+) -> Result<RouteEvidence, String> {
+    let (namespace, name) = (&names.localstack_namespace(), names.localstack_service());
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
     let Some(service) = served(services.get_opt(name).await)? else {
         return Ok(RouteEvidence::default());
@@ -554,9 +569,9 @@ async fn read_route(client: &kube::Client) -> Result<RouteEvidence, String> {
 
 /// The last log lines of each Flux or ESO pod that fails or is not ready:
 /// the previous run's when its container restarts.
-async fn attach_logs(client: &kube::Client, evidence: &mut Evidence) {
+async fn attach_logs(client: &kube::Client, eso_namespace: &str, evidence: &mut Evidence) {
     for pod in &mut evidence.cluster.pods {
-        if ![FLUX_NAMESPACE, HELM_RELEASE.0].contains(&pod.namespace.as_str()) {
+        if ![FLUX_NAMESPACE, eso_namespace].contains(&pod.namespace.as_str()) {
             continue;
         }
         let Some((container, previous)) = pod.failing_container() else {

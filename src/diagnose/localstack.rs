@@ -84,8 +84,8 @@ pub fn container(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
 /// Deployment runs, answers through a port-forward, and serves the
 /// profile's services.
 fn in_cluster(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
-    let namespace = crate::k8s::LOCALSTACK_NAMESPACE;
-    let name = crate::k8s::LOCALSTACK_SERVICE;
+    let namespace = &settings.names.localstack_namespace();
+    let name = settings.names.localstack_service();
     let object = format!("Deployment {namespace}/{name}");
     let up = devstack(settings, "up");
     let up_action =
@@ -177,8 +177,8 @@ pub fn route(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
     let route = &evidence.cluster.localstack_route;
     let service = format!(
         "{}/{}",
-        crate::k8s::LOCALSTACK_NAMESPACE,
-        crate::k8s::LOCALSTACK_SERVICE
+        settings.names.localstack_namespace(),
+        settings.names.localstack_service()
     );
     let fix = |f: Finding| {
         f.fix(
@@ -196,7 +196,7 @@ pub fn route(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
         .evidence([container])
         .cause(format!(
             "Service {service}, which ESO and Flux reach LocalStack by ({}), does not exist",
-            crate::k8s::localstack_in_cluster_url()
+            crate::k8s::localstack_in_cluster_url(&settings.names)
         )))];
     }
     if route.addresses.contains(ip) {

@@ -120,6 +120,10 @@ pub enum Applies {
     /// HelmRelease, Deployments or webhook. A cluster's own ESO is its
     /// owners' to run, and `status` shows its controller.
     OwnEso,
+    /// Only where devstack installs ESO's shared parts (its webhook and
+    /// cert-controller): not for a stack that joined a cluster another
+    /// stack runs on, which uses that stack's.
+    OwnSharedEso,
 }
 
 /// Every detector, in the order findings are shown: the stack's parts from
@@ -137,9 +141,9 @@ pub const DETECTORS: &[(Detector, Applies)] = &[
     (flux::helm_release, Applies::OwnEso),
     (eso::workloads, Applies::OwnEso),
     (eso::oom_killed, Applies::OwnEso),
-    (webhook::certificate, Applies::OwnEso),
-    (webhook::not_serving, Applies::OwnEso),
-    (webhook::ca_bundle, Applies::OwnEso),
+    (webhook::certificate, Applies::OwnSharedEso),
+    (webhook::not_serving, Applies::OwnSharedEso),
+    (webhook::ca_bundle, Applies::OwnSharedEso),
     (eso::store, Applies::Always),
     (external_secrets::missing_in_localstack, Applies::Always),
     (external_secrets::failing, Applies::Always),
@@ -149,7 +153,11 @@ pub const DETECTORS: &[(Detector, Applies)] = &[
 pub fn detectors(settings: &Settings) -> Vec<Detector> {
     DETECTORS
         .iter()
-        .filter(|(_, applies)| *applies == Applies::Always || settings.eso.installs())
+        .filter(|(_, applies)| match applies {
+            Applies::Always => true,
+            Applies::OwnEso => settings.eso.installs(),
+            Applies::OwnSharedEso => crate::gitops::ChainPlan::of(settings).installs_eso_shared,
+        })
         .map(|(detector, _)| *detector)
         .collect()
 }

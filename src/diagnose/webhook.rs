@@ -4,7 +4,14 @@
 //! by fingerprint; no key is ever read.
 
 use super::{Evidence, Finding, devstack, not_running, pods_of, read, short};
-use crate::gitops::{HELM_RELEASE, chain::eso_deployments};
+use crate::gitops::chain::eso_deployments;
+
+/// The webhook every stack on the cluster shares: the first stack's
+/// release, under the shipped names.
+const HELM_RELEASE: (&str, &str) = (
+    crate::profile::names::base::ESO_NAMESPACE,
+    crate::profile::names::base::ESO_RELEASE,
+);
 use crate::profile::Settings;
 
 /// The fix for every webhook finding: what `up` does to the webhook.
@@ -17,7 +24,7 @@ fn webhook_read(evidence: &Evidence) -> bool {
 
 /// One line on the cert-controller, which issues and injects the certificate.
 fn cert_controller_line(evidence: &Evidence) -> String {
-    let name = &eso_deployments()[2];
+    let name = &eso_deployments(HELM_RELEASE.1)[2];
     match not_running(evidence, HELM_RELEASE.0, name) {
         None => format!("{name} runs"),
         Some(why) => format!("{}: {}", why.symptom, why.cause),
@@ -84,7 +91,7 @@ pub fn not_serving(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
     if webhook.ready_endpoints > 0 || !complete {
         return Vec::new();
     }
-    let name = &eso_deployments()[1];
+    let name = &eso_deployments(HELM_RELEASE.1)[1];
     let why = not_running(evidence, HELM_RELEASE.0, name);
     if why.as_ref().is_some_and(|w| !w.merely_unready) {
         return Vec::new();

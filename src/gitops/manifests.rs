@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::k8s::apply::parse_documents;
-use crate::profile::{GitopsLayout, LocalStackMode};
+use crate::profile::{GitopsLayout, LocalStackMode, StackNames};
 
 /// Relative path -> file content.
 pub type Tree = BTreeMap<String, Vec<u8>>;
@@ -174,7 +174,7 @@ pub fn for_localstack_mode(mut tree: Tree, mode: LocalStackMode) -> Result<Tree,
             .pointer_mut("/spec/dependsOn")
             .and_then(Value::as_array_mut)
         {
-            depends.retain(|d| d["name"] != crate::k8s::LOCALSTACK_NAMESPACE);
+            depends.retain(|d| d["name"] != crate::gitops::LOCALSTACK_LEVEL);
         }
     })?;
     Ok(tree)
@@ -185,8 +185,7 @@ pub fn for_localstack_mode(mut tree: Tree, mode: LocalStackMode) -> Result<Tree,
 /// custom resources depending on LocalStack's level instead, and the
 /// store's credentials in LocalStack's namespace, which the stack owns
 /// (the cluster's ESO may live in `external-secrets`, which it does not).
-/// With a controller class, the store names it.
-pub fn for_cluster_eso(mut tree: Tree, controller_class: Option<&str>) -> Result<Tree, Error> {
+pub fn for_cluster_eso(mut tree: Tree) -> Result<Tree, Error> {
     let dropped = [
         CRDS_LEVEL_FILE,
         OPERATOR_LEVEL_FILE,
@@ -204,7 +203,7 @@ pub fn for_cluster_eso(mut tree: Tree, controller_class: Option<&str>) -> Result
         tree.insert("kustomization.yaml".into(), root.into_bytes());
     }
     let localstack_level = tree.contains_key(LOCALSTACK_LEVEL_FILE);
-    let namespace = crate::k8s::LOCALSTACK_NAMESPACE;
+    let namespace = crate::profile::names::base::LOCALSTACK_NAMESPACE;
     rewrite(&mut tree, CRS_LEVEL_FILE, |doc| {
         if let Some(depends) = doc
             .pointer_mut("/spec/dependsOn")
@@ -237,11 +236,153 @@ pub fn for_cluster_eso(mut tree: Tree, controller_class: Option<&str>) -> Result
                 }
             }
         }
-        if let Some(class) = controller_class {
+    })?;
+    Ok(tree)
+}
+
+/// The tree with the store naming the ESO controller `class` that serves
+/// the stack (see [`crate::profile::Settings::controller_class`]).
+pub fn with_controller_class(mut tree: Tree, class: &str) -> Result<Tree, Error> {
+    rewrite(&mut tree, STORE_FILE, |doc| {
+        if doc["kind"] == "ClusterSecretStore" {
             doc["spec"]["controller"] = class.into();
         }
     })?;
     Ok(tree)
+}
+
+/// The tree for a stack that joins a cluster another stack runs on: no
+/// CRD level (the CRDs, webhook and cert-controller are the first stack's),
+/// and every object of its own named after it (see [`StackNames`]).
+pub fn for_shared_cluster(mut tree: Tree, names: &StackNames) -> Result<Tree, Error> {
+    if tree.remove(CRDS_LEVEL_FILE).is_some()
+        && let Some(root) = tree.get("kustomization.yaml")
+    {
+        let root = drop_resource(&String::from_utf8_lossy(root), CRDS_LEVEL_FILE);
+        tree.insert("kustomization.yaml".into(), root.into_bytes());
+    }
+    let files: Vec<String> = tree
+        .keys()
+        .filter(|path| path.ends_with(".yaml") || path.ends_with(".yml"))
+        .filter(|path| !path.ends_with("kustomization.yaml"))
+        .cloned()
+        .collect();
+    for file in files {
+        let docs = parse_documents(&String::from_utf8_lossy(&tree[&file]), &file)?;
+        let kept: Vec<String> = docs
+            .into_iter()
+            .filter_map(|doc| rename_for(doc, names))
+            .map(|doc| serde_json::to_string_pretty(&doc).expect("JSON serializes"))
+            .collect();
+        tree.insert(file, kept.join("\n---\n").into_bytes());
+    }
+    Ok(tree)
+}
+
+/// One object of the shipped layout as a stack that shares its cluster
+/// names it; `None` for what it leaves to the first stack (the CRDs'
+/// source, the shared parts' health checks).
+fn rename_for(mut doc: Value, names: &StackNames) -> Option<Value> {
+    use crate::profile::names::base;
+    let namespace = |ns: &str| match ns {
+        base::LOCALSTACK_NAMESPACE => names.localstack_namespace(),
+        base::ESO_NAMESPACE => names.eso_namespace(),
+        other => other.to_string(),
+    };
+    let (release_namespace, release) = names.helm_release();
+    let crds_level = crate::gitops::CHAIN[0];
+    let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+    let name = doc["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if let Some(ns) = doc["metadata"]["namespace"].as_str() {
+        doc["metadata"]["namespace"] = namespace(ns).into();
+    }
+    match kind.as_str() {
+        "Namespace" => doc["metadata"]["name"] = namespace(&name).into(),
+        // The CRDs' git source serves only the CRD level.
+        "GitRepository" if name == base::ESO_RELEASE => return None,
+        "Kustomization" => {
+            doc["metadata"]["name"] = names.of(&name).into();
+            let spec = &mut doc["spec"];
+            if let Some(depends) = spec.get_mut("dependsOn").and_then(Value::as_array_mut) {
+                depends.retain(|d| d["name"] != crds_level);
+                for d in depends.iter_mut() {
+                    let level = d["name"].as_str().unwrap_or_default().to_string();
+                    d["name"] = names.of(&level).into();
+                }
+            }
+            if let Some(checks) = spec.get_mut("healthChecks").and_then(Value::as_array_mut) {
+                checks.retain(|c| {
+                    c["kind"] != "Deployment"
+                        || c["namespace"] != base::ESO_NAMESPACE
+                        || c["name"] == base::ESO_RELEASE
+                });
+                for check in checks.iter_mut() {
+                    if check["namespace"] == base::ESO_NAMESPACE
+                        && check["name"] == base::ESO_RELEASE
+                    {
+                        check["name"] = release.clone().into();
+                        check["namespace"] = release_namespace.clone().into();
+                    }
+                }
+            }
+            for from in spec
+                .pointer_mut("/postBuild/substituteFrom")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if from["name"] == base::FACTS {
+                    from["name"] = names.facts().into();
+                }
+            }
+        }
+        "HelmRelease" => {
+            doc["metadata"]["name"] = release.clone().into();
+            if let Some(chart) = doc.pointer_mut("/spec/chartRef/name") {
+                *chart = names.of(chart.as_str().unwrap_or_default()).into();
+            }
+            for from in doc
+                .pointer_mut("/spec/valuesFrom")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if from["name"] == base::ESO_VALUES {
+                    from["name"] = names.eso_values().into();
+                }
+            }
+        }
+        "HelmChart" | "HelmRepository" => {
+            doc["metadata"]["name"] = names.of(&name).into();
+            // `${ESO_CHART_SOURCE_NAME:=external-secrets}`: online, the
+            // chart comes from this stack's own HelmRepository.
+            if let Some(source) = doc.pointer_mut("/spec/sourceRef/name")
+                && let Some(text) = source.as_str()
+            {
+                let default = format!(":={}}}", base::ESO_RELEASE);
+                let renamed = format!(":={}}}", names.of(base::ESO_RELEASE));
+                *source = text.replace(&default, &renamed).into();
+            }
+        }
+        "ClusterSecretStore" => {
+            doc["metadata"]["name"] = names.of(&name).into();
+            if let Some(auth) = doc
+                .pointer_mut("/spec/provider/aws/auth/secretRef")
+                .and_then(Value::as_object_mut)
+            {
+                for reference in auth.values_mut() {
+                    if let Some(ns) = reference["namespace"].as_str() {
+                        reference["namespace"] = namespace(ns).into();
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    Some(doc)
 }
 
 /// Rewrites each document of `file` in `tree` (when it is there).
@@ -264,12 +405,16 @@ fn rewrite(tree: &mut Tree, file: &str, change: impl Fn(&mut Value)) -> Result<(
 /// The objects of the shipped `localstack` level with `facts` substituted
 /// as Flux's postBuild does, for devstack to apply before the chain starts:
 /// the same objects Flux then finds in place.
-pub fn localstack_objects(facts: &BTreeMap<String, String>) -> Result<Vec<Value>, Error> {
+pub fn localstack_objects(
+    facts: &BTreeMap<String, String>,
+    names: &StackNames,
+) -> Result<Vec<Value>, Error> {
     let tree = embedded();
     let mut objects = Vec::new();
     for file in LOCALSTACK_OBJECT_FILES {
         let text = substitute(&String::from_utf8_lossy(&tree[file]), facts);
-        objects.extend(parse_documents(&text, file)?);
+        let docs = parse_documents(&text, file)?.into_iter();
+        objects.extend(docs.filter_map(|doc| rename_for(doc, names)));
     }
     Ok(objects)
 }
@@ -389,7 +534,7 @@ mod tests {
 
     #[test]
     fn the_clusters_own_eso_leaves_the_crs_level_on_localstack_and_nothing_in_its_namespace() {
-        let tree = for_cluster_eso(embedded(), Some("dev")).unwrap();
+        let tree = with_controller_class(for_cluster_eso(embedded()).unwrap(), "dev").unwrap();
         for gone in [
             "deployment-crds.yaml",
             OPERATOR_LEVEL_FILE,
@@ -433,10 +578,109 @@ mod tests {
             store["spec"]["provider"]["aws"]["region"],
             "${AWS_REGION:=us-east-1}"
         );
-        let unclassed = for_cluster_eso(embedded(), None).unwrap();
+        let unclassed = for_cluster_eso(embedded()).unwrap();
         let store =
             parse_documents(&String::from_utf8_lossy(&unclassed[STORE_FILE]), "store").unwrap();
         assert!(store[0]["spec"].get("controller").is_none());
+    }
+
+    #[test]
+    fn a_stack_sharing_the_cluster_names_its_objects_after_itself_and_leaves_eso_shared_parts_alone()
+     {
+        let names = StackNames::sharing("b");
+        let tree = for_shared_cluster(embedded(), &names).unwrap();
+        assert!(!tree.contains_key(CRDS_LEVEL_FILE));
+        let root = String::from_utf8(tree["kustomization.yaml"].clone()).unwrap();
+        assert!(!root.contains(CRDS_LEVEL_FILE));
+        let docs =
+            |file: &str| parse_documents(&String::from_utf8_lossy(&tree[file]), file).unwrap();
+        let operator = &docs(OPERATOR_LEVEL_FILE)[0];
+        assert_eq!(operator["metadata"]["name"], "external-secrets-operator-b");
+        assert_eq!(
+            operator["spec"]["dependsOn"],
+            serde_json::json!([{"name": "localstack-b"}])
+        );
+        // Only its own HelmRelease and controller: the webhook and the
+        // cert-controller are the first stack's.
+        let checks: Vec<String> = operator["spec"]["healthChecks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}/{}/{}",
+                    c["kind"].as_str().unwrap(),
+                    c["namespace"].as_str().unwrap(),
+                    c["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(
+            checks,
+            [
+                "HelmRelease/external-secrets-b/external-secrets-b",
+                "Deployment/external-secrets-b/external-secrets-b"
+            ]
+        );
+        assert_eq!(
+            operator["spec"]["postBuild"]["substituteFrom"][0]["name"],
+            "devstack-stack-facts-b"
+        );
+        let crs = &docs(CRS_LEVEL_FILE)[0];
+        assert_eq!(crs["metadata"]["name"], "external-secrets-crs-b");
+        assert_eq!(
+            crs["spec"]["dependsOn"],
+            serde_json::json!([{"name": "external-secrets-operator-b"}])
+        );
+        let release = &docs("operator/helmrelease.yaml")[0];
+        assert_eq!(release["metadata"]["name"], "external-secrets-b");
+        assert_eq!(release["metadata"]["namespace"], "external-secrets-b");
+        assert_eq!(release["spec"]["chartRef"]["name"], "external-secrets-b");
+        assert_eq!(
+            release["spec"]["valuesFrom"][0]["name"],
+            "devstack-eso-values-b"
+        );
+        let chart = &docs("chart.yaml")[0];
+        assert_eq!(chart["metadata"]["name"], "external-secrets-b");
+        assert_eq!(
+            chart["spec"]["sourceRef"]["name"],
+            "${ESO_CHART_SOURCE_NAME:=external-secrets-b}"
+        );
+        let repositories = docs(REPOSITORIES_FILE);
+        assert_eq!(repositories.len(), 1, "the CRDs' git source is left out");
+        assert_eq!(repositories[0]["metadata"]["name"], "external-secrets-b");
+        let store = &docs(STORE_FILE)[0];
+        assert_eq!(store["metadata"]["name"], "localstack-b");
+        let refs = &store["spec"]["provider"]["aws"]["auth"]["secretRef"];
+        assert_eq!(
+            refs["accessKeyIDSecretRef"]["namespace"],
+            "external-secrets-b"
+        );
+        assert_eq!(
+            docs("namespace.yaml")[0]["metadata"]["name"],
+            "external-secrets-b"
+        );
+        assert_eq!(
+            docs("localstack/namespace.yaml")[0]["metadata"]["name"],
+            "localstack-b"
+        );
+        assert_eq!(
+            docs("localstack/service.yaml")[0]["metadata"]["namespace"],
+            "localstack-b"
+        );
+        assert_eq!(
+            docs(LOCALSTACK_LEVEL_FILE)[0]["metadata"]["name"],
+            "localstack-b"
+        );
+        let objects = localstack_objects(&BTreeMap::new(), &names).unwrap();
+        assert!(objects.iter().all(|o| o["kind"] == "Namespace"
+            && o["metadata"]["name"] == "localstack-b"
+            || o["metadata"]["namespace"] == "localstack-b"));
+        // Alone, the shipped names stay.
+        assert_eq!(
+            localstack_objects(&BTreeMap::new(), &StackNames::alone()).unwrap(),
+            localstack_objects(&BTreeMap::new(), &StackNames::default()).unwrap()
+        );
     }
 
     #[test]
@@ -466,7 +710,7 @@ mod tests {
 
     #[test]
     fn localstack_objects_take_the_facts_else_the_matrix_defaults() {
-        let defaults = localstack_objects(&BTreeMap::new()).unwrap();
+        let defaults = localstack_objects(&BTreeMap::new(), &StackNames::alone()).unwrap();
         let container = |objects: &[Value]| {
             objects.iter().find(|o| o["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"]
                 ["containers"][0]
@@ -480,7 +724,7 @@ mod tests {
             ("LOCALSTACK_IMAGE".to_string(), "example/ls:1".to_string()),
             ("LOCALSTACK_SERVICES".to_string(), "s3,sts".to_string()),
         ]);
-        let objects = localstack_objects(&facts).unwrap();
+        let objects = localstack_objects(&facts, &StackNames::alone()).unwrap();
         let kinds: Vec<&str> = objects
             .iter()
             .map(|o| o["kind"].as_str().unwrap())
@@ -542,7 +786,7 @@ mod tests {
             "operator",
         )
         .unwrap()[0];
-        let (namespace, release) = crate::gitops::HELM_RELEASE;
+        let (namespace, release) = StackNames::alone().helm_release();
         let checked: Vec<String> = level["spec"]["healthChecks"]
             .as_array()
             .unwrap()

@@ -22,14 +22,13 @@ use serde_json::{Value, json};
 use crate::error::Error;
 use crate::k8s::{Budget, apply};
 use crate::pipeline::Runner;
-use crate::profile::{GitopsLayout, GitopsSourceKind, SecretSource, Settings};
+use crate::profile::{GitopsLayout, GitopsSourceKind, SecretSource, Settings, StackNames};
 use crate::ui::Step;
 
 /// Namespace of the Flux sources and Kustomizations devstack manages.
 pub const FLUX_NAMESPACE: &str = flux::NAMESPACE;
-/// The root Kustomization that applies `manifests/external-secrets/`.
-pub const ROOT_KUSTOMIZATION: &str = "devstack";
-/// The chain, in dependency order.
+/// The chain, in dependency order (base names: a stack that shares its
+/// cluster suffixes them, see [`StackNames`]).
 pub const CHAIN: [&str; 3] = [
     "external-secrets-crds",
     "external-secrets-operator",
@@ -39,29 +38,89 @@ pub const CHAIN: [&str; 3] = [
 /// depends on (`localstack.mode: in-cluster`).
 pub const LOCALSTACK_LEVEL: &str = "localstack";
 
-/// The levels of the chain the stack delivers: the CRD and operator levels
-/// only when devstack installs ESO (not when the cluster's own serves it).
-pub fn chain_levels(installs_eso: bool) -> &'static [&'static str] {
-    if installs_eso { &CHAIN } else { &CHAIN[2..] }
+/// What of the chain a stack delivers, and under which names.
+#[derive(Debug, Clone)]
+pub struct ChainPlan {
+    pub names: StackNames,
+    /// devstack delivers an ESO controller (the operator level and its
+    /// HelmRelease); else the cluster's own ESO serves.
+    pub installs_eso: bool,
+    /// devstack delivers ESO's CRDs, webhook and cert-controller too: not
+    /// when the cluster's ESO serves, nor for a stack that shares the
+    /// cluster, which uses the first stack's.
+    pub installs_eso_shared: bool,
+    /// LocalStack runs in the cluster as the level `localstack`.
+    pub localstack_level: bool,
+}
+
+impl ChainPlan {
+    pub fn of(settings: &Settings) -> Self {
+        let installs_eso = settings.eso.installs();
+        ChainPlan {
+            names: settings.names.clone(),
+            installs_eso,
+            installs_eso_shared: installs_eso && !settings.names.shares_cluster(),
+            localstack_level: settings.localstack.in_cluster(),
+        }
+    }
+
+    /// The root Kustomization's name.
+    pub fn root(&self) -> String {
+        self.names.root()
+    }
+
+    /// The chain's levels this stack delivers, by name.
+    pub fn chain_levels(&self) -> Vec<String> {
+        let from = match (self.installs_eso, self.installs_eso_shared) {
+            (true, true) => 0,
+            (true, false) => 1,
+            (false, _) => 2,
+        };
+        CHAIN[from..]
+            .iter()
+            .map(|level| self.names.of(level))
+            .collect()
+    }
+
+    /// The stack's Kustomizations: the root, LocalStack's level when it
+    /// runs in the cluster, then the chain.
+    pub fn levels(&self) -> Vec<String> {
+        let localstack = self
+            .localstack_level
+            .then(|| self.names.of(LOCALSTACK_LEVEL));
+        std::iter::once(self.root())
+            .chain(localstack)
+            .chain(self.chain_levels())
+            .collect()
+    }
+
+    /// The operator's HelmRelease (namespace, name), when devstack
+    /// delivers one.
+    pub fn release(&self) -> Option<(String, String)> {
+        self.installs_eso.then(|| self.names.helm_release())
+    }
+
+    /// The Deployments of the stack's ESO release: the controller, and its
+    /// webhook and cert-controller when the stack installs those.
+    pub fn release_deployments(&self) -> Vec<String> {
+        let (_, release) = self.names.helm_release();
+        let all = chain::eso_deployments(&release);
+        let parts = if self.installs_eso_shared { 3 } else { 1 };
+        all[..parts].to_vec()
+    }
 }
 
 /// The stack's Kustomizations: the root, LocalStack's level when it runs
 /// in the cluster, then the chain.
-pub fn levels(settings: &Settings) -> Vec<&'static str> {
-    let localstack = (settings.localstack.mode == crate::profile::LocalStackMode::InCluster)
-        .then_some(LOCALSTACK_LEVEL);
-    std::iter::once(ROOT_KUSTOMIZATION)
-        .chain(localstack)
-        .chain(chain_levels(settings.eso.installs()).iter().copied())
-        .collect()
+pub fn levels(settings: &Settings) -> Vec<String> {
+    ChainPlan::of(settings).levels()
 }
-/// The operator's HelmRelease (namespace, name).
-pub const HELM_RELEASE: (&str, &str) = ("external-secrets", "external-secrets");
+/// Namespace of the ESO devstack installs for a stack alone on its cluster
+/// (and of the webhook and cert-controller every stack on it shares).
+pub const ESO_NAMESPACE: &str = crate::profile::names::base::ESO_NAMESPACE;
 /// ESO's API group; ExternalSecrets and stores are served at `v1`.
 pub const ESO_GROUP: &str = "external-secrets.io";
 pub const ESO_VERSION: &str = "v1";
-/// The ClusterSecretStore the shipped manifests create.
-pub const CLUSTER_SECRET_STORE: &str = "localstack";
 /// The cluster's ClusterSecretStores (cluster-scoped).
 pub fn cluster_secret_stores(client: &kube::Client) -> kube::Api<kube::api::DynamicObject> {
     crate::k8s::dynamic_api(
@@ -71,8 +130,6 @@ pub fn cluster_secret_stores(client: &kube::Client) -> kube::Api<kube::api::Dyna
         None,
     )
 }
-/// ConfigMap in flux-system holding the stack facts for `postBuild.substituteFrom`.
-pub const STACK_FACTS_CONFIGMAP: &str = "devstack-stack-facts";
 
 #[derive(Debug)]
 pub struct DeliverOptions {
@@ -191,7 +248,7 @@ async fn sync(
         .await?;
 
     if let Some(tell) = options.reapplying.take() {
-        tell_reapplying(client, tell, applied.facts_changed, settings.eso.installs());
+        tell_reapplying(client, tell, applied.facts_changed, ChainPlan::of(settings));
     }
     let wait = chain_wait_options(settings, options.nudge, budget, applied.facts_changed);
     let chain_report = runner
@@ -236,8 +293,14 @@ fn bucket_objects(
     if local {
         let tree = manifests::prepare(tree, &origin, settings.gitops.layout, offline.is_some())?;
         let mut tree = manifests::for_localstack_mode(tree, settings.localstack.mode)?;
-        if let Some(eso) = &settings.eso.cluster {
-            tree = manifests::for_cluster_eso(tree, eso.controller_class.as_deref())?;
+        if settings.eso.cluster.is_some() {
+            tree = manifests::for_cluster_eso(tree)?;
+        }
+        if let Some(class) = settings.controller_class() {
+            tree = manifests::with_controller_class(tree, &class)?;
+        }
+        if settings.names.shares_cluster() {
+            tree = manifests::for_shared_cluster(tree, &settings.names)?;
         }
         for (path, bytes) in tree {
             objects.insert(format!("{}/{path}", source::MANIFESTS_PREFIX), bytes);
@@ -281,19 +344,22 @@ impl SourceStep<'_> {
     async fn run(self, step: Arc<Step>) -> Result<(SourceApplied, String), Error> {
         // A fetch of a half-filled new bucket would let the root Kustomization prune all of ESO.
         let refill = !source::bucket_exists(self.settings).await;
+        let bucket = self.settings.names.source();
         if refill {
-            chain::suspend_source(self.client, "Bucket", source::SOURCE_NAME, true).await?;
+            chain::suspend_source(self.client, "Bucket", &bucket, true).await?;
         }
         let span = step.span(format!("{} objects published", self.objects.len()));
         let published = span.finish(source::publish(self.settings, self.objects).await)?;
         let facts_changed = self.apply_flux_objects(&step).await?;
         if refill {
-            chain::suspend_source(self.client, "Bucket", source::SOURCE_NAME, false).await?;
+            chain::suspend_source(self.client, "Bucket", &bucket, false).await?;
         }
         self.fetch_sources(&step).await?;
-        let root_request =
-            chain::request_reconcile(&chain::kustomizations(self.client), ROOT_KUSTOMIZATION)
-                .await?;
+        let root_request = chain::request_reconcile(
+            &chain::kustomizations(self.client),
+            &self.settings.names.root(),
+        )
+        .await?;
         let summary = self.summary(&published);
         let applied = SourceApplied {
             published,
@@ -311,8 +377,10 @@ impl SourceStep<'_> {
         let facts = source::facts(settings, self.offline, &arns);
         // devstack does not see a git source's manifests: any fact may be substituted there.
         let used = |key: &str| !self.local || source::substitutes(self.objects, key);
-        let facts_changed = source::facts_differ(client, &facts, &used).await;
-        let bucket_endpoint = crate::k8s::localstack_in_cluster_address(client).await;
+        let facts_changed =
+            source::facts_differ(client, &settings.names.facts(), &facts, &used).await;
+        let bucket_endpoint =
+            crate::k8s::localstack_in_cluster_address(client, &settings.names).await;
         let flux_objects = source::flux_objects(settings, &facts, &bucket_endpoint);
         let span = step.span("source, facts and root Kustomization applied");
         span.finish(apply::apply_all(client, &flux_objects, self.budget).await)?;
@@ -326,10 +394,9 @@ impl SourceStep<'_> {
         let span = step.span(format!("{} {} fetched", src.kind, src.name));
         span.finish(chain::refresh_source(client, src.kind, &src.name, budget).await)?;
         if src.kind != "Bucket" {
-            let span = step.span(format!("Bucket {} fetched", source::SOURCE_NAME));
-            span.finish(
-                chain::refresh_source(client, "Bucket", source::SOURCE_NAME, budget).await,
-            )?;
+            let bucket = self.settings.names.source();
+            let span = step.span(format!("Bucket {bucket} fetched"));
+            span.finish(chain::refresh_source(client, "Bucket", &bucket, budget).await)?;
         }
         Ok(())
     }
@@ -357,11 +424,11 @@ fn tell_reapplying(
     client: &kube::Client,
     tell: tokio::sync::oneshot::Sender<bool>,
     facts_changed: bool,
-    installs_eso: bool,
+    plan: ChainPlan,
 ) {
     let client = client.clone();
     tokio::spawn(async move {
-        let only = !facts_changed && chain::applied_before(&client, installs_eso).await;
+        let only = !facts_changed && chain::applied_before(&client, &plan).await;
         let _ = tell.send(only);
     });
 }
@@ -371,6 +438,9 @@ fn chain_title(settings: &Settings) -> String {
         "External Secrets chain ({})",
         match (settings.gitops.layout, &settings.eso.cluster) {
             (GitopsLayout::Naive, _) => "naive layout".to_string(),
+            (GitopsLayout::Chain, None) if settings.names.shares_cluster() => {
+                "operator -> crs, beside the cluster's first stack".to_string()
+            }
             (GitopsLayout::Chain, None) => "crds -> operator -> crs".to_string(),
             (GitopsLayout::Chain, Some(eso)) => format!(
                 "crs, served by the cluster's ESO {}/{}",
@@ -388,8 +458,7 @@ fn chain_wait_options(
 ) -> chain::WaitOptions {
     let chain_layout = settings.gitops.layout == GitopsLayout::Chain;
     chain::WaitOptions {
-        installs_eso: settings.eso.installs(),
-        localstack_level: settings.localstack.in_cluster(),
+        plan: ChainPlan::of(settings),
         budget,
         // The naive layout shows what Flux does alone, races included.
         nudge: nudge && chain_layout,
@@ -407,11 +476,14 @@ async fn wait_chain(
     step: Arc<Step>,
 ) -> Result<(chain::ChainReport, String), Error> {
     // Boxed: the chain's watches make a future too large for a test thread's 2 MiB stack.
+    let names = wait.plan.names.clone();
+    let release = wait.plan.release();
+    let budget = wait.budget;
     let report = Box::pin(chain::wait_ready(client, wait, Some(root_request), &step)).await?;
-    let span = step.span(format!("ClusterSecretStore {CLUSTER_SECRET_STORE} Ready"));
-    span.finish(wait_store_ready(client, wait.budget).await)?;
-    if wait.installs_eso {
-        record_pod_starts(client, HELM_RELEASE.0, &step).await;
+    let span = step.span(format!("ClusterSecretStore {} Ready", names.store()));
+    span.finish(wait_store_ready(client, &names, budget).await)?;
+    if let Some((namespace, _)) = release {
+        record_pod_starts(client, &namespace, &step).await;
     }
     let timings: Vec<String> = report
         .levels
@@ -480,7 +552,7 @@ pub async fn eso_serving(
     if settings.eso.installs() {
         webhook::wait_serving(client, budget).await?;
     }
-    wait_store_ready(client, budget).await
+    wait_store_ready(client, &settings.names, budget).await
 }
 
 /// Waits for the stack's ClusterSecretStore, if the chain created it, to be
@@ -490,30 +562,30 @@ pub async fn eso_serving(
 /// watch (a CEL health check in the manifests would cost a 5 s poll of
 /// kustomize-controller on nearly every run), so what `sync` returns to is
 /// usable. Manifests from git that name no such store are not waited on.
-async fn wait_store_ready(client: &kube::Client, budget: Budget) -> Result<(), Error> {
+async fn wait_store_ready(
+    client: &kube::Client,
+    names: &StackNames,
+    budget: Budget,
+) -> Result<(), Error> {
     let api = cluster_secret_stores(client);
-    let exists = api.get_opt(CLUSTER_SECRET_STORE).await.map_err(|e| {
-        Error::internal(format!(
-            "read ClusterSecretStore {CLUSTER_SECRET_STORE}: {e}"
-        ))
-    })?;
+    let store = names.store();
+    let exists = api
+        .get_opt(&store)
+        .await
+        .map_err(|e| Error::internal(format!("read ClusterSecretStore {store}: {e}")))?;
     if exists.is_none() {
         return Ok(());
     }
-    crate::k8s::Wait::new(
-        format!("ClusterSecretStore {CLUSTER_SECRET_STORE}"),
-        "Ready",
-        budget,
-    )
-    .advice(format!(
-        "`kubectl describe clustersecretstore {CLUSTER_SECRET_STORE}` shows why ESO does not accept it"
-    ))
-    .object(api, CLUSTER_SECRET_STORE, |store| match store {
-        Some(store) => crate::k8s::wait::ready_verdict(&store.data),
-        None => crate::k8s::Verdict::Waiting("deleted".into()),
-    })
-    .await
-    .map(|_| ())
+    crate::k8s::Wait::new(format!("ClusterSecretStore {store}"), "Ready", budget)
+        .advice(format!(
+            "`kubectl describe clustersecretstore {store}` shows why ESO does not accept it"
+        ))
+        .object(api, &store, |store| match store {
+            Some(store) => crate::k8s::wait::ready_verdict(&store.data),
+            None => crate::k8s::Verdict::Waiting("deleted".into()),
+        })
+        .await
+        .map(|_| ())
 }
 
 /// Puts each pod of `namespace` on the step's timeline, from its creation
@@ -573,7 +645,7 @@ pub fn profile_external_secrets(settings: &Settings) -> Vec<Value> {
         };
         let mut spec = json!({
             "refreshInterval": sync.refresh_interval.map(|d| d.to_string()).unwrap_or_else(|| "1h".into()),
-            "secretStoreRef": {"kind": "ClusterSecretStore", "name": CLUSTER_SECRET_STORE},
+            "secretStoreRef": {"kind": "ClusterSecretStore", "name": settings.names.store()},
             "target": {"name": name, "creationPolicy": "Owner"},
         });
         if let (Some(spec), Some(data)) = (spec.as_object_mut(), data.as_object()) {
@@ -617,9 +689,6 @@ mod tests {
         assert_eq!(es[1]["metadata"]["name"], "tok");
         assert_eq!(es[1]["spec"]["refreshInterval"], "5m");
         assert_eq!(es[1]["spec"]["data"][0]["remoteRef"]["key"], "app/token");
-        assert_eq!(
-            es[1]["spec"]["secretStoreRef"]["name"],
-            CLUSTER_SECRET_STORE
-        );
+        assert_eq!(es[1]["spec"]["secretStoreRef"]["name"], "localstack");
     }
 }

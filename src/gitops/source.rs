@@ -24,10 +24,6 @@ use crate::profile::{GitopsSourceKind, Settings};
 
 /// The bucket in the stack's LocalStack holding what Flux reads.
 pub const BUCKET: &str = "devstack-gitops";
-/// Name of the Flux source (`Bucket` or `GitRepository`) in flux-system.
-pub const SOURCE_NAME: &str = "devstack";
-/// Secret in flux-system with the bucket's (test) credentials.
-const CREDENTIALS_SECRET: &str = "devstack-localstack-s3";
 /// Prefixes inside the bucket.
 pub const MANIFESTS_PREFIX: &str = "external-secrets";
 const ESO_CRDS_PREFIX: &str = "eso/crds";
@@ -47,12 +43,12 @@ pub fn source_ref(settings: &Settings) -> SourceRef {
     match settings.gitops.source {
         GitopsSourceKind::Local => SourceRef {
             kind: "Bucket",
-            name: SOURCE_NAME.into(),
+            name: settings.names.source(),
             path: format!("./{MANIFESTS_PREFIX}"),
         },
         GitopsSourceKind::Git => SourceRef {
             kind: "GitRepository",
-            name: SOURCE_NAME.into(),
+            name: settings.names.source(),
             path: settings.gitops.git_path.clone(),
         },
     }
@@ -259,6 +255,19 @@ fn aws_message<E: std::error::Error>(err: &E) -> String {
 /// one.
 fn eso_values(settings: &Settings) -> serde_json::Map<String, Value> {
     let mut values = settings.eso.values.clone();
+    if let Some(class) = settings.controller_class() {
+        values.insert("controllerClass".into(), json!(class));
+    }
+    if settings.names.shares_cluster() {
+        // The CRDs, the webhook and the cert-controller are the first
+        // stack's (their cluster-wide names allow one of each); this
+        // release adds only the controller that reaches this stack's
+        // LocalStack.
+        for part in ["webhook", "certController"] {
+            values.insert(part.into(), json!({"create": false}));
+        }
+        values.insert("installCRDs".into(), json!(false));
+    }
     let eso_image = crate::artifacts::eso_image(&settings.eso.chart_version);
     let Some((repository, tag)) =
         crate::artifacts::mirrors::node_image(&settings.images, &eso_image)
@@ -310,7 +319,7 @@ pub fn facts(
         ),
         (
             "LOCALSTACK_ENDPOINT".into(),
-            crate::k8s::localstack_in_cluster_url(),
+            crate::k8s::localstack_in_cluster_url(&settings.names),
         ),
         (
             "DEVSTACK_INTERVAL".into(),
@@ -327,11 +336,11 @@ pub fn facts(
     if let Some(offline) = offline {
         for (key, value) in [
             ("ESO_CRDS_SOURCE_KIND", "Bucket".to_string()),
-            ("ESO_CRDS_SOURCE_NAME", SOURCE_NAME.to_string()),
+            ("ESO_CRDS_SOURCE_NAME", settings.names.source()),
             ("ESO_CRDS_PATH", format!("./{ESO_CRDS_PREFIX}")),
             ("ESO_CHART", offline.chart_path.clone()),
             ("ESO_CHART_SOURCE_KIND", "Bucket".to_string()),
-            ("ESO_CHART_SOURCE_NAME", SOURCE_NAME.to_string()),
+            ("ESO_CHART_SOURCE_NAME", settings.names.source()),
         ] {
             facts.insert(key.into(), value);
         }
@@ -351,12 +360,13 @@ pub fn facts(
 /// LocalStack restarts, matters only to manifests that name it.
 pub async fn facts_differ(
     client: &kube::Client,
+    facts_configmap: &str,
     facts: &BTreeMap<String, String>,
     used: &dyn Fn(&str) -> bool,
 ) -> bool {
     use k8s_openapi::api::core::v1::ConfigMap;
     let api: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), super::FLUX_NAMESPACE);
-    let Ok(Some(live)) = api.get_opt(super::STACK_FACTS_CONFIGMAP).await else {
+    let Ok(Some(live)) = api.get_opt(facts_configmap).await else {
         return true;
     };
     let live = live.data.unwrap_or_default();
@@ -424,9 +434,12 @@ pub fn flux_objects(
         json!({"app.kubernetes.io/managed-by": "devstack", "dev.devstack.stack": settings.name});
     let interval = settings.gitops.interval.to_string();
     let source = source_ref(settings);
+    let names = &settings.names;
+    let (credentials, bucket_source) = (names.source_credentials(), names.source());
+    let eso_namespace = names.eso_namespace();
     let mut objects = vec![json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": CREDENTIALS_SECRET, "namespace": ns, "labels": labels},
+        "metadata": {"name": credentials, "namespace": ns, "labels": labels},
         "type": "Opaque",
         "stringData": {"accesskey": crate::aws::TEST_ACCESS_KEY_ID, "secretkey": crate::aws::TEST_SECRET_ACCESS_KEY},
     })];
@@ -434,7 +447,7 @@ pub fn flux_objects(
     // sources too; it is only the manifests' source when `source: local`.
     objects.push(json!({
         "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "Bucket",
-        "metadata": {"name": SOURCE_NAME, "namespace": ns, "labels": labels},
+        "metadata": {"name": bucket_source, "namespace": ns, "labels": labels},
         "spec": {
             "provider": "generic",
             "bucketName": BUCKET,
@@ -443,13 +456,13 @@ pub fn flux_objects(
             "region": settings.localstack.region,
             "interval": interval,
             "timeout": "60s",
-            "secretRef": {"name": CREDENTIALS_SECRET},
+            "secretRef": {"name": credentials},
         },
     }));
     if settings.gitops.source == GitopsSourceKind::Git {
         objects.push(json!({
             "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
-            "metadata": {"name": SOURCE_NAME, "namespace": ns, "labels": labels},
+            "metadata": {"name": source.name, "namespace": ns, "labels": labels},
             "spec": {
                 "url": settings.gitops.git_url,
                 "ref": {"branch": settings.gitops.git_branch},
@@ -460,12 +473,12 @@ pub fn flux_objects(
     }
     objects.push(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": super::STACK_FACTS_CONFIGMAP, "namespace": ns, "labels": labels},
+        "metadata": {"name": names.facts(), "namespace": ns, "labels": labels},
         "data": facts,
     }));
     objects.push(json!({
         "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": super::HELM_RELEASE.0},
+        "metadata": {"name": eso_namespace},
     }));
     // helm-controller watches a `valuesFrom` ConfigMap with this label: new
     // values reach the release at once, and a release failed on its values
@@ -474,12 +487,12 @@ pub fn flux_objects(
     values_labels["reconcile.fluxcd.io/watch"] = json!("Enabled");
     objects.push(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "devstack-eso-values", "namespace": super::HELM_RELEASE.0, "labels": values_labels},
+        "metadata": {"name": names.eso_values(), "namespace": eso_namespace, "labels": values_labels},
         "data": {"values.yaml": serde_json::to_string_pretty(&eso_values(settings)).expect("JSON serializes")},
     }));
     objects.push(json!({
         "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-        "metadata": {"name": super::ROOT_KUSTOMIZATION, "namespace": ns, "labels": labels},
+        "metadata": {"name": names.root(), "namespace": ns, "labels": labels},
         "spec": {
             "interval": interval,
             "retryInterval": "1m",
@@ -487,7 +500,7 @@ pub fn flux_objects(
             "prune": true,
             "sourceRef": {"kind": source.kind, "name": source.name},
             "path": source.path,
-            "postBuild": {"substituteFrom": [{"kind": "ConfigMap", "name": super::STACK_FACTS_CONFIGMAP}]},
+            "postBuild": {"substituteFrom": [{"kind": "ConfigMap", "name": names.facts()}]},
         },
     }));
     objects

@@ -9,8 +9,7 @@ use kube::Api;
 use kube::api::ListParams;
 use serde_json::Value;
 
-use super::source::SOURCE_NAME;
-use super::{FLUX_NAMESPACE, HELM_RELEASE, ROOT_KUSTOMIZATION, STACK_FACTS_CONFIGMAP, flux};
+use super::{ChainPlan, FLUX_NAMESPACE, flux};
 use crate::docker::LABEL_STACK;
 use crate::error::Error;
 use crate::k8s;
@@ -29,14 +28,17 @@ pub async fn uninstall(
 ) -> Result<Vec<String>, Error> {
     let limit = settings.timeouts.flux.get();
     let mut removed = Vec::new();
+    let names = &settings.names;
+    refuse_while_others_share_eso(client, settings).await?;
     // While ESO still runs, so that nothing holds them.
     removed.extend(remove_profile_external_secrets(client, settings).await?);
+    let root = names.root();
     if k8s::delete(
         client,
         KUSTOMIZATION_API,
         "Kustomization",
         Some(FLUX_NAMESPACE),
-        ROOT_KUSTOMIZATION,
+        &root,
     )
     .await?
     {
@@ -44,17 +46,21 @@ pub async fn uninstall(
         wait_flux_pruned(client, settings, limit).await?;
         remove_left_crds(client, settings).await?;
         removed.push(format!(
-            "Kustomization {FLUX_NAMESPACE}/{ROOT_KUSTOMIZATION} and what Flux applied for it"
+            "Kustomization {FLUX_NAMESPACE}/{root} and what Flux applied for it"
         ));
     }
     // Both source kinds: `down --all` reads the stack through a profile that
     // may name the other one.
     for (api_version, kind, name) in [
-        ("source.toolkit.fluxcd.io/v1", "Bucket", SOURCE_NAME),
-        ("source.toolkit.fluxcd.io/v1", "GitRepository", SOURCE_NAME),
-        ("v1", "ConfigMap", STACK_FACTS_CONFIGMAP),
+        ("source.toolkit.fluxcd.io/v1", "Bucket", names.source()),
+        (
+            "source.toolkit.fluxcd.io/v1",
+            "GitRepository",
+            names.source(),
+        ),
+        ("v1", "ConfigMap", names.facts()),
     ] {
-        if k8s::delete(client, api_version, kind, Some(FLUX_NAMESPACE), name).await? {
+        if k8s::delete(client, api_version, kind, Some(FLUX_NAMESPACE), &name).await? {
             removed.push(format!("{kind} {FLUX_NAMESPACE}/{name}"));
         }
     }
@@ -70,22 +76,27 @@ async fn wait_flux_pruned(
     settings: &Settings,
     limit: Duration,
 ) -> Result<(), Error> {
+    let plan = ChainPlan::of(settings);
     let mut pending = Vec::new();
-    for level in super::levels(settings) {
+    for level in plan.levels() {
         let name = format!("Kustomization {FLUX_NAMESPACE}/{level}");
-        let api = (KUSTOMIZATION_API, "Kustomization", FLUX_NAMESPACE, level);
+        let api = (
+            KUSTOMIZATION_API,
+            "Kustomization",
+            FLUX_NAMESPACE.to_string(),
+            level,
+        );
         pending.push((name, api));
     }
     // A HelmRelease of that name beside the cluster's own ESO is not the stack's.
-    if settings.eso.installs() {
-        let (namespace, release) = HELM_RELEASE;
+    if let Some((namespace, release)) = plan.release() {
         pending.push((
             format!("HelmRelease {namespace}/{release}"),
             (HELM_RELEASE_API, "HelmRelease", namespace, release),
         ));
     }
     for (what, (api_version, kind, namespace, name)) in pending {
-        if !k8s::wait_gone(client, api_version, kind, Some(namespace), name, limit).await {
+        if !k8s::wait_gone(client, api_version, kind, Some(&namespace), &name, limit).await {
             return Err(Error::timeout(format!(
                 "{what} was not removed within {}",
                 settings.timeouts.flux
@@ -97,6 +108,36 @@ async fn wait_flux_pruned(
         }
     }
     Ok(())
+}
+
+/// The stacks that joined this stack's cluster use the ESO CRDs, webhook
+/// and cert-controller it installed: taking them away would break those
+/// stacks, so this stack goes down after them.
+async fn refuse_while_others_share_eso(
+    client: &kube::Client,
+    settings: &Settings,
+) -> Result<(), Error> {
+    if !ChainPlan::of(settings).installs_eso_shared {
+        return Ok(());
+    }
+    let others = crate::cluster::existing::stacks_on_cluster(client).await?;
+    let others: Vec<String> = others
+        .into_iter()
+        .map(|s| s.name)
+        .filter(|s| *s != settings.name)
+        .collect();
+    if others.is_empty() {
+        return Ok(());
+    }
+    let list = others.join("`, `");
+    Err(Error::user(format!(
+        "stack `{}` installed the External Secrets Operator's CRDs and webhook that stack(s) `{list}` on the same cluster use",
+        settings.name
+    ))
+    .with_hint(format!(
+        "take those down first (`devstack --name {} down`), then this one; nothing was removed",
+        others[0]
+    )))
 }
 
 /// CRDs the chain's levels applied that Flux's pruning left behind (seen

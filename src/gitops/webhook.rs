@@ -41,7 +41,12 @@ use kube::runtime::watcher;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::HELM_RELEASE;
+/// The release whose webhook and cert-controller every stack on the
+/// cluster uses: the first stack's, under the shipped names.
+const HELM_RELEASE: (&str, &str) = (
+    crate::profile::names::base::ESO_NAMESPACE,
+    crate::profile::names::base::ESO_RELEASE,
+);
 use crate::error::Error;
 use crate::k8s::wait;
 use crate::k8s::{Budget, Verdict, Wait};

@@ -18,6 +18,7 @@ use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::error::Error;
+use crate::profile::StackNames;
 use crate::ui::Step;
 pub use wait::{Budget, Verdict, Wait};
 
@@ -243,17 +244,13 @@ pub async fn kubelet_reachable(client: &kube::Client, name: &str) -> bool {
 
 pub const FIELD_MANAGER: &str = "devstack";
 
-/// The in-cluster name pods use for LocalStack, on either provider.
-pub const LOCALSTACK_NAMESPACE: &str = "localstack";
-pub const LOCALSTACK_SERVICE: &str = "localstack";
 /// LocalStack's port inside its container and behind the in-cluster Service.
 pub const LOCALSTACK_PORT: u16 = 4566;
 
-pub fn localstack_in_cluster_url() -> String {
-    format!(
-        "http://{LOCALSTACK_SERVICE}.{LOCALSTACK_NAMESPACE}.svc.cluster.local:{}",
-        LOCALSTACK_PORT
-    )
+/// The in-cluster address pods use for the stack's LocalStack, on either
+/// provider.
+pub fn localstack_in_cluster_url(names: &StackNames) -> String {
+    names.localstack_in_cluster_url(LOCALSTACK_PORT)
 }
 
 /// The cluster IP of Service `namespace/name` as a URL host (IPv6 in
@@ -285,10 +282,11 @@ pub async fn service_host(
 /// LocalStack's address for pods by its Service's cluster IP, which needs
 /// no cluster DNS: a pod that starts with its node (a restart, a restore)
 /// reaches it before CoreDNS serves. The DNS name when the IP is unknown.
-pub async fn localstack_in_cluster_address(client: &kube::Client) -> String {
-    match service_host(client, LOCALSTACK_NAMESPACE, LOCALSTACK_SERVICE).await {
+pub async fn localstack_in_cluster_address(client: &kube::Client, names: &StackNames) -> String {
+    let namespace = names.localstack_namespace();
+    match service_host(client, &namespace, names.localstack_service()).await {
         Ok(Some(host)) => format!("{host}:{LOCALSTACK_PORT}"),
-        _ => localstack_in_cluster_url()
+        _ => localstack_in_cluster_url(names)
             .trim_start_matches("http://")
             .to_string(),
     }
@@ -296,31 +294,42 @@ pub async fn localstack_in_cluster_address(client: &kube::Client) -> String {
 
 /// Points the selectorless `localstack` Service at the container's address
 /// on the stack network. Re-run whenever that address may have changed.
-pub async fn route_localstack(client: &kube::Client, container_ip: &str) -> Result<(), Error> {
+pub async fn route_localstack(
+    client: &kube::Client,
+    names: &StackNames,
+    container_ip: &str,
+) -> Result<(), Error> {
     use serde_json::json;
     let port = LOCALSTACK_PORT;
-    apply(client, &json!({
-        "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": LOCALSTACK_NAMESPACE, "labels": {"app.kubernetes.io/managed-by": "devstack"}},
-    }))
+    let (namespace, service) = (names.localstack_namespace(), names.localstack_service());
+    apply(
+        client,
+        &json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": {"app.kubernetes.io/managed-by": "devstack"}},
+        }),
+    )
     .await?;
     apply(client, &json!({
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": LOCALSTACK_SERVICE, "namespace": LOCALSTACK_NAMESPACE,
+        "metadata": {"name": service, "namespace": namespace,
                      "labels": {"app.kubernetes.io/managed-by": "devstack"}},
         "spec": {"ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}]},
     }))
     .await?;
-    apply(client, &json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": format!("{LOCALSTACK_SERVICE}-devstack"), "namespace": LOCALSTACK_NAMESPACE,
-                     "labels": {"kubernetes.io/service-name": LOCALSTACK_SERVICE,
-                                "endpointslice.kubernetes.io/managed-by": "devstack",
-                                "app.kubernetes.io/managed-by": "devstack"}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [container_ip], "conditions": {"ready": true}}],
-        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
-    }))
+    apply(
+        client,
+        &json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("{service}-devstack"), "namespace": namespace,
+                         "labels": {"kubernetes.io/service-name": service,
+                                    "endpointslice.kubernetes.io/managed-by": "devstack",
+                                    "app.kubernetes.io/managed-by": "devstack"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [container_ip], "conditions": {"ready": true}}],
+            "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+        }),
+    )
     .await
 }
 

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use super::{Action, Endpoint, HealthClient, LocalStackReport, unavailable_services};
 use crate::error::{Error, Kind};
 use crate::k8s::forward::PortForward;
-use crate::k8s::{Budget, LOCALSTACK_NAMESPACE, LOCALSTACK_PORT, LOCALSTACK_SERVICE};
+use crate::k8s::{Budget, LOCALSTACK_PORT};
+use crate::profile::StackNames;
 use crate::profile::{LocalStackMode, Settings};
 
 /// The pods of the shipped Deployment.
@@ -35,15 +36,17 @@ pub async fn up(
     progress: &dyn Fn(&str),
 ) -> Result<(LocalStackReport, PortForward), Error> {
     let started = Instant::now();
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), LOCALSTACK_NAMESPACE);
+    let namespace = settings.names.localstack_namespace();
+    let name = settings.names.localstack_service();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
     let before = deployments
-        .get_opt(LOCALSTACK_SERVICE)
+        .get_opt(name)
         .await
-        .map_err(|e| Error::internal(format!("read Deployment localstack/localstack: {e}")))?;
+        .map_err(|e| Error::internal(format!("read Deployment {namespace}/{name}: {e}")))?;
     for object in objects(settings)? {
         crate::k8s::apply(client, &object).await?;
     }
-    let after = deployments.get_opt(LOCALSTACK_SERVICE).await.ok().flatten();
+    let after = deployments.get_opt(name).await.ok().flatten();
     let action = match (before, after) {
         (None, _) => Action::Created,
         (Some(b), Some(a)) if b.metadata.generation != a.metadata.generation => {
@@ -54,29 +57,32 @@ pub async fn up(
     progress("waiting for its Deployment to be Available");
     let timeout = settings.timeouts.localstack.get();
     let budget = Budget::since(started, timeout, "timeouts.localstack");
-    let names = [LOCALSTACK_SERVICE.to_string()];
+    let deployment_names = [name.to_string()];
+    let advice = format!(
+        "`kubectl -n {namespace} describe pods` shows why its pod does not start (an image the nodes cannot pull, too little memory)"
+    );
     let available = crate::k8s::wait_deployments_available(
         client,
-        LOCALSTACK_NAMESPACE,
-        &names,
+        &namespace,
+        &deployment_names,
         budget,
-        "`kubectl -n localstack describe pods` shows why its pod does not start (an image the nodes cannot pull, too little memory)",
+        &advice,
     );
     crate::k8s::sandbox::wait_recreating_failed_sandboxes(
         available,
         client,
-        LOCALSTACK_NAMESPACE,
+        &namespace,
         SELECTOR,
         |pod| progress(&format!("pod {pod} recreated: its sandbox failed")),
     )
     .await?;
-    let forward = open_forward(client, None).await?;
+    let forward = open_forward(client, &settings.names, None).await?;
     progress("waiting for services to report available");
     let services = wait_services(settings, &forward, started).await?;
     let report = LocalStackReport {
         action,
         endpoint: Endpoint {
-            container: format!("Deployment {LOCALSTACK_NAMESPACE}/{LOCALSTACK_SERVICE}"),
+            container: format!("Deployment {namespace}/{name}"),
             url: forward.url(),
             host_port: forward.local_addr().port(),
             network_ip: None,
@@ -91,11 +97,12 @@ pub async fn up(
 /// (a free one when `None`).
 pub async fn open_forward(
     client: &kube::Client,
+    names: &StackNames,
     local_port: Option<u16>,
 ) -> Result<PortForward, Error> {
     PortForward::open(
         client.clone(),
-        LOCALSTACK_NAMESPACE,
+        &names.localstack_namespace(),
         SELECTOR,
         LOCALSTACK_PORT,
         local_port,
@@ -127,7 +134,7 @@ pub async fn reach(settings: &Settings) -> Result<Reached, Error> {
             settings.name
         ))
     })?;
-    let forward = open_forward(&client, None).await?;
+    let forward = open_forward(&client, &settings.names, None).await?;
     Ok(Reached {
         settings: settings.with_localstack_port(forward.local_addr().port()),
         forward: Some(forward),
@@ -138,12 +145,13 @@ pub async fn reach(settings: &Settings) -> Result<Reached, Error> {
 /// the profile's token and environment beside them.
 fn objects(settings: &Settings) -> Result<Vec<Value>, Error> {
     let facts = crate::gitops::source::facts(settings, None, &BTreeMap::new());
-    let mut objects = crate::gitops::manifests::localstack_objects(&facts)?;
+    let mut objects = crate::gitops::manifests::localstack_objects(&facts, &settings.names)?;
+    let namespace = settings.names.localstack_namespace();
     let token = crate::envvars::get(&settings.localstack.auth_token_env);
     if let Some(token) = token {
         objects.push(json!({
             "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": AUTH_SECRET, "namespace": LOCALSTACK_NAMESPACE},
+            "metadata": {"name": AUTH_SECRET, "namespace": namespace},
             "type": "Opaque",
             "stringData": {"token": token},
         }));
@@ -151,7 +159,7 @@ fn objects(settings: &Settings) -> Result<Vec<Value>, Error> {
     if !settings.localstack.env.is_empty() {
         objects.push(json!({
             "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": ENV_CONFIGMAP, "namespace": LOCALSTACK_NAMESPACE},
+            "metadata": {"name": ENV_CONFIGMAP, "namespace": namespace},
             "data": settings.localstack.env,
         }));
     }
@@ -191,9 +199,10 @@ async fn wait_services(
                     settings.timeouts.localstack
                 ),
             )
-            .with_hint(
-                "`kubectl -n localstack logs deploy/localstack` shows LocalStack's log; raise `timeouts.localstack` on a slow machine",
-            ));
+            .with_hint(format!(
+                "`kubectl -n {} logs deploy/localstack` shows LocalStack's log; raise `timeouts.localstack` on a slow machine",
+                settings.names.localstack_namespace()
+            )));
         }
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }

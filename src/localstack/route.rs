@@ -19,7 +19,7 @@ pub async fn route_localstack(
         return Ok(false);
     };
     let client = crate::k8s::client_from_kubeconfig(kubeconfig_yaml).await?;
-    crate::k8s::route_localstack(&client, &ip).await?;
+    crate::k8s::route_localstack(&client, &settings.names, &ip).await?;
     Ok(true)
 }
 

@@ -2,6 +2,7 @@
 
 pub mod duration;
 pub mod load;
+pub mod names;
 pub mod resolve;
 pub mod schema;
 pub mod secret;
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 pub use duration::HumanDuration;
 pub use load::{LoadedProfile, ProfileError, ProfileErrors};
+pub use names::StackNames;
 pub use schema::{EsoInstall, GitopsLayout, GitopsSourceKind, HostPort, LocalStackMode, Provider};
 pub use secret::SecretString;
 pub use settings::{ClusterEso, ImageSettings, Overrides, SecretSource, Settings};

@@ -86,9 +86,18 @@ pub struct Settings {
     pub secrets: Vec<SecretSettings>,
     pub verify: VerifySettings,
     pub timeouts: Timeouts,
+    /// The names of the stack's objects on its cluster: its own when it
+    /// shares the cluster with another stack. Known once `up` met the
+    /// cluster; kept in the stack's record.
+    #[serde(skip_serializing_if = "is_alone")]
+    pub names: super::StackNames,
     /// Which layer decided the values that can be overridden.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub origins: BTreeMap<String, Origin>,
+}
+
+fn is_alone(names: &super::StackNames) -> bool {
+    !names.shares_cluster()
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -166,6 +175,29 @@ pub struct ClusterEso {
     /// Its `--controller-class`, which the stack's store then names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller_class: Option<String>,
+}
+
+impl Settings {
+    /// Names the stack's objects after it, as a stack that joined a
+    /// cluster another stack runs on (see [`super::StackNames`]); its
+    /// round trip's namespace too, which `down` removes.
+    pub fn share_cluster(&mut self) {
+        self.names = super::StackNames::sharing(&self.name);
+        self.verify.namespace = self.names.of(&self.verify.namespace);
+    }
+
+    /// The ESO controller class the stack's store names: the cluster's
+    /// ESO's, or, for the ESO devstack installs on a cluster it did not
+    /// create, one of the stack's own. Stores without a class are served by
+    /// every controller (ESO's `ShouldProcessStore`), so each stack on a
+    /// shared cluster must name its own controller, the first stack too.
+    pub fn controller_class(&self) -> Option<String> {
+        match &self.eso.cluster {
+            Some(eso) => eso.controller_class.clone(),
+            None => (self.cluster.provider == super::Provider::Existing)
+                .then(|| format!("devstack-{}", self.name)),
+        }
+    }
 }
 
 impl EsoSettings {

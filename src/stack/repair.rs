@@ -51,7 +51,7 @@ pub(super) fn localstack_repair(
 /// `up` repairs).
 pub(super) async fn missing_flux_objects(
     client: &kube::Client,
-    installs_eso: bool,
+    plan: &gitops::ChainPlan,
 ) -> BTreeSet<String> {
     let gone = |found: Result<Option<kube::api::DynamicObject>, kube::Error>| match found {
         Ok(None) => true,
@@ -61,23 +61,17 @@ pub(super) async fn missing_flux_objects(
     };
     let mut missing = BTreeSet::new();
     let ks = gitops::chain::kustomizations(client);
-    for &name in
-        std::iter::once(&gitops::ROOT_KUSTOMIZATION).chain(gitops::chain_levels(installs_eso))
-    {
-        if gone(ks.get_opt(name).await) {
+    for name in std::iter::once(plan.root()).chain(plan.chain_levels()) {
+        if gone(ks.get_opt(&name).await) {
             missing.insert(format!("Kustomization {}/{name}", gitops::FLUX_NAMESPACE));
         }
     }
-    if !installs_eso {
+    let Some((namespace, release)) = plan.release() else {
         return missing;
-    }
-    let releases = gitops::chain::helm_releases(client);
-    if gone(releases.get_opt(gitops::HELM_RELEASE.1).await) {
-        missing.insert(format!(
-            "HelmRelease {}/{}",
-            gitops::HELM_RELEASE.0,
-            gitops::HELM_RELEASE.1
-        ));
+    };
+    let releases = gitops::chain::helm_releases(client, &namespace);
+    if gone(releases.get_opt(&release).await) {
+        missing.insert(format!("HelmRelease {namespace}/{release}"));
     }
     missing
 }
@@ -85,13 +79,17 @@ pub(super) async fn missing_flux_objects(
 /// ESO's Deployments scaled to zero by hand: the operator level's health
 /// checks pass on them (none of none ready) while nothing serves, and Helm
 /// leaves them so. Each gets one replica back; returns what was repaired.
-pub(super) async fn restore_scaled_down(client: &kube::Client) -> Vec<String> {
+pub(super) async fn restore_scaled_down(
+    client: &kube::Client,
+    names: &crate::profile::StackNames,
+) -> Vec<String> {
     use k8s_openapi::api::apps::v1::Deployment;
     use kube::api::{Patch, PatchParams};
-    let namespace = gitops::HELM_RELEASE.0;
-    let api: kube::Api<Deployment> = kube::Api::namespaced(client.clone(), namespace);
+    let (namespace, release) = names.helm_release();
+    let api: kube::Api<Deployment> = kube::Api::namespaced(client.clone(), &namespace);
     let mut repaired = Vec::new();
-    for name in gitops::chain::eso_deployments() {
+    // A stack that shares the cluster has only the controller.
+    for name in gitops::chain::eso_deployments(&release) {
         let Ok(Some(deployment)) = api.get_opt(&name).await else {
             continue;
         };
@@ -121,7 +119,7 @@ async fn recreate_crashed_pods(client: kube::Client, recreated: Arc<Mutex<Vec<St
     let namespaces = [
         "kube-system",
         crate::gitops::FLUX_NAMESPACE,
-        crate::gitops::HELM_RELEASE.0,
+        crate::gitops::ESO_NAMESPACE,
     ];
     crate::k8s::sandbox::recreate_crashed_pods(
         client,

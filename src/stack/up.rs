@@ -272,7 +272,7 @@ impl UpRun<'_> {
             .await;
         // The cluster's own ESO is its owners' to scale.
         let rescaled = if self.existed && settings.eso.installs() {
-            restore_scaled_down(&client).await
+            restore_scaled_down(&client, &settings.names).await
         } else {
             Vec::new()
         };
@@ -479,15 +479,16 @@ impl UpRun<'_> {
     /// The settings with what only the cluster tells, which the stack's
     /// record keeps for later commands: whether its nodes pull the images
     /// themselves (the manifests then name the images in their registries'
-    /// mirrors), and the cluster's own ESO that serves the stack.
+    /// mirrors), the cluster's own ESO that serves the stack, and whether
+    /// it shares the cluster with a stack that came first.
     fn what_the_cluster_decides(&self, info: &cluster::ClusterInfo) -> Result<Settings, Error> {
         state::StackRecord::update(&self.stack.settings, |r| {
             r.nodes_pull = info.nodes_pull;
             r.cluster_eso = info.cluster_eso.clone();
+            r.shares_cluster = info.shares_cluster;
         })?;
         let mut settings = self.stack.settings.clone();
-        settings.images.nodes_pull = info.nodes_pull;
-        settings.eso.cluster = info.cluster_eso.clone();
+        state::attach_record(&mut settings);
         Ok(settings)
     }
 
@@ -649,7 +650,7 @@ impl UpRun<'_> {
                         "LocalStack has no address on the stack network",
                     ));
                 }
-                Ok(((), crate::k8s::localstack_in_cluster_url()))
+                Ok(((), crate::k8s::localstack_in_cluster_url(&settings.names)))
             })
             .await
     }
@@ -666,7 +667,7 @@ impl UpRun<'_> {
             BTreeSet::new()
         } else {
             // This run's settings: what the cluster decided (its own ESO) is in them.
-            missing_flux_objects(client, settings.eso.installs()).await
+            missing_flux_objects(client, &gitops::ChainPlan::of(settings)).await
         }
     }
 

@@ -18,7 +18,6 @@ use super::probe::{
 use super::report::{CheckResult, CheckStatus};
 use super::{ESO_GROUP, ESO_VERSION, PUSH_SECRET_VERSION, external_secret_synced};
 use crate::error::{Error, Kind};
-use crate::gitops::CLUSTER_SECRET_STORE;
 use crate::k8s::wait::ready_verdict;
 use crate::k8s::{Budget, Verdict, Wait, conditions, dynamic_api};
 use crate::profile::settings::profile_external_secret_name;
@@ -159,7 +158,7 @@ impl<'a> RoundTrip<'a> {
 
         let store = check!(
             "clusterSecretStore",
-            format!("ClusterSecretStore {CLUSTER_SECRET_STORE} Ready"),
+            format!("ClusterSecretStore {} Ready", self.probe.store),
             check_store
         );
         let synced = if store {
@@ -401,16 +400,17 @@ impl<'a> RoundTrip<'a> {
     async fn check_store(&mut self) -> Outcome {
         let api = crate::gitops::cluster_secret_stores(&self.client);
         let started = Instant::now();
+        let name = self.probe.store.clone();
         let wait = Wait::new(
-            format!("ClusterSecretStore {CLUSTER_SECRET_STORE}"),
+            format!("ClusterSecretStore {name}"),
             "Ready",
             self.budget(self.timeout),
         );
         let store = self
-            .watch(wait.object(api, CLUSTER_SECRET_STORE, |store| match store {
+            .watch(wait.object(api, &name, |store| match store {
                 Some(store) => ready_verdict(&store.data),
                 None => Verdict::Waiting(format!(
-                    "ClusterSecretStore {CLUSTER_SECRET_STORE} does not exist (or ESO's CRDs are not installed)"
+                    "ClusterSecretStore {name} does not exist (or ESO's CRDs are not installed)"
                 )),
             }))
             .await?;

@@ -83,7 +83,7 @@ pub async fn run(
 ) -> Result<VerifyReport, Error> {
     let started = Instant::now();
     preflight_localstack(settings).await?;
-    let probe = Probe::new(&settings.verify.namespace);
+    let probe = Probe::new(&settings.verify.namespace, &settings.names.store());
     let push_secret = options.push_secret || settings.verify.push_secret;
     let timeout = options
         .timeout

@@ -10,7 +10,6 @@ use rand::Rng;
 use serde_json::{Value, json};
 
 use super::{ESO_GROUP, ESO_VERSION, FORCE_SYNC_ANNOTATION, PROBE_PREFIX, PUSH_SECRET_VERSION};
-use crate::gitops::CLUSTER_SECRET_STORE;
 use crate::k8s::{Budget, Verdict, Wait};
 use crate::profile::SecretString;
 use crate::profile::schema::{Charset, GenerateSpec};
@@ -27,6 +26,8 @@ pub(super) const COMPONENT: (&str, &str) = ("app.kubernetes.io/component", "veri
 pub(super) struct Probe {
     pub(super) id: String,
     pub(super) namespace: String,
+    /// The stack's ClusterSecretStore, which the probe reads through.
+    pub(super) store: String,
     /// LocalStack secret the ExternalSecret reads.
     pub(super) remote: String,
     /// LocalStack secret the PushSecret writes.
@@ -41,7 +42,7 @@ pub(super) struct Probe {
 }
 
 impl Probe {
-    pub(super) fn new(namespace: &str) -> Self {
+    pub(super) fn new(namespace: &str, store: &str) -> Self {
         const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
         let mut rng = rand::rng();
         let id: String = (0..10)
@@ -59,6 +60,7 @@ impl Probe {
             object: format!("{PROBE_PREFIX}-{id}"),
             push_object: format!("{PROBE_PREFIX}-{id}-push"),
             namespace: namespace.to_string(),
+            store: store.to_string(),
             initial: value(),
             rotated: value(),
             pushed: value(),
@@ -102,7 +104,7 @@ pub(super) fn probe_external_secret(p: &Probe, force_sync: Option<&str>) -> Valu
         "metadata": metadata,
         "spec": {
             "refreshInterval": "1h",
-            "secretStoreRef": {"name": CLUSTER_SECRET_STORE, "kind": "ClusterSecretStore"},
+            "secretStoreRef": {"name": p.store, "kind": "ClusterSecretStore"},
             "target": {"name": p.object, "creationPolicy": "Owner"},
             "data": [{"secretKey": VALUE_KEY, "remoteRef": {"key": p.remote}}],
         },
@@ -129,7 +131,7 @@ pub(super) fn probe_push_objects(p: &Probe) -> (Value, Value) {
             // devstack removes the remote secret itself: no finalizer that
             // could hang the cleanup when ESO is down.
             "deletionPolicy": "None",
-            "secretStoreRefs": [{"name": CLUSTER_SECRET_STORE, "kind": "ClusterSecretStore"}],
+            "secretStoreRefs": [{"name": p.store, "kind": "ClusterSecretStore"}],
             "selector": {"secret": {"name": p.push_object}},
             "data": [{"match": {"secretKey": VALUE_KEY, "remoteRef": {"remoteKey": p.push_remote}}}],
         },
@@ -223,7 +225,7 @@ mod tests {
 
     #[test]
     fn probe_names_are_valid_and_values_distinct() {
-        let p = Probe::new("devstack-verify");
+        let p = Probe::new("devstack-verify", "localstack");
         assert_eq!(p.id.len(), 10);
         assert!(p.object.starts_with("devstack-verify-"));
         assert_eq!(kube_name(&p.object), p.object);
@@ -237,7 +239,7 @@ mod tests {
 
     #[test]
     fn scrub_masks_every_probe_value() {
-        let p = Probe::new("ns");
+        let p = Probe::new("ns", "localstack");
         let text = format!(
             "saw {} then {} and {}",
             p.initial.expose(),
@@ -254,13 +256,13 @@ mod tests {
 
     #[test]
     fn probe_objects_reference_the_store_and_carry_no_plain_value() {
-        let p = Probe::new("verify-ns");
+        let p = Probe::new("verify-ns", "localstack");
         let es = probe_external_secret(&p, None);
         assert_eq!(es["apiVersion"], "external-secrets.io/v1");
         assert_eq!(es["metadata"]["namespace"], "verify-ns");
         assert!(es["metadata"].get("annotations").is_none());
         assert_eq!(es["spec"]["secretStoreRef"]["kind"], "ClusterSecretStore");
-        assert_eq!(es["spec"]["secretStoreRef"]["name"], CLUSTER_SECRET_STORE);
+        assert_eq!(es["spec"]["secretStoreRef"]["name"], "localstack");
         assert_eq!(es["spec"]["target"]["name"], p.object.as_str());
         assert_eq!(es["spec"]["data"][0]["remoteRef"]["key"], p.remote.as_str());
         let forced = probe_external_secret(&p, Some("123"));

@@ -81,8 +81,8 @@ impl VerifyReport {
 
 fn failure_hint(settings: &Settings, check: &str) -> String {
     let (ns, deployment) = match &settings.eso.cluster {
-        Some(eso) => (eso.namespace.as_str(), eso.deployment.as_str()),
-        None => crate::gitops::HELM_RELEASE,
+        Some(eso) => (eso.namespace.clone(), eso.deployment.clone()),
+        None => settings.names.helm_release(),
     };
     let eso_logs = format!(
         "ESO's log: `kubectl --context {} -n {ns} logs deploy/{deployment}`",

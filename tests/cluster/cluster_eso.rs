@@ -209,7 +209,8 @@ fn an_eso_the_cluster_runs_serves_the_stack_and_stays_as_it_was() {
     }
     assert_same_inventory(&before, &inventory(&rt, &client), "a refused ESO");
 
-    let endpoint = devstack::k8s::localstack_in_cluster_url();
+    let endpoint =
+        devstack::k8s::localstack_in_cluster_url(&devstack::profile::StackNames::alone());
     helm_eso(&helm, &admin, &chart, &endpoint);
     let before = inventory(&rt, &client);
     let deployments = eso_deployments(&rt, &client);

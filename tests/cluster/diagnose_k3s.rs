@@ -320,7 +320,7 @@ fn each_runbook_symptom_is_diagnosed_and_its_printed_fix_repairs_it() {
         &Patch::Merge(json!({"data": {"values.yaml": "{\"replicaCount\": \"not-a-number\"}"}})),
     ))
     .unwrap();
-    let releases = devstack::gitops::chain::helm_releases(&client);
+    let releases = devstack::gitops::chain::helm_releases(&client, "external-secrets");
     reconcile_until_failed(&rt, &releases, "external-secrets");
     diagnose_and_repair(
         &stack,

@@ -3,9 +3,11 @@
 //! only read (a ServiceAccount bound to `view`) is refused in preflight with
 //! every missing permission listed and nothing created; Ctrl-C during `up`
 //! removes what it applied; `up` -> `verify --push-secret` -> `status` ->
-//! `down` leaves the cluster's namespaces, CRDs and cluster roles as they
-//! were, and the cluster running. An ESO devstack did not install is
-//! refused before anything is created.
+//! a second stack beside the first (its own names and ESO controller, both
+//! verified, the first one's `down` refused until the second's) -> `down`
+//! leaves the cluster's namespaces, CRDs and cluster roles as they were,
+//! and the cluster running. An ESO devstack did not install is refused
+//! before anything is created.
 
 use std::collections::BTreeSet;
 use std::io::BufRead;
@@ -249,16 +251,7 @@ fn existing_kind_cluster_is_left_as_it_was() {
         "{}",
         status.stdout
     );
-    // A second stack would take over the first one's objects: refused.
-    let second = stack.run_env(&profile, &["--name", "second", "up"], &as_admin);
-    assert_eq!(second.code, 2, "{}", second.all());
-    assert!(
-        second
-            .stderr
-            .contains(&format!("already runs devstack stack `{}`", stack.name)),
-        "{}",
-        second.stderr
-    );
+    a_second_stack_shares_the_cluster(&rt, &client, &stack, (&profile, &context), &as_admin);
 
     let down = stack.run_env(&profile, &["down", "--json"], &as_admin);
     let removed = down.ok().json()["stacks"][0]["uninstalled"].to_string();
@@ -266,6 +259,123 @@ fn existing_kind_cluster_is_left_as_it_was() {
     assert!(removed.contains("Namespace localstack"), "{removed}");
     assert_same_inventory(&before, &inventory(&rt, &client), "down");
     assert!(!kind_nodes(&stack).is_empty(), "the cluster itself stays");
+}
+
+/// A second stack on the cluster: refused while its profile would sync a
+/// secret where the first one does; then up beside the first one under its
+/// own names, with its own ESO controller and the first one's CRDs and
+/// webhook. Both verify side by side; the first one cannot go down while
+/// the second uses its ESO; the second's `down` leaves the first verified
+/// and its own objects gone.
+fn a_second_stack_shares_the_cluster(
+    rt: &tokio::runtime::Runtime,
+    client: &kube::Client,
+    stack: &TestStack,
+    (profile, context): (&Path, &str),
+    as_admin: &[(&str, &str)],
+) {
+    let second = format!("{}-b", stack.name);
+    let with_first = inventory(rt, client);
+    let taking_over = stack.run_env(profile, &["--name", &second, "up"], as_admin);
+    assert_eq!(taking_over.code, 2, "{}", taking_over.all());
+    for part in [
+        format!("where stack `{}` already syncs one", stack.name),
+        "nothing was created".to_string(),
+    ] {
+        assert!(
+            taking_over.stderr.contains(&part),
+            "{part}:\n{}",
+            taking_over.stderr
+        );
+    }
+    assert_same_inventory(
+        &with_first,
+        &inventory(rt, client),
+        "a refused second stack",
+    );
+
+    let text = std::fs::read_to_string(profile)
+        .unwrap()
+        .replace(
+            &format!("name: {}\n", stack.name),
+            &format!("name: {second}\n"),
+        )
+        .replace("secretName: app-token", "secretName: app-token-b");
+    assert!(
+        text.contains(&second) && text.contains("app-token-b"),
+        "{text}"
+    );
+    let profile_b = stack.dir.path().join("profile-b.yaml");
+    std::fs::write(&profile_b, text).unwrap();
+    let up = stack.run_env(&profile_b, &["up", "--json"], as_admin);
+    let report = up.ok().json();
+    assert_eq!(report["cluster"]["sharesCluster"], true, "{report}");
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+    let levels: Vec<&str> = report["gitops"]["chain"]["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["name"].as_str())
+        .collect();
+    let own = |base: &str| format!("{base}-{second}");
+    assert_eq!(
+        levels,
+        [
+            own("devstack"),
+            own("localstack"),
+            own("external-secrets-operator"),
+            own("external-secrets-crs")
+        ],
+        "{report}"
+    );
+    // Each store names its own stack's controller.
+    let stores = devstack::gitops::cluster_secret_stores(client);
+    for (store, stack_name) in [
+        ("localstack".to_string(), &stack.name),
+        (own("localstack"), &second),
+    ] {
+        let object = rt.block_on(stores.get(&store)).unwrap();
+        assert_eq!(
+            object.data["spec"]["controller"],
+            format!("devstack-{stack_name}"),
+            "{store}"
+        );
+    }
+    for profile in [profile, profile_b.as_path()] {
+        let verify = stack.run_env(profile, &["verify", "--push-secret", "--json"], as_admin);
+        assert_eq!(verify.ok().json()["passed"], true, "{}", verify.all());
+        stack.run_env(profile, &["status"], as_admin).ok();
+    }
+    let diagnose = stack.run_env(&profile_b, &["diagnose", "--json"], as_admin);
+    assert_eq!(diagnose.code, 0, "{}", diagnose.all());
+    assert_eq!(diagnose.json(), json!([]), "{}", diagnose.all());
+
+    let first_down = stack.run_env(profile, &["--context", context, "down"], as_admin);
+    assert_eq!(first_down.code, 2, "{}", first_down.all());
+    assert!(
+        first_down.stderr.contains(&format!("`{second}`")),
+        "{}",
+        first_down.stderr
+    );
+    let down = stack.run_env(&profile_b, &["down", "--json"], as_admin);
+    let removed = down.ok().json()["stacks"][0]["uninstalled"].to_string();
+    for part in [
+        own("Namespace localstack"),
+        own("Kustomization flux-system/devstack"),
+    ] {
+        assert!(removed.contains(&part), "{part}: {removed}");
+    }
+    assert!(
+        !removed.contains("namespace flux-system"),
+        "the first stack's Flux stays: {removed}"
+    );
+    assert_same_inventory(
+        &with_first,
+        &inventory(rt, client),
+        "the second stack's down",
+    );
+    let verify = stack.run_env(profile, &["verify", "--push-secret", "--json"], as_admin);
+    assert_eq!(verify.ok().json()["passed"], true, "{}", verify.all());
 }
 
 /// SIGINT once the Flux step starts: `up` rolls back what it applied.

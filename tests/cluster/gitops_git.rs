@@ -51,7 +51,7 @@ fn root_kustomization(rt: &tokio::runtime::Runtime, client: &kube::Client) -> se
         "kustomize.toolkit.fluxcd.io/v1",
         "Kustomization",
         Some("flux-system"),
-        devstack::gitops::ROOT_KUSTOMIZATION,
+        "devstack",
     )
     .expect("the root Kustomization exists")
 }
@@ -134,7 +134,7 @@ fn git_source_delivers_pushed_commits_and_reports_one_that_does_not_build() {
         "source.toolkit.fluxcd.io/v1",
         "GitRepository",
         Some("flux-system"),
-        devstack::gitops::source::SOURCE_NAME,
+        "devstack",
     )
     .expect("the GitRepository exists");
     assert_eq!(

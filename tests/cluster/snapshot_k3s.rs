@@ -189,7 +189,7 @@ fn a_saved_stack_comes_back_verified_beside_itself_and_damage_is_refused() {
     assert_eq!(report["verifiedBesideChain"], true, "{report}");
     let levels = report["gitops"]["chain"]["levels"].as_array().unwrap();
     let names: Vec<&str> = levels.iter().filter_map(|l| l["name"].as_str()).collect();
-    let chain: Vec<&str> = std::iter::once(devstack::gitops::ROOT_KUSTOMIZATION)
+    let chain: Vec<&str> = std::iter::once("devstack")
         .chain(devstack::gitops::CHAIN)
         .collect();
     assert_eq!(names, chain, "the restored chain's levels: {report}");

@@ -397,6 +397,7 @@ pub async fn up(
             images_loaded: converged.created,
             nodes_pull: false,
             cluster_eso: None,
+            shares_cluster: false,
         })
     };
     let finish = async {

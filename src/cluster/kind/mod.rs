@@ -314,6 +314,7 @@ async fn converge(
         images_loaded: false,
         nodes_pull: false,
         cluster_eso: None,
+        shares_cluster: false,
     })
 }
 

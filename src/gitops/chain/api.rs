@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::judge::{handled, ready_condition};
 use crate::error::Error;
-use crate::gitops::{FLUX_NAMESPACE, HELM_RELEASE};
+use crate::gitops::FLUX_NAMESPACE;
 use crate::k8s::dynamic_api;
 use crate::k8s::wait::{Budget, Verdict, Wait};
 
@@ -24,20 +24,20 @@ pub fn kustomizations(client: &kube::Client) -> Api<DynamicObject> {
     )
 }
 
-pub fn helm_releases(client: &kube::Client) -> Api<DynamicObject> {
+/// The HelmReleases in `namespace` (the stack's ESO namespace).
+pub fn helm_releases(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
     dynamic_api(
         client,
         "helm.toolkit.fluxcd.io/v2",
         "HelmRelease",
-        Some(HELM_RELEASE.0),
+        Some(namespace),
     )
 }
 
 /// The chart's Deployments the operator level health-checks: the
 /// controller, its webhook (whose Service and certificate Secret share its
 /// name) and its cert-controller.
-pub fn eso_deployments() -> [String; 3] {
-    let release = HELM_RELEASE.1;
+pub fn eso_deployments(release: &str) -> [String; 3] {
     [
         release.to_string(),
         format!("{release}-webhook"),
@@ -45,8 +45,8 @@ pub fn eso_deployments() -> [String; 3] {
     ]
 }
 
-pub(super) fn workloads(client: &kube::Client) -> Api<DynamicObject> {
-    dynamic_api(client, "apps/v1", "Deployment", Some(HELM_RELEASE.0))
+pub(super) fn workloads(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    dynamic_api(client, "apps/v1", "Deployment", Some(namespace))
 }
 
 fn source_api(client: &kube::Client, kind: &str, ns: &str) -> Api<DynamicObject> {

@@ -21,16 +21,14 @@ use super::judge::{
 use super::retry::{Asks, grace_over, retry_pause_of, waiting};
 use super::{ChainReport, Failure, LevelTiming, WaitOptions};
 use crate::error::Error;
-use crate::gitops::{
-    FLUX_NAMESPACE, HELM_RELEASE, LOCALSTACK_LEVEL, ROOT_KUSTOMIZATION, chain_levels,
-};
+use crate::gitops::{FLUX_NAMESPACE, LOCALSTACK_LEVEL};
 use crate::k8s::conditions::Condition;
 use crate::k8s::wait::{self, Objects, Seen, Wait};
 use crate::ui::Step;
 
 /// One level of the chain as watched.
 struct Level {
-    name: &'static str,
+    name: String,
     ready_at: Option<Duration>,
     /// The reconcile devstack requested of this level, if any: the level is
     /// settled only once Flux reports it handled (`lastHandledReconcileAt`).
@@ -43,7 +41,7 @@ struct Level {
 }
 
 impl Level {
-    fn new(name: &'static str) -> Self {
+    fn new(name: String) -> Self {
         Level {
             name,
             ready_at: None,
@@ -70,25 +68,29 @@ type ChainEvents = BoxStream<'static, Result<ChainEvent, watcher::Error>>;
 /// One stream of every change the chain's state depends on: the
 /// Kustomizations in flux-system, the HelmRelease, and Warning events
 /// where Flux records failures.
-fn chain_events(client: &kube::Client, since: SystemTime) -> ChainEvents {
+fn chain_events(
+    client: &kube::Client,
+    release: &(String, String),
+    since: SystemTime,
+) -> ChainEvents {
     let mut streams = vec![
         wait::watch(kustomizations(client), watcher::Config::default())
             .map_ok(ChainEvent::Kustomization)
             .boxed(),
         wait::watch(
-            helm_releases(client),
-            watcher::Config::default().fields(&format!("metadata.name={}", HELM_RELEASE.1)),
+            helm_releases(client, &release.0),
+            watcher::Config::default().fields(&format!("metadata.name={}", release.1)),
         )
         .map_ok(ChainEvent::Release)
         .boxed(),
-        wait::watch(workloads(client), watcher::Config::default())
+        wait::watch(workloads(client, &release.0), watcher::Config::default())
             .map_ok(ChainEvent::Workload)
             .boxed(),
     ];
-    let mut namespaces = vec![FLUX_NAMESPACE, HELM_RELEASE.0];
+    let mut namespaces = vec![FLUX_NAMESPACE.to_string(), release.0.clone()];
     namespaces.dedup();
     for ns in namespaces {
-        let events: Api<CoreEvent> = Api::namespaced(client.clone(), ns);
+        let events: Api<CoreEvent> = Api::namespaced(client.clone(), &ns);
         streams.push(
             wait::watch(events, watcher::Config::default().fields("type=Warning"))
                 .map_ok(move |event| {
@@ -124,7 +126,10 @@ fn record_level_spans(step: &Step, started: Instant, levels: &[Level]) {
     let Some((timeline, parent)) = step.timeline() else {
         return;
     };
-    let ready: Vec<_> = levels.iter().map(|l| (l.name, l.ready_at)).collect();
+    let ready: Vec<_> = levels
+        .iter()
+        .map(|l| (l.name.as_str(), l.ready_at))
+        .collect();
     for (name, from, to) in level_spans(&ready) {
         timeline.record(
             format!("level {name} Ready"),
@@ -166,6 +171,9 @@ fn to_value(object: &DynamicObject) -> Value {
 struct ChainFollower<'a> {
     client: &'a kube::Client,
     options: WaitOptions,
+    /// The operator's HelmRelease (namespace, name), judged when the stack
+    /// delivers one.
+    release: (String, String),
     step: &'a Step,
     started: Instant,
     wait: Wait,
@@ -203,26 +211,32 @@ impl<'a> ChainFollower<'a> {
     ) -> Self {
         // With devstack's own ESO the operator level waits for the CRD
         // level anyway, by which time LocalStack's level is long Ready.
-        let localstack =
-            (options.localstack_level && !options.installs_eso).then_some(LOCALSTACK_LEVEL);
-        let mut levels: Vec<Level> = std::iter::once(ROOT_KUSTOMIZATION)
+        // A stack that shares the cluster has no CRD level, so its operator
+        // level is the one that waits for LocalStack's.
+        let plan = &options.plan;
+        let follows_localstack = plan.localstack_level && !plan.installs_eso_shared;
+        let localstack = follows_localstack.then(|| plan.names.of(LOCALSTACK_LEVEL));
+        let mut levels: Vec<Level> = std::iter::once(plan.root())
             .chain(localstack)
-            .chain(chain_levels(options.installs_eso).iter().copied())
+            .chain(plan.chain_levels())
             .map(Level::new)
             .collect();
+        let release = plan.release().unwrap_or_else(|| plan.names.helm_release());
         levels[0].requested = root_request;
         let since = SystemTime::now() - Duration::from_secs(1);
+        let events = chain_events(client, &release, since);
         let wait = Wait::new("the External Secrets chain", "Ready", options.budget).advice(
             "`devstack status` shows each level, `kubectl -n flux-system get kustomizations,buckets` more",
         );
         ChainFollower {
             client,
             options,
+            release,
             step,
             started,
             wait,
             ks: kustomizations(client),
-            events: chain_events(client, since),
+            events,
             kustomizations: Objects::default(),
             releases: Objects::default(),
             deployments: Objects::default(),
@@ -302,13 +316,16 @@ impl<'a> ChainFollower<'a> {
         for target in self.asks.take_due() {
             match target {
                 Some(i) => {
-                    if let Ok(token) = request_reconcile(&self.ks, self.levels[i].name).await {
+                    if let Ok(token) = request_reconcile(&self.ks, &self.levels[i].name).await {
                         self.levels[i].requested = Some(token);
                     }
                 }
                 None => {
-                    if let Ok(token) =
-                        request_reconcile(&helm_releases(self.client), HELM_RELEASE.1).await
+                    if let Ok(token) = request_reconcile(
+                        &helm_releases(self.client, &self.release.0),
+                        &self.release.1,
+                    )
+                    .await
                     {
                         self.release_requested = Some(token);
                     }
@@ -355,8 +372,12 @@ impl<'a> ChainFollower<'a> {
     async fn relist(&mut self) -> bool {
         let (Ok(listed_ks), Ok(listed_releases), Ok(listed_deployments)) = (
             self.ks.list(&Default::default()).await,
-            helm_releases(self.client).list(&Default::default()).await,
-            workloads(self.client).list(&Default::default()).await,
+            helm_releases(self.client, &self.release.0)
+                .list(&Default::default())
+                .await,
+            workloads(self.client, &self.release.0)
+                .list(&Default::default())
+                .await,
         ) else {
             return false;
         };
@@ -376,7 +397,7 @@ impl<'a> ChainFollower<'a> {
                 blocking.get_or_insert(why);
             }
         }
-        let (release_ready, release_state) = if self.options.installs_eso {
+        let (release_ready, release_state) = if self.options.plan.installs_eso {
             self.judge_release()
         } else {
             (true, String::new())
@@ -387,7 +408,7 @@ impl<'a> ChainFollower<'a> {
         self.seen.state = Some(blocking.unwrap_or_else(|| {
             format!(
                 "HelmRelease {}/{}: {release_state}",
-                HELM_RELEASE.0, HELM_RELEASE.1
+                self.release.0, self.release.1
             )
         }));
         Ok(false)
@@ -397,8 +418,8 @@ impl<'a> ChainFollower<'a> {
     /// Ready for its source's current revision and every request of it is
     /// handled.
     async fn judge_level(&mut self, i: usize) -> Result<Option<String>, Error> {
-        let name = self.levels[i].name;
-        let Some(object) = self.kustomizations.get(name).map(to_value) else {
+        let name = self.levels[i].name.clone();
+        let Some(object) = self.kustomizations.get(&name).map(to_value) else {
             return Ok(Some(format!(
                 "Kustomization {FLUX_NAMESPACE}/{name} does not exist yet"
             )));
@@ -408,7 +429,7 @@ impl<'a> ChainFollower<'a> {
         if let Some(c) = &condition
             && c.status == "False"
         {
-            self.level_failed(name, c, &object, current.as_deref())?;
+            self.level_failed(&name, c, &object, current.as_deref())?;
         }
         let ready = settled(&object, current.as_deref())
             && handled(&object, self.levels[i].requested.as_deref());
@@ -505,7 +526,7 @@ impl<'a> ChainFollower<'a> {
         {
             // The next level may not exist until this one applied
             // it; then Flux reconciles it on creation anyway.
-            next.requested = request_reconcile(&self.ks, next.name).await.ok();
+            next.requested = request_reconcile(&self.ks, &next.name).await.ok();
         }
     }
 
@@ -517,7 +538,7 @@ impl<'a> ChainFollower<'a> {
         let Some(next) = self
             .levels
             .get(i + 1)
-            .and_then(|l| self.kustomizations.get(l.name))
+            .and_then(|l| self.kustomizations.get(&l.name))
             .map(to_value)
         else {
             return (false, false);
@@ -551,7 +572,12 @@ impl<'a> ChainFollower<'a> {
             && !level.health_nudged
             && dependency_ready
             && let Some(since) = level.checking_since
-            && health_checks_pass(object, &self.releases, &self.deployments)
+            && health_checks_pass(
+                object,
+                (self.release.0.as_str(), self.release.1.as_str()),
+                &self.releases,
+                &self.deployments,
+            )
             && grace_over(since, &mut self.look_again)
         {
             self.health_nudge(i).await;
@@ -565,9 +591,9 @@ impl<'a> ChainFollower<'a> {
     /// once. Flux still decides. Once: should it not agree yet, its own
     /// polls go on.
     async fn health_nudge(&mut self, i: usize) {
-        let name = self.levels[i].name;
+        let name = self.levels[i].name.clone();
         self.levels[i].health_nudged = true;
-        if let Ok(token) = request_reconcile(&self.ks, name).await {
+        if let Ok(token) = request_reconcile(&self.ks, &name).await {
             // Looked at before this request in this look.
             self.asks.forget(Some(i));
             self.levels[i].requested = Some(token);
@@ -579,7 +605,7 @@ impl<'a> ChainFollower<'a> {
     /// Judges the HelmRelease: records its failure and asks it again after
     /// one on something not serving. Whether it is Ready, and its state.
     fn judge_release(&mut self) -> (bool, String) {
-        let Some(release) = self.releases.get(HELM_RELEASE.1).map(to_value) else {
+        let Some(release) = self.releases.get(&self.release.1).map(to_value) else {
             return (false, "does not exist yet".to_string());
         };
         let Some(c) = ready_condition(&release) else {
@@ -589,7 +615,7 @@ impl<'a> ChainFollower<'a> {
         let message = c.message.as_deref().unwrap_or_default();
         if c.status == "False" && !waiting(&reason, message) {
             self.failures.insert(Failure {
-                object: format!("HelmRelease {}/{}", HELM_RELEASE.0, HELM_RELEASE.1),
+                object: format!("HelmRelease {}/{}", self.release.0, self.release.1),
                 reason,
                 message: message.to_string(),
             });

@@ -8,7 +8,6 @@ use serde_json::Value;
 
 use super::Failure;
 use super::retry::waiting;
-use crate::gitops::HELM_RELEASE;
 use crate::k8s::conditions::{self, Condition};
 use crate::k8s::wait::Objects;
 
@@ -107,6 +106,7 @@ pub(super) fn checking_health(kustomization: &Value) -> bool {
 /// judged here: false.
 pub(super) fn health_checks_pass(
     kustomization: &Value,
+    release: (&str, &str),
     releases: &Objects<DynamicObject>,
     deployments: &Objects<DynamicObject>,
 ) -> bool {
@@ -125,14 +125,14 @@ pub(super) fn health_checks_pass(
             let namespace = check["namespace"].as_str().or(own_namespace);
             match (group, check["kind"].as_str()) {
                 ("helm.toolkit.fluxcd.io", Some("HelmRelease"))
-                    if (namespace, name) == (Some(HELM_RELEASE.0), HELM_RELEASE.1) =>
+                    if (namespace, name) == (Some(release.0), release.1) =>
                 {
                     releases
                         .get(name)
                         .map(value)
                         .is_some_and(|release| release_is_ready(&release))
                 }
-                ("apps", Some("Deployment")) if namespace == Some(HELM_RELEASE.0) => deployments
+                ("apps", Some("Deployment")) if namespace == Some(release.0) => deployments
                     .get(name)
                     .map(value)
                     .is_some_and(|d| deployment_current(&d)),
@@ -214,6 +214,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    const OURS: (&str, &str) = ("external-secrets", "external-secrets");
 
     fn objects(items: Vec<Value>) -> Objects<DynamicObject> {
         let mut set = Objects::default();
@@ -261,9 +262,19 @@ mod tests {
         let level = operator_level("Unknown", "Progressing");
         assert!(checking_health(&level));
         let available = objects(vec![deployment("external-secrets-webhook", 3, 3, 1)]);
-        assert!(health_checks_pass(&level, &release("True"), &available));
+        assert!(health_checks_pass(
+            &level,
+            OURS,
+            &release("True"),
+            &available
+        ));
         // Any named object not healthy, or not there: no.
-        assert!(!health_checks_pass(&level, &release("False"), &available));
+        assert!(!health_checks_pass(
+            &level,
+            OURS,
+            &release("False"),
+            &available
+        ));
         // Ready from before while helm-controller reconciles it again (a
         // restart): not yet, as kstatus reads it.
         for underway in ["Reconciling", "Stalled"] {
@@ -275,11 +286,16 @@ mod tests {
                 .push(json!({"type": underway, "status": "True", "reason": "Progressing"}));
             again = objects(vec![object]);
             assert!(
-                !health_checks_pass(&level, &again, &available),
+                !health_checks_pass(&level, OURS, &again, &available),
                 "{underway}"
             );
         }
-        assert!(!health_checks_pass(&level, &objects(vec![]), &available));
+        assert!(!health_checks_pass(
+            &level,
+            OURS,
+            &objects(vec![]),
+            &available
+        ));
         for not_yet in [
             deployment("external-secrets-webhook", 3, 3, 0),
             deployment("external-secrets-webhook", 4, 3, 1),
@@ -287,6 +303,7 @@ mod tests {
         ] {
             assert!(!health_checks_pass(
                 &level,
+                OURS,
                 &release("True"),
                 &objects(vec![not_yet])
             ));
@@ -294,11 +311,21 @@ mod tests {
         // A check on a kind the chain does not watch is never judged passed.
         let mut foreign = level.clone();
         foreign["spec"]["healthChecks"][1] = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "x", "namespace": "external-secrets"});
-        assert!(!health_checks_pass(&foreign, &release("True"), &available));
+        assert!(!health_checks_pass(
+            &foreign,
+            OURS,
+            &release("True"),
+            &available
+        ));
         // Nor are no checks at all (a `wait: true` level).
         let mut none = level.clone();
         none["spec"]["healthChecks"] = json!([]);
-        assert!(!health_checks_pass(&none, &release("True"), &available));
+        assert!(!health_checks_pass(
+            &none,
+            OURS,
+            &release("True"),
+            &available
+        ));
     }
 
     #[test]

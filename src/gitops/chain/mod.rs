@@ -23,7 +23,7 @@ pub use retry::waiting;
 
 use judge::{applied, observed_current};
 
-use super::{HELM_RELEASE, ROOT_KUSTOMIZATION};
+use super::ChainPlan;
 use crate::error::Error;
 use crate::k8s::wait::Budget;
 use crate::ui::Step;
@@ -62,17 +62,15 @@ impl ChainReport {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct WaitOptions {
-    /// devstack installs ESO (the CRD and operator levels, the HelmRelease
-    /// and the webhook's certificate); else the cluster's own ESO serves.
-    pub installs_eso: bool,
-    /// LocalStack runs in the cluster as the level `localstack`. With the
-    /// cluster's own ESO the custom resources' level depends on it
-    /// directly, so it is followed (and nudged in turn) like the others:
-    /// nudged before it is Ready, that level would sit in Flux's 30 s
+    /// What of the chain the stack delivers: with devstack's own ESO its
+    /// HelmRelease, and with ESO's shared parts the webhook's certificate.
+    /// LocalStack's level in the cluster is followed (and nudged in turn)
+    /// when no CRD level comes before the operator: nudged before it is
+    /// Ready, the level that depends on it would sit in Flux's 30 s
     /// dependency requeue.
-    pub localstack_level: bool,
+    pub plan: ChainPlan,
     /// Bounds the wait (`timeouts.eso`, shared with the steps before it).
     pub budget: Budget,
     /// Request reconciles as levels turn Ready (off only to measure Flux alone).
@@ -108,7 +106,7 @@ pub async fn wait_ready(
     step: &Step,
 ) -> Result<ChainReport, Error> {
     let budget = options.budget;
-    if !options.installs_eso {
+    if !options.plan.installs_eso_shared {
         return follow::watch_chain(client, options, root_request, step).await;
     }
     let ready_and_serving = async {
@@ -126,10 +124,10 @@ pub async fn wait_ready(
 /// sources hold now, with the HelmRelease it installs deployed for its
 /// current spec: a restart or a restore, where Flux only re-applies the
 /// same objects. A level not found, or not reconciled yet, says no.
-pub async fn applied_before(client: &kube::Client, installs_eso: bool) -> bool {
+pub async fn applied_before(client: &kube::Client, plan: &ChainPlan) -> bool {
     let ks = kustomizations(client);
-    for &name in std::iter::once(&ROOT_KUSTOMIZATION).chain(super::chain_levels(installs_eso)) {
-        let Ok(Some(object)) = ks.get_opt(name).await else {
+    for name in std::iter::once(plan.root()).chain(plan.chain_levels()) {
+        let Ok(Some(object)) = ks.get_opt(&name).await else {
             return false;
         };
         let object = serde_json::to_value(object).unwrap_or_default();
@@ -137,13 +135,13 @@ pub async fn applied_before(client: &kube::Client, installs_eso: bool) -> bool {
             return false;
         }
     }
-    if !installs_eso {
+    let Some((namespace, release)) = plan.release() else {
         return true;
-    }
+    };
     // Its own reconcile after a restart may be under way (or have met a
     // source not serving yet): what counts is the spec it last handled and
     // the release that stands installed.
-    match helm_releases(client).get_opt(HELM_RELEASE.1).await {
+    match helm_releases(client, &namespace).get_opt(&release).await {
         Ok(Some(release)) => {
             let release = serde_json::to_value(release).unwrap_or_default();
             observed_current(&release) && release["status"]["history"][0]["status"] == "deployed"

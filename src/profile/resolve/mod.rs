@@ -95,6 +95,7 @@ pub(crate) fn resolve_with_env(
         secrets,
         verify,
         timeouts,
+        names: Default::default(),
         origins: r.origins,
     })
 }
