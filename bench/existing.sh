@@ -2,7 +2,9 @@
 # `make bench`, existing-cluster rows: a cold `up` (to a verified round trip,
 # LocalStack in the cluster) on a Kind cluster made beforehand with the kit's
 # `kind create cluster`, beside the same profile on a Kind cluster devstack
-# creates itself, and the `down` that leaves the existing cluster as it was;
+# creates itself, a second stack beside the first on that cluster (its own
+# LocalStack and ESO controller), and the `down` that leaves the existing
+# cluster as it was;
 # the same `up` once the cluster runs its own ESO (installed with Helm);
 # then the same `up` from a devstack that reaches no Docker engine, on a new
 # Kind cluster whose nodes pull every image through a registry mirror (the
@@ -35,6 +37,7 @@ trap cleanup EXIT
 
 secrets='secrets:\n  - name: ci/app/token\n    generate: {length: 32, charset: hex}\n    sync: {namespace: default, secretName: app-token}\n'
 printf "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: bench-existing\ncluster:\n  provider: existing\n  context: kind-$cluster\nimages:\n  bundle: $bundle\n$secrets" >"$work/existing.yaml"
+printf "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: bench-second\ncluster:\n  provider: existing\n  context: kind-$cluster\nimages:\n  bundle: $bundle\n${secrets/app-token/app-token-b}" >"$work/second.yaml"
 printf "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: $own\ncluster:\n  provider: kind\n  kubeconfig: {merge: false}\nlocalstack:\n  mode: in-cluster\nimages:\n  bundle: $bundle\n$secrets" >"$work/own.yaml"
 
 ds() { # $1 profile, rest: arguments
@@ -54,6 +57,8 @@ left=0
 for r in $(seq 1 "$runs"); do
   bench_run=$r
   measure existing_up ds existing up --json
+  measure second_up ds second up --json
+  measure second_down ds second down
   measure existing_down ds existing down
   [ "$(inventory)" = "$before" ] || left=$((left + 1))
   measure own_up ds own up --json
@@ -63,6 +68,8 @@ done
 echo "--- an existing Kind cluster (LocalStack in the cluster), median"
 row "up, cold, on an existing Kind cluster (1 node)" existing_up s 1000
 row "the same profile on a Kind cluster devstack creates" own_up s 1000
+row "a second stack beside it on the existing cluster, cold up" second_up s 1000
+row "the second stack's down (the first stays verified)" second_down s 1000
 row "down on the existing cluster (the cluster stays)" existing_down s 1000
 if command -v kubectl >/dev/null; then
   printf '%-56s %s of %s\n' "downs that left the cluster as it was" "$((runs - left))" "$runs"

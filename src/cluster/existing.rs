@@ -199,11 +199,18 @@ pub async fn preflight(settings: &Settings) -> Result<(String, String), Error> {
     let config = load(settings)?;
     let client = context::client(&config).await?;
     version(&client, &config).await?;
-    let missing = access::missing(&client, &needed_permissions()).await?;
+    let missing = access::missing(&client, &needed_permissions(settings)).await?;
     if !missing.is_empty() {
         return Err(access::refusal(&config.context, &missing));
     }
     let settings = on_this_cluster(&client, settings, &config).await?;
+    // A stack that joins works in namespaces of its own name.
+    if settings.names.shares_cluster() {
+        let missing = access::missing(&client, &needed_permissions(&settings)).await?;
+        if !missing.is_empty() {
+            return Err(access::refusal(&config.context, &missing));
+        }
+    }
     super::eso::on_cluster(&client, &settings, &config.context).await?;
     Ok((config.context, config.server))
 }
@@ -335,7 +342,7 @@ async fn refuse_taking_over_external_secrets(
 /// What `up`, `verify` and `down` do on the cluster: Flux's and ESO's
 /// CRDs and cluster roles, the namespaces of the stack, Flux's objects,
 /// LocalStack and the port-forward to it, and the probe's secrets.
-pub fn needed_permissions() -> Vec<Permission> {
+pub fn needed_permissions(settings: &Settings) -> Vec<Permission> {
     let mut out = Vec::new();
     for verb in ["create", "patch", "delete"] {
         for (group, resource) in [
@@ -365,12 +372,19 @@ pub fn needed_permissions() -> Vec<Permission> {
             "kustomizations",
             "flux-system",
         ),
-        ("create", "apps", "deployments", "localstack"),
-        ("create", "", "services", "localstack"),
-        ("create", "", "pods/portforward", "localstack"),
-        ("list", "", "pods", "localstack"),
-        ("create", "", "secrets", "external-secrets"),
-        ("get", "", "secrets", "devstack-verify"),
+    ] {
+        out.push(Permission::namespaced(verb, group, resource, namespace));
+    }
+    let names = &settings.names;
+    let (localstack, eso) = (names.localstack_namespace(), names.eso_namespace());
+    let verify = &settings.verify.namespace;
+    for (verb, group, resource, namespace) in [
+        ("create", "apps", "deployments", &localstack),
+        ("create", "", "services", &localstack),
+        ("create", "", "pods/portforward", &localstack),
+        ("list", "", "pods", &localstack),
+        ("create", "", "secrets", &eso),
+        ("get", "", "secrets", verify),
     ] {
         out.push(Permission::namespaced(verb, group, resource, namespace));
     }
