@@ -26,6 +26,7 @@ pub async fn uninstall(
     settings: &Settings,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<Vec<String>, Error> {
+    let settings = &under_its_names_on_cluster(client, settings).await?;
     let limit = settings.timeouts.flux.get();
     let mut removed = Vec::new();
     let names = &settings.names;
@@ -108,6 +109,29 @@ async fn wait_flux_pruned(
         }
     }
     Ok(())
+}
+
+/// The settings under the names the stack's objects have on the cluster.
+/// Its record says so, but a run interrupted before the record was written
+/// (or a record removed by hand) says "alone": the shipped names are then
+/// this stack's only if no other stack holds them, so `down` never removes
+/// another stack's objects.
+async fn under_its_names_on_cluster(
+    client: &kube::Client,
+    settings: &Settings,
+) -> Result<Settings, Error> {
+    let mut settings = settings.clone();
+    if settings.names.shares_cluster() {
+        return Ok(settings);
+    }
+    let stacks = crate::cluster::existing::stacks_on_cluster(client).await?;
+    if stacks
+        .iter()
+        .any(|stack| stack.first && stack.name != settings.name)
+    {
+        settings.share_cluster();
+    }
+    Ok(settings)
 }
 
 /// The stacks that joined this stack's cluster use the ESO CRDs, webhook

@@ -265,8 +265,8 @@ fn existing_kind_cluster_is_left_as_it_was() {
 /// secret where the first one does; then up beside the first one under its
 /// own names, with its own ESO controller and the first one's CRDs and
 /// webhook. Both verify side by side; the first one cannot go down while
-/// the second uses its ESO; the second's `down` leaves the first verified
-/// and its own objects gone.
+/// the second uses its ESO; the second's `down`, even without its record,
+/// leaves the first verified and its own objects gone.
 fn a_second_stack_shares_the_cluster(
     rt: &tokio::runtime::Runtime,
     client: &kube::Client,
@@ -346,6 +346,9 @@ fn a_second_stack_shares_the_cluster(
         assert_eq!(verify.ok().json()["passed"], true, "{}", verify.all());
         stack.run_env(profile, &["status"], as_admin).ok();
     }
+    // Its ESO is its own controller: one source, its lines bare.
+    let logs = stack.run_env(&profile_b, &["logs", "eso", "--tail", "20"], as_admin);
+    assert!(!logs.ok().stdout.trim().is_empty(), "{}", logs.all());
     let diagnose = stack.run_env(&profile_b, &["diagnose", "--json"], as_admin);
     assert_eq!(diagnose.code, 0, "{}", diagnose.all());
     assert_eq!(diagnose.json(), json!([]), "{}", diagnose.all());
@@ -357,6 +360,13 @@ fn a_second_stack_shares_the_cluster(
         "{}",
         first_down.stderr
     );
+    // Its record lost (as after a run killed before writing it): `down`
+    // still finds its objects by their names, and only its own.
+    let record = stack
+        .dir
+        .path()
+        .join(format!("state/stacks/{second}/stack.json"));
+    std::fs::remove_file(&record).unwrap();
     let down = stack.run_env(&profile_b, &["down", "--json"], as_admin);
     let removed = down.ok().json()["stacks"][0]["uninstalled"].to_string();
     for part in [
