@@ -294,19 +294,7 @@ fn a_second_stack_shares_the_cluster(
         "a refused second stack",
     );
 
-    let text = std::fs::read_to_string(profile)
-        .unwrap()
-        .replace(
-            &format!("name: {}\n", stack.name),
-            &format!("name: {second}\n"),
-        )
-        .replace("secretName: app-token", "secretName: app-token-b");
-    assert!(
-        text.contains(&second) && text.contains("app-token-b"),
-        "{text}"
-    );
-    let profile_b = stack.dir.path().join("profile-b.yaml");
-    std::fs::write(&profile_b, text).unwrap();
+    let profile_b = second_profile(stack, profile, &second);
     let up = stack.run_env(&profile_b, &["up", "--json"], as_admin);
     let report = up.ok().json();
     assert_eq!(report["cluster"]["sharesCluster"], true, "{report}");
@@ -386,6 +374,25 @@ fn a_second_stack_shares_the_cluster(
     );
     let verify = stack.run_env(profile, &["verify", "--push-secret", "--json"], as_admin);
     assert_eq!(verify.ok().json()["passed"], true, "{}", verify.all());
+}
+
+/// The first stack's profile for stack `second`, which syncs its secret
+/// to its own Secret.
+fn second_profile(stack: &TestStack, profile: &Path, second: &str) -> PathBuf {
+    let text = std::fs::read_to_string(profile)
+        .unwrap()
+        .replace(
+            &format!("name: {}\n", stack.name),
+            &format!("name: {second}\n"),
+        )
+        .replace("secretName: app-token", "secretName: app-token-b");
+    assert!(
+        text.contains(second) && text.contains("app-token-b"),
+        "{text}"
+    );
+    let path = stack.dir.path().join(format!("{second}.yaml"));
+    std::fs::write(&path, text).unwrap();
+    path
 }
 
 /// SIGINT once the Flux step starts: `up` rolls back what it applied.
@@ -530,21 +537,42 @@ fn a_flux_installed_beforehand_is_used_and_left_in_place() {
         flux_before,
         "the installed Flux was changed"
     );
-    take_down(&stack, &profile, &as_admin);
+    // A second stack uses the same Flux; both go down, it first.
+    let second = format!("{}-b", stack.name);
+    let profile_b = second_profile(&stack, &profile, &second);
+    let report = stack
+        .run_env(&profile_b, &["up", "--json"], &as_admin)
+        .ok()
+        .json();
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+    assert_eq!(report["cluster"]["sharesCluster"], true, "{report}");
+    assert_eq!(
+        report["gitops"]["flux"]["source"], "already-installed",
+        "{report}"
+    );
+    take_down(
+        &stack,
+        &[(&second, &profile_b), (&stack.name, &profile)],
+        &as_admin,
+    );
     assert_same_inventory(&before, &inventory(&rt, &client), "down");
     assert_eq!(generation("kustomize-controller"), flux_before);
 }
 
 /// `down --all` through an unrelated profile that pins another provider,
 /// where the test may remove every stack here (DEVSTACK_TEST_DOWN_ALL=1,
-/// set by tests/run.sh): the stack is found by its record alone, having no
-/// container of its own. Elsewhere, the stack's own `down`.
-fn take_down(stack: &TestStack, profile: &Path, env: &[(&str, &str)]) {
+/// set by tests/run.sh): the stacks are found by their records alone,
+/// having no container of their own, and a stack that joined the cluster
+/// goes down before the one it joined. Elsewhere, each stack's own `down`,
+/// in the order given.
+fn take_down(stack: &TestStack, stacks: &[(&str, &Path)], env: &[(&str, &str)]) {
     if std::env::var_os("DEVSTACK_TEST_DOWN_ALL").is_none() {
         say_skipped(
             "`down --all` on an existing cluster: set DEVSTACK_TEST_DOWN_ALL=1 to let this test remove every devstack stack here",
         );
-        stack.run_env(profile, &["down"], env).ok();
+        for (_, profile) in stacks {
+            stack.run_env(profile, &["down"], env).ok();
+        }
         return;
     }
     let unrelated = stack.dir.path().join("unrelated.yaml");
@@ -557,27 +585,24 @@ fn take_down(stack: &TestStack, profile: &Path, env: &[(&str, &str)]) {
         .run_env(&unrelated, &["down", "--all", "--json"], env)
         .ok()
         .json();
-    let ours = report["stacks"]
-        .as_array()
-        .unwrap()
+    let reported = report["stacks"].as_array().unwrap();
+    let found: Vec<&str> = reported
         .iter()
-        .find(|s| s["stack"] == stack.name.as_str())
-        .unwrap_or_else(|| panic!("`down --all` did not find {}: {report}", stack.name))
-        .clone();
-    let uninstalled = ours["uninstalled"].as_array().unwrap();
-    assert!(
-        uninstalled.iter().any(|u| u
-            .as_str()
-            .unwrap()
-            .starts_with("Kustomization flux-system/devstack")),
-        "{report}"
-    );
-    assert!(
-        !stack
-            .dir
-            .path()
-            .join("state/stacks")
-            .join(&stack.name)
-            .exists()
-    );
+        .filter_map(|s| s["stack"].as_str())
+        .filter(|name| stacks.iter().any(|(ours, _)| ours == name))
+        .collect();
+    let expected: Vec<&str> = stacks.iter().map(|(name, _)| *name).collect();
+    assert_eq!(found, expected, "{report}");
+    for (name, _) in stacks {
+        let ours = reported.iter().find(|s| s["stack"] == *name).unwrap();
+        let uninstalled = ours["uninstalled"].as_array().unwrap();
+        assert!(
+            uninstalled.iter().any(|u| u
+                .as_str()
+                .unwrap()
+                .starts_with("Kustomization flux-system/devstack")),
+            "{report}"
+        );
+        assert!(!stack.dir.path().join("state/stacks").join(name).exists());
+    }
 }
