@@ -295,7 +295,7 @@ async fn on_this_cluster(
             config.context, first.name, base::STORE
         ))
         .with_hint(format!(
-            "recreate stack `{0}` with this devstack (`devstack --name {0} down`, then `up`: on a cluster it did not create, devstack now names a class), or give the cluster's ESO a `--controller-class`; nothing was created",
+            "run `devstack --name {0} up` again with this devstack (on a cluster it did not create, devstack now gives its ESO controller and store a class), or give the cluster's ESO that serves it a `--controller-class`; nothing was created",
             first.name
         )));
     }
