@@ -165,13 +165,9 @@ pub type Lines = BoxStream<'static, Result<Line, Failure>>;
 const KIND_CLUSTER_LABEL: &str = "io.x-k8s.kind.cluster";
 const KIND_ROLE_LABEL: &str = "io.x-k8s.kind.role";
 
-/// The operator's Deployments (suffixes of the release name), by the name
-/// their logs go under.
-const ESO_DEPLOYMENTS: [(&str, &str); 3] = [
-    ("", "controller"),
-    ("-webhook", "webhook"),
-    ("-cert-controller", "cert-controller"),
-];
+/// The names the operator's Deployments' logs go under, in the order of
+/// [`gitops::ChainPlan::release_deployments`].
+const ESO_PARTS: [&str; 3] = ["controller", "webhook", "cert-controller"];
 
 /// The sources of a stack's components, and the clients that read them.
 pub struct StackLogs {
@@ -315,18 +311,9 @@ impl StackLogs {
                 vec![(eso.deployment.clone(), "controller")],
             ),
             None => {
-                let (namespace, release) = settings.names.helm_release();
-                // A stack that shares the cluster runs only its controller.
-                let parts = if settings.names.shares_cluster() {
-                    &ESO_DEPLOYMENTS[..1]
-                } else {
-                    &ESO_DEPLOYMENTS[..]
-                };
-                let deployments = parts
-                    .iter()
-                    .map(|(suffix, name)| (format!("{release}{suffix}"), *name))
-                    .collect();
-                (namespace, deployments)
+                let plan = gitops::ChainPlan::of(settings);
+                let deployments = plan.release_deployments().into_iter().zip(ESO_PARTS);
+                (plan.names.helm_release().0, deployments.collect())
             }
         };
         let namespace = namespace.as_str();

@@ -258,6 +258,12 @@ pub async fn stacks_on_cluster(client: &kube::Client) -> Result<Vec<StackOnClust
     Ok(stacks)
 }
 
+/// The stack that came first on the cluster, when it is not `stack`: it
+/// holds the shipped names, which `stack` then must not use.
+pub fn first_other<'s>(stacks: &'s [StackOnCluster], stack: &str) -> Option<&'s StackOnCluster> {
+    stacks.iter().find(|s| s.first && s.name != stack)
+}
+
 /// The settings as the stack runs on this cluster: under the shipped names
 /// when it is alone there or came first, under its own when another stack
 /// came first (its record says so once it is up). A stack joins only when
@@ -276,8 +282,7 @@ async fn on_this_cluster(
         return Ok(settings);
     }
     let stacks = stacks_on_cluster(client).await?;
-    let first = stacks.iter().find(|s| s.first);
-    let Some(first) = first.filter(|first| first.name != settings.name) else {
+    let Some(first) = first_other(&stacks, &settings.name) else {
         return Ok(settings);
     };
     let stores =

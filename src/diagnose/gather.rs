@@ -471,9 +471,8 @@ pub fn credential_secrets(stores: &[Value]) -> BTreeSet<(String, String)> {
 
 /// The webhook every stack on the cluster shares: the first stack's.
 async fn read_webhook(client: &kube::Client) -> Result<WebhookEvidence, String> {
-    let (namespace, release) = crate::profile::StackNames::alone().helm_release();
-    let namespace = namespace.as_str();
-    let [_, service, _] = gitops::chain::eso_deployments(&release);
+    let (namespace, release) = gitops::SHARED_ESO_RELEASE;
+    let [_, service, _] = gitops::chain::eso_deployments(release);
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
     if served(services.get_opt(&service).await)?.is_none() {
         return Ok(WebhookEvidence::default());

@@ -4,14 +4,8 @@
 //! by fingerprint; no key is ever read.
 
 use super::{Evidence, Finding, devstack, not_running, pods_of, read, short};
+use crate::gitops::SHARED_ESO_RELEASE;
 use crate::gitops::chain::eso_deployments;
-
-/// The webhook every stack on the cluster shares: the first stack's
-/// release, under the shipped names.
-const HELM_RELEASE: (&str, &str) = (
-    crate::profile::names::base::ESO_NAMESPACE,
-    crate::profile::names::base::ESO_RELEASE,
-);
 use crate::profile::Settings;
 
 /// The fix for every webhook finding: what `up` does to the webhook.
@@ -24,8 +18,8 @@ fn webhook_read(evidence: &Evidence) -> bool {
 
 /// One line on the cert-controller, which issues and injects the certificate.
 fn cert_controller_line(evidence: &Evidence) -> String {
-    let name = &eso_deployments(HELM_RELEASE.1)[2];
-    match not_running(evidence, HELM_RELEASE.0, name) {
+    let name = &eso_deployments(SHARED_ESO_RELEASE.1)[2];
+    match not_running(evidence, SHARED_ESO_RELEASE.0, name) {
         None => format!("{name} runs"),
         Some(why) => format!("{}: {}", why.symptom, why.cause),
     }
@@ -38,7 +32,7 @@ pub fn certificate(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
     }
     let webhook = &evidence.cluster.webhook;
     let service = webhook.service.clone().unwrap_or_default();
-    let object = format!("Secret {}/{service}", HELM_RELEASE.0);
+    let object = format!("Secret {}/{service}", SHARED_ESO_RELEASE.0);
     let (symptom, state) = match &webhook.certificate {
         None => (
             "the ESO webhook's certificate Secret is missing".to_string(),
@@ -64,7 +58,7 @@ pub fn certificate(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
                 state,
                 format!(
                     "Service {}/{service}: {} ready endpoint(s)",
-                    HELM_RELEASE.0, webhook.ready_endpoints
+                    SHARED_ESO_RELEASE.0, webhook.ready_endpoints
                 ),
                 cert_controller_line(evidence),
             ])
@@ -91,22 +85,22 @@ pub fn not_serving(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
     if webhook.ready_endpoints > 0 || !complete {
         return Vec::new();
     }
-    let name = &eso_deployments(HELM_RELEASE.1)[1];
-    let why = not_running(evidence, HELM_RELEASE.0, name);
+    let name = &eso_deployments(SHARED_ESO_RELEASE.1)[1];
+    let why = not_running(evidence, SHARED_ESO_RELEASE.0, name);
     if why.as_ref().is_some_and(|w| !w.merely_unready) {
         return Vec::new();
     }
     let service = webhook.service.clone().unwrap_or_default();
-    let pods = pods_of(evidence, HELM_RELEASE.0, name);
+    let pods = pods_of(evidence, SHARED_ESO_RELEASE.0, name);
     vec![
         Finding::new(
             "webhook-not-serving",
-            format!("Service {}/{service}", HELM_RELEASE.0),
+            format!("Service {}/{service}", SHARED_ESO_RELEASE.0),
             "the ESO webhook does not serve",
         )
         .evidence([format!(
             "Service {}/{service}: no ready endpoint ({} not ready)",
-            HELM_RELEASE.0, webhook.not_ready_endpoints
+            SHARED_ESO_RELEASE.0, webhook.not_ready_endpoints
         )])
         .evidence(pods.iter().flat_map(|p| p.lines()))
         .cause("its pod runs but fails its readiness probe, so the API server cannot validate any ExternalSecret or store (the log lines say why)")
@@ -144,14 +138,14 @@ pub fn ca_bundle(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
     vec![
         Finding::new(
             "webhook-ca-bundle",
-            format!("the webhooks calling {}/{service}", HELM_RELEASE.0),
+            format!("the webhooks calling {}/{service}", SHARED_ESO_RELEASE.0),
             "the ESO webhook's caBundle does not match its certificate",
         )
         .evidence(stale)
         .evidence([
             format!(
                 "Secret {}/{}: CA {}{}",
-                HELM_RELEASE.0,
+                SHARED_ESO_RELEASE.0,
                 ca.secret,
                 short(&ca.ca[0]),
                 if ca.issued_by_devstack { " (issued by devstack)" } else { "" }

@@ -223,18 +223,8 @@ pub fn for_cluster_eso(mut tree: Tree) -> Result<Tree, Error> {
         }
     })?;
     rewrite(&mut tree, STORE_FILE, |doc| {
-        if doc["kind"] != "ClusterSecretStore" {
-            return;
-        }
-        if let Some(auth) = doc
-            .pointer_mut("/spec/provider/aws/auth/secretRef")
-            .and_then(Value::as_object_mut)
-        {
-            for reference in auth.values_mut() {
-                if reference.get("namespace").is_some() {
-                    reference["namespace"] = namespace.into();
-                }
-            }
+        if doc["kind"] == "ClusterSecretStore" {
+            move_store_credentials(doc, |_| namespace.to_string());
         }
     })?;
     Ok(tree)
@@ -328,32 +318,14 @@ fn rename_for(mut doc: Value, names: &StackNames) -> Option<Value> {
                     }
                 }
             }
-            for from in spec
-                .pointer_mut("/postBuild/substituteFrom")
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                if from["name"] == base::FACTS {
-                    from["name"] = names.facts().into();
-                }
-            }
+            rename_reference(spec, "/postBuild/substituteFrom", base::FACTS, names);
         }
         "HelmRelease" => {
             doc["metadata"]["name"] = release.clone().into();
             if let Some(chart) = doc.pointer_mut("/spec/chartRef/name") {
                 *chart = names.of(chart.as_str().unwrap_or_default()).into();
             }
-            for from in doc
-                .pointer_mut("/spec/valuesFrom")
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                if from["name"] == base::ESO_VALUES {
-                    from["name"] = names.eso_values().into();
-                }
-            }
+            rename_reference(&mut doc, "/spec/valuesFrom", base::ESO_VALUES, names);
         }
         "HelmChart" | "HelmRepository" => {
             doc["metadata"]["name"] = names.of(&name).into();
@@ -369,20 +341,38 @@ fn rename_for(mut doc: Value, names: &StackNames) -> Option<Value> {
         }
         "ClusterSecretStore" => {
             doc["metadata"]["name"] = names.of(&name).into();
-            if let Some(auth) = doc
-                .pointer_mut("/spec/provider/aws/auth/secretRef")
-                .and_then(Value::as_object_mut)
-            {
-                for reference in auth.values_mut() {
-                    if let Some(ns) = reference["namespace"].as_str() {
-                        reference["namespace"] = namespace(ns).into();
-                    }
-                }
-            }
+            move_store_credentials(&mut doc, namespace);
         }
         _ => {}
     }
     Some(doc)
+}
+
+/// Points each credential reference of a ClusterSecretStore that names a
+/// namespace at `to(namespace)`.
+fn move_store_credentials(store: &mut Value, to: impl Fn(&str) -> String) {
+    let Some(auth) = store
+        .pointer_mut("/spec/provider/aws/auth/secretRef")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    for reference in auth.values_mut() {
+        if let Some(namespace) = reference["namespace"].as_str() {
+            reference["namespace"] = to(namespace).into();
+        }
+    }
+}
+
+/// Renames the entries of the list at `pointer` that name `base` (a
+/// ConfigMap Flux reads from) as the stack names it.
+fn rename_reference(doc: &mut Value, pointer: &str, base: &str, names: &StackNames) {
+    let entries = doc.pointer_mut(pointer).and_then(Value::as_array_mut);
+    for entry in entries.into_iter().flatten() {
+        if entry["name"] == base {
+            entry["name"] = names.of(base).into();
+        }
+    }
 }
 
 /// Rewrites each document of `file` in `tree` (when it is there).

@@ -115,9 +115,13 @@ impl ChainPlan {
 pub fn levels(settings: &Settings) -> Vec<String> {
     ChainPlan::of(settings).levels()
 }
-/// Namespace of the ESO devstack installs for a stack alone on its cluster
-/// (and of the webhook and cert-controller every stack on it shares).
-pub const ESO_NAMESPACE: &str = crate::profile::names::base::ESO_NAMESPACE;
+/// The ESO release (namespace, name) of the cluster's first stack, under
+/// the shipped names: its webhook and cert-controller serve every stack on
+/// the cluster.
+pub const SHARED_ESO_RELEASE: (&str, &str) = (
+    crate::profile::names::base::ESO_NAMESPACE,
+    crate::profile::names::base::ESO_RELEASE,
+);
 /// ESO's API group; ExternalSecrets and stores are served at `v1`.
 pub const ESO_GROUP: &str = "external-secrets.io";
 pub const ESO_VERSION: &str = "v1";

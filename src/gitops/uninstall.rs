@@ -10,6 +10,7 @@ use kube::api::ListParams;
 use serde_json::Value;
 
 use super::{ChainPlan, FLUX_NAMESPACE, flux};
+use crate::cluster::existing::{StackOnCluster, first_other};
 use crate::docker::LABEL_STACK;
 use crate::error::Error;
 use crate::k8s;
@@ -26,11 +27,12 @@ pub async fn uninstall(
     settings: &Settings,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<Vec<String>, Error> {
-    let settings = &under_its_names_on_cluster(client, settings).await?;
+    let stacks = crate::cluster::existing::stacks_on_cluster(client).await?;
+    let settings = &under_its_names_on_cluster(settings, &stacks);
     let limit = settings.timeouts.flux.get();
     let mut removed = Vec::new();
     let names = &settings.names;
-    refuse_while_others_share_eso(client, settings).await?;
+    refuse_while_others_share_eso(settings, &stacks)?;
     // While ESO still runs, so that nothing holds them.
     removed.extend(remove_profile_external_secrets(client, settings).await?);
     let root = names.root();
@@ -116,38 +118,27 @@ async fn wait_flux_pruned(
 /// (or a record removed by hand) says "alone": the shipped names are then
 /// this stack's only if no other stack holds them, so `down` never removes
 /// another stack's objects.
-async fn under_its_names_on_cluster(
-    client: &kube::Client,
-    settings: &Settings,
-) -> Result<Settings, Error> {
+fn under_its_names_on_cluster(settings: &Settings, stacks: &[StackOnCluster]) -> Settings {
     let mut settings = settings.clone();
-    if settings.names.shares_cluster() {
-        return Ok(settings);
-    }
-    let stacks = crate::cluster::existing::stacks_on_cluster(client).await?;
-    if stacks
-        .iter()
-        .any(|stack| stack.first && stack.name != settings.name)
-    {
+    if !settings.names.shares_cluster() && first_other(stacks, &settings.name).is_some() {
         settings.share_cluster();
     }
-    Ok(settings)
+    settings
 }
 
 /// The stacks that joined this stack's cluster use the ESO CRDs, webhook
 /// and cert-controller it installed: taking them away would break those
 /// stacks, so this stack goes down after them.
-async fn refuse_while_others_share_eso(
-    client: &kube::Client,
+fn refuse_while_others_share_eso(
     settings: &Settings,
+    stacks: &[StackOnCluster],
 ) -> Result<(), Error> {
     if !ChainPlan::of(settings).installs_eso_shared {
         return Ok(());
     }
-    let others = crate::cluster::existing::stacks_on_cluster(client).await?;
-    let others: Vec<String> = others
-        .into_iter()
-        .map(|s| s.name)
+    let others: Vec<&str> = stacks
+        .iter()
+        .map(|s| s.name.as_str())
         .filter(|s| *s != settings.name)
         .collect();
     if others.is_empty() {

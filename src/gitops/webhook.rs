@@ -41,12 +41,7 @@ use kube::runtime::watcher;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-/// The release whose webhook and cert-controller every stack on the
-/// cluster uses: the first stack's, under the shipped names.
-const HELM_RELEASE: (&str, &str) = (
-    crate::profile::names::base::ESO_NAMESPACE,
-    crate::profile::names::base::ESO_RELEASE,
-);
+use super::SHARED_ESO_RELEASE;
 use crate::error::Error;
 use crate::k8s::wait;
 use crate::k8s::{Budget, Verdict, Wait};
@@ -90,7 +85,7 @@ pub async fn keep_certificate_ready(client: &kube::Client) -> std::convert::Infa
 /// ExternalSecrets fail ("no endpoints available"). Manifests that run ESO
 /// without its webhook (no Service) have nothing to wait for.
 pub async fn wait_serving(client: &kube::Client, budget: Budget) -> Result<(), Error> {
-    let (namespace, release) = HELM_RELEASE;
+    let (namespace, release) = SHARED_ESO_RELEASE;
     let service = format!("{release}-webhook");
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
     let exists = services
@@ -147,7 +142,7 @@ async fn wait_ca_injected(
     service: &str,
     budget: Budget,
 ) -> Result<(), Error> {
-    let namespace = HELM_RELEASE.0;
+    let namespace = SHARED_ESO_RELEASE.0;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let ca = secrets
         .list(&ListParams::default().labels(WEBHOOK_SECRET_SELECTOR))
@@ -170,7 +165,7 @@ async fn wait_ca_injected(
     )
     .advice(format!(
         "the cert-controller injects the CA: `kubectl -n {namespace} logs deploy/{}-cert-controller`",
-        HELM_RELEASE.1
+        SHARED_ESO_RELEASE.1
     ))
     .list(configurations, watcher::Config::default(), |configurations| {
         let stale = configurations
@@ -317,7 +312,7 @@ fn pkcs8_rsa_private_key(pkcs8: &[u8]) -> Option<&[u8]> {
 /// the Service and the Secret `<fullname>-webhook`, and the release's name
 /// is its fullname.
 fn expected_dns_name() -> String {
-    let (namespace, release) = HELM_RELEASE;
+    let (namespace, release) = SHARED_ESO_RELEASE;
     format!("{release}-webhook.{namespace}.svc")
 }
 
@@ -342,7 +337,7 @@ fn has_certificate(secret: &Secret) -> bool {
 /// cert-controller wrote first is never replaced; and the cert-controller,
 /// finding ours valid, keeps it.
 async fn issue_when_empty(client: &kube::Client) -> std::convert::Infallible {
-    let namespace = HELM_RELEASE.0;
+    let namespace = SHARED_ESO_RELEASE.0;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     // Issued ahead only when no certificate is there yet (a first install),
     // not on every `up` of a stack that has one.
@@ -420,7 +415,7 @@ async fn issue_when_empty(client: &kube::Client) -> std::convert::Infallible {
 /// the webhooks already exist (a Secret filled again). Webhooks the chart
 /// has yet to create get the CA from the cert-controller when they appear.
 async fn inject_ca(client: &kube::Client, service: &str, ca_pem: &str) {
-    let namespace = HELM_RELEASE.0;
+    let namespace = SHARED_ESO_RELEASE.0;
     let ca = ByteString(ca_pem.as_bytes().to_vec());
     let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let Ok(listed) = api.list(&ListParams::default()).await else {
@@ -458,7 +453,7 @@ async fn inject_ca(client: &kube::Client, service: &str, ca_pem: &str) {
 /// whenever the Secret gains a certificate, so that kubelet syncs the pod's
 /// Secret volume at once instead of on its next periodic sync.
 async fn refresh_pods_when_filled(client: &kube::Client) -> std::convert::Infallible {
-    let namespace = HELM_RELEASE.0;
+    let namespace = SHARED_ESO_RELEASE.0;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let mut filled = wait::watch(
@@ -540,7 +535,7 @@ fn pod_is_ready(pod: &Pod) -> bool {
 /// its failed look after the event that showed it running). The
 /// Deployment's replacement mounts the filled Secret.
 async fn replace_pods_waiting_for_certificate(client: &kube::Client) -> std::convert::Infallible {
-    let namespace = HELM_RELEASE.0;
+    let namespace = SHARED_ESO_RELEASE.0;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let pod_changes = wait::watch(

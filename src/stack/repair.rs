@@ -119,7 +119,7 @@ async fn recreate_crashed_pods(client: kube::Client, recreated: Arc<Mutex<Vec<St
     let namespaces = [
         "kube-system",
         crate::gitops::FLUX_NAMESPACE,
-        crate::gitops::ESO_NAMESPACE,
+        crate::gitops::SHARED_ESO_RELEASE.0,
     ];
     crate::k8s::sandbox::recreate_crashed_pods(
         client,
