@@ -15,6 +15,8 @@ command -v flock >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)
 [ -x /bin/busybox ] || need+=(busybox-static)
 command -v socat >/dev/null || need+=(socat)
+# The docker group checks that Podman's Docker-compatible API is refused up front.
+command -v podman >/dev/null || need+=(podman)
 if [ ${#need[@]} -gt 0 ]; then
   log "apt-get install ${need[*]}"
   apt-get update -qq >/dev/null

@@ -75,7 +75,8 @@ pub struct DoctorReport {
 
 pub async fn examine(settings: &Settings) -> DoctorReport {
     let settings = match docker::connect().await {
-        Ok(docker) => crate::cluster::choice::settle(&docker, settings)
+        // Predicted, not settled: doctor fetches nothing and writes nothing.
+        Ok(docker) => crate::cluster::choice::predict(&docker, settings)
             .await
             .map(|(settled, _)| settled)
             .unwrap_or_else(|_| settings.clone()),
@@ -135,26 +136,17 @@ async fn docker_checks(checks: &mut Vec<Check>, settings: &Settings) -> Option<b
             return None;
         }
     };
-    match docker.info().await {
-        Ok(info) => {
-            let version = info.server_version.clone().unwrap_or_else(|| "?".into());
-            let cgroup = info
-                .cgroup_version
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "?".into());
-            let driver = info
-                .cgroup_driver
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "?".into());
-            let api = docker.client_version().to_string();
+    match crate::docker::Engine::host(&docker).await {
+        Ok(host) => {
             checks.push(Check::pass(
                 "docker",
-                format!(
-                    "engine {version} (API {api}), cgroup v{cgroup} ({driver} driver) at {}",
-                    docker::engine_address()
-                ),
+                format!("{} at {}", host.summary(), docker::engine_address()),
             ));
-            if let Some(root) = info.docker_root_dir.as_deref() {
+            if settings.cluster.provider != Provider::Existing {
+                checks.push(cgroup_check(&host));
+            }
+            checks.push(image_store_check(&host));
+            if let Some(root) = host.root_dir.as_deref() {
                 checks.push(disk_check(Path::new(root)));
             }
         }
@@ -168,6 +160,53 @@ async fn docker_checks(checks: &mut Vec<Check>, settings: &Settings) -> Option<b
         )),
     }
     Some(docker)
+}
+
+/// Nodes run on either cgroup version; v1 is on its way out upstream.
+fn cgroup_check(host: &docker::EngineHost) -> Check {
+    match host.cgroup {
+        docker::Cgroup::V2 => Check::pass(
+            "cgroup",
+            "v2: each node empties its root cgroup before Kubernetes starts, whatever the engine's init setting",
+        ),
+        docker::Cgroup::V1 => Check::warn(
+            "cgroup",
+            "v1: Kubernetes 1.35 and later refuse it by default (devstack tells its nodes' kubelets to run anyway), \
+             and kind's node images since v0.31 are no longer tested on it upstream",
+            "move this machine to cgroup v2: a current distribution has it by default; otherwise boot the kernel with \
+             `systemd.unified_cgroup_hierarchy=1` (Docker Desktop runs cgroup v2 already)",
+        ),
+        docker::Cgroup::Unknown => Check::warn(
+            "cgroup",
+            "the engine does not say which cgroup version its host runs",
+            "a Docker engine from 20.10 on reports it; upgrade the engine if `up` fails to start a node",
+        ),
+    }
+}
+
+/// On the containerd image store an image pulled from a multi-platform
+/// index holds only this platform: devstack exports that platform alone,
+/// which needs API 1.48 (Docker 28).
+fn image_store_check(host: &docker::EngineHost) -> Check {
+    match (&host.image_store, host.export_platform()) {
+        (docker::ImageStore::Classic { driver }, _) => {
+            Check::pass("image store", format!("classic ({driver})"))
+        }
+        (docker::ImageStore::Containerd { snapshotter }, Some(platform)) => Check::pass(
+            "image store",
+            format!("containerd ({snapshotter}): images are saved for {platform} only"),
+        ),
+        (docker::ImageStore::Containerd { snapshotter }, None) => Check::warn(
+            "image store",
+            format!(
+                "containerd ({snapshotter}) on API {}: this engine cannot save one platform of a multi-platform image, \
+                 so filling devstack's cache from a pull fails",
+                host.api
+            ),
+            "upgrade to Docker 28 or later, or turn the containerd image store off \
+             (Docker Desktop: Settings > General > \"Use containerd for pulling and storing images\")",
+        ),
+    }
 }
 
 fn disk_check(root: &Path) -> Check {
@@ -357,11 +396,16 @@ async fn kind_check(settings: &Settings) -> Check {
             err.hint().unwrap_or(crate::cluster::kind::INSTALL_HINT),
         ),
         Err(err) if wanted => match crate::artifacts::kind_reachable(settings).await {
-            Ok(url) => Check::pass(
+            Ok(url) => Check::warn(
                 "kind",
                 format!(
                     "not installed: `devstack up` fetches kind {} from {url} (checksum verified) into devstack's cache",
                     crate::versions::KIND_CLI_VERSION
+                ),
+                format!(
+                    "nothing to do; to skip the download, install kind {} (https://kind.sigs.k8s.io/docs/user/quick-start/#installation) or point {} at one",
+                    crate::versions::KIND_CLI_VERSION,
+                    crate::envvars::DEVSTACK_KIND
                 ),
             ),
             Err(why) => Check::fail(

@@ -182,9 +182,8 @@ impl Fetcher<'_> {
         );
         let partial = cache.partial(&file)?;
         (self.progress)(format!("saving {local} into the cache"));
-        let saved = docker::shared(docker)
-            .export_image(&local, partial.clone())
-            .await;
+        let saved =
+            docker::save_image(docker::shared(docker).as_ref(), &local, partial.clone()).await;
         if let Err(err) = saved {
             let _ = std::fs::remove_file(&partial);
             return Err(err);

@@ -100,6 +100,41 @@ pub async fn settle(
     docker: &bollard::Docker,
     settings: &Settings,
 ) -> Result<(Settings, Choice), Error> {
+    settle_with(docker, settings, async {
+        super::kind::find_kind(settings)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.message().to_string())
+    })
+    .await
+}
+
+/// What [`settle`] would pick, found without fetching kind or writing
+/// anything (`doctor`): kind installed, else its pinned download answering.
+pub async fn predict(
+    docker: &bollard::Docker,
+    settings: &Settings,
+) -> Result<(Settings, Choice), Error> {
+    settle_with(docker, settings, async {
+        match super::kind::find_installed_kind(settings).await {
+            Ok(_) => Ok(()),
+            Err(missing) if crate::envvars::is_set(crate::envvars::DEVSTACK_KIND) => {
+                Err(missing.message().to_string())
+            }
+            Err(missing) => crate::artifacts::kind_reachable(settings)
+                .await
+                .map(|_| ())
+                .map_err(|why| format!("{}, and it cannot be fetched: {why}", missing.message())),
+        }
+    })
+    .await
+}
+
+async fn settle_with(
+    docker: &bollard::Docker,
+    settings: &Settings,
+    kind: impl std::future::Future<Output = Result<(), String>>,
+) -> Result<(Settings, Choice), Error> {
     if settings.provider_pinned() {
         let choice = decide(Some(settings.cluster.provider), None, Ok(()));
         return Ok((settings.clone(), choice));
@@ -108,10 +143,7 @@ pub async fn settle(
     let kind = if existing.is_some() {
         Ok(())
     } else {
-        super::kind::find_kind(settings)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.message().to_string())
+        kind.await
     };
     let choice = decide(None, existing, kind);
     Ok((settings.with_provider(choice.provider)?, choice))

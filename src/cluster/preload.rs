@@ -129,7 +129,7 @@ pub async fn tarballs(
                 .await
                 .map_err(|e| Error::internal(format!("create {}: {e}", dir.display())))?;
             let tmp = path.with_extension("tmp");
-            engine.export_image(&image.reference, tmp.clone()).await?;
+            crate::docker::save_image(engine, &image.reference, tmp.clone()).await?;
             tokio::fs::rename(&tmp, &path)
                 .await
                 .map_err(|e| Error::internal(format!("rename {}: {e}", tmp.display())))?;

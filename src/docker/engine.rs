@@ -23,6 +23,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use tokio::io::AsyncWriteExt;
 
+use super::host::{EngineHost, platform_json};
 use crate::error::Error;
 
 pub type EngineResult<T> = Result<T, DockerError>;
@@ -107,12 +108,16 @@ pub trait Engine: Send + Sync {
     fn pull_image<'a>(&'a self, repo: &'a str, tag: &'a str) -> BoxFuture<'a, EngineResult<()>>;
     /// `docker load` of a tarball on the host.
     fn load_image<'a>(&'a self, tarball: &'a Path) -> BoxFuture<'a, Result<(), Error>>;
-    /// `docker save` of one image into a file on the host.
+    /// `docker save` of one image into a file on the host; of its
+    /// `platform` alone when given ([`EngineHost::export_platform`]).
     fn export_image<'a>(
         &'a self,
         reference: &'a str,
         dest: PathBuf,
+        platform: Option<&'a str>,
     ) -> BoxFuture<'a, Result<(), Error>>;
+    /// What kind of engine and host this is.
+    fn host(&self) -> BoxFuture<'_, EngineResult<EngineHost>>;
 }
 
 fn label_filter(labels: Vec<String>) -> Option<HashMap<String, Vec<String>>> {
@@ -426,18 +431,50 @@ impl Engine for Docker {
         &'a self,
         reference: &'a str,
         dest: PathBuf,
+        platform: Option<&'a str>,
     ) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(async move {
             let write_error =
                 |e: std::io::Error| Error::internal(format!("write {}: {e}", dest.display()));
             let mut file = tokio::fs::File::create(&dest).await.map_err(write_error)?;
-            let mut stream = Docker::export_image(self, reference);
+            // bollard's export takes no options: the platform rides on the
+            // request's query, added by a modifier on a clone of the client.
+            let client = match platform {
+                Some(platform) => {
+                    let query = format!(
+                        "platform={}",
+                        super::host::url_encoded(&platform_json(platform))
+                    );
+                    self.clone().with_request_modifier(move |mut request| {
+                        let uri = request.uri().to_string();
+                        if uri.ends_with("/get")
+                            && let Ok(with_query) = format!("{uri}?{query}").parse()
+                        {
+                            *request.uri_mut() = with_query;
+                        }
+                        request
+                    })
+                }
+                None => self.clone(),
+            };
+            let mut stream = Docker::export_image(&client, reference);
             while let Some(chunk) = stream.next().await {
                 let chunk =
                     chunk.map_err(|e| super::engine_error(format!("export {reference}"), e))?;
                 file.write_all(&chunk).await.map_err(write_error)?;
             }
             file.flush().await.map_err(write_error)
+        })
+    }
+
+    fn host(&self) -> BoxFuture<'_, EngineResult<EngineHost>> {
+        Box::pin(async move {
+            let (info, version) = futures::try_join!(self.info(), self.version())?;
+            Ok(EngineHost::from_answers(
+                &info,
+                &version,
+                &self.client_version().to_string(),
+            ))
         })
     }
 }

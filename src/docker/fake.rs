@@ -18,6 +18,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
 use super::engine::{Engine, EngineResult};
+use super::host::{Cgroup, EngineHost, ImageStore};
 use crate::error::Error;
 
 #[derive(Debug, Clone, Default)]
@@ -45,7 +46,6 @@ pub struct FakeContainer {
 
 type ExecHandler = Box<dyn Fn(&str, &[&str]) -> (i64, String) + Send + Sync>;
 
-#[derive(Default)]
 pub struct State {
     pub containers: BTreeMap<String, FakeContainer>,
     pub volumes: BTreeMap<String, HashMap<String, String>>,
@@ -55,6 +55,57 @@ pub struct State {
     pub calls: Vec<String>,
     /// A call (as recorded in `calls`) that fails instead.
     pub fail_on: Option<String>,
+    /// What `host` answers.
+    pub host: EngineHost,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            containers: BTreeMap::new(),
+            volumes: BTreeMap::new(),
+            networks: BTreeMap::new(),
+            images: BTreeSet::new(),
+            calls: Vec::new(),
+            fail_on: None,
+            host: classic_cgroup_v1_host(),
+        }
+    }
+}
+
+/// Docker 20.10 on cgroup v1 with the classic store: the host shape whose
+/// behaviour the tests written before [`EngineHost`] describe.
+pub fn classic_cgroup_v1_host() -> EngineHost {
+    EngineHost {
+        product: "Docker Engine".into(),
+        version: "20.10.24".into(),
+        api: "1.41".into(),
+        min_api: Some("1.12".into()),
+        cgroup: Cgroup::V1,
+        cgroup_driver: Some("cgroupfs".into()),
+        image_store: ImageStore::Classic {
+            driver: "overlay2".into(),
+        },
+        platform: "linux/amd64".into(),
+        root_dir: None,
+    }
+}
+
+/// Docker 29 on cgroup v2 with the containerd image store.
+pub fn containerd_cgroup_v2_host() -> EngineHost {
+    EngineHost {
+        product: "Docker Engine".into(),
+        version: "29.1.0".into(),
+        api: "1.52".into(),
+        min_api: Some("1.44".into()),
+        cgroup: Cgroup::V2,
+        cgroup_driver: Some("systemd".into()),
+        image_store: ImageStore::Containerd {
+            snapshotter: "overlayfs".into(),
+        },
+        platform: "linux/amd64".into(),
+        root_dir: None,
+    }
 }
 
 #[derive(Default)]
@@ -522,9 +573,14 @@ impl Engine for FakeEngine {
         &'a self,
         reference: &'a str,
         dest: PathBuf,
+        platform: Option<&'a str>,
     ) -> BoxFuture<'a, Result<(), Error>> {
+        let call = match platform {
+            Some(platform) => format!("export {reference} --platform {platform}"),
+            None => format!("export {reference}"),
+        };
         let result = self
-            .call(format!("export {reference}"))
+            .call(call)
             .map_err(|e| super::engine_error("export", e))
             .and_then(|()| {
                 std::fs::write(&dest, reference).map_err(|e| {
@@ -532,5 +588,9 @@ impl Engine for FakeEngine {
                 })
             });
         ready(result)
+    }
+
+    fn host(&self) -> BoxFuture<'_, EngineResult<EngineHost>> {
+        ready(Ok(self.with(|s| s.host.clone())))
     }
 }

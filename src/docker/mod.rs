@@ -10,8 +10,10 @@ use crate::error::{Error, Kind};
 pub mod engine;
 #[cfg(test)]
 pub mod fake;
+pub mod host;
 
 pub use engine::Engine;
+pub use host::{Cgroup, EngineHost, ImageStore};
 
 /// Label carried by everything devstack creates; listing and deleting go by
 /// label filters, never by name patterns.
@@ -60,7 +62,41 @@ pub async fn connect() -> Result<Docker, Error> {
         .await
         .map_err(|_| unreachable("no answer within 10s"))?
         .map_err(unreachable)?;
+    let version = docker.version().await.map_err(unreachable)?;
+    refuse_unsupported(&version)?;
     Ok(docker)
+}
+
+/// Engines that answer Docker's API but would fail a stack halfway are
+/// refused before anything is created, naming what they lack. Podman 4's
+/// compatible API, tried with devstack's node spec: it names images loaded
+/// from tarballs `localhost/<name>` (nodes miss their preloaded images, and
+/// every later `up` sees the node image drift), ignores
+/// `HostConfig.CgroupnsMode`, and answers name conflicts with 500, not 409.
+pub fn refuse_unsupported(version: &bollard::models::SystemVersion) -> Result<(), Error> {
+    let Some(podman) = version
+        .components
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.name.starts_with("Podman"))
+    else {
+        return Ok(());
+    };
+    Err(Error::prerequisite(format!(
+        "the engine at {} is {} {}, whose Docker-compatible API devstack does not support: \
+         it names images loaded from tarballs `localhost/<name>`, so nodes would not find their images and every later `up` would see the node image drift; \
+         it ignores the private cgroup namespace devstack's nodes ask for (`HostConfig.CgroupnsMode`); \
+         and it answers name conflicts with 500 instead of 409",
+        engine_address(),
+        podman.name,
+        podman.version
+    ))
+    .with_hint(
+        "use Docker Engine (docker-ce, Docker Desktop, Colima or Rancher Desktop's moby); \
+         or make the cluster with Podman yourself (`KIND_EXPERIMENTAL_PROVIDER=podman kind create cluster`) \
+         and run the stack on it with `--provider existing` and `localstack.mode: in-cluster`, which need no engine at all",
+    ))
 }
 
 /// [`connect`], or, when `optional` and no engine answers, [`absent`]: a run
@@ -95,6 +131,43 @@ pub async fn answers(docker: &Docker) -> bool {
 /// The engine behind a connected client, for the code that takes any [`Engine`].
 pub fn shared(docker: &Docker) -> std::sync::Arc<dyn Engine> {
     std::sync::Arc::new(docker.clone())
+}
+
+/// `docker save` of one image into `dest`, as the engine's image store
+/// allows: on the containerd store only the engine's own platform of an
+/// image pulled from a multi-platform index is there, so that platform
+/// alone is exported (API 1.48+, Docker 28+). An older engine on that store
+/// fails with what to change.
+pub async fn save_image(
+    engine: &dyn Engine,
+    reference: &str,
+    dest: std::path::PathBuf,
+) -> Result<(), Error> {
+    let host = engine
+        .host()
+        .await
+        .map_err(|e| engine_error("read the engine's info", e))?;
+    let platform = host.export_platform();
+    engine
+        .export_image(reference, dest, platform)
+        .await
+        .map_err(|err| {
+            if host.containerd_store() && platform.is_none() {
+                Error::prerequisite(format!(
+                    "cannot save image `{reference}` from {}: {}",
+                    host.summary(),
+                    err.message()
+                ))
+                .with_hint(
+                    "on the containerd image store Docker saves one platform of an image only from Docker 28 (API 1.48) on: \
+                     upgrade the engine, or turn the containerd image store off (Docker Desktop: Settings > General > \
+                     \"Use containerd for pulling and storing images\"; Docker Engine: \
+                     `\"features\": {\"containerd-snapshotter\": false}` in daemon.json)",
+                )
+            } else {
+                err
+            }
+        })
 }
 
 /// Label filter selecting one stack's resources (or all stacks' with `None`).
@@ -391,6 +464,36 @@ pub async fn exec_within(
 
 #[cfg(test)]
 mod tests {
+    use bollard::models::{SystemVersion, SystemVersionComponents};
+
+    fn version_of(component: &str, version: &str) -> SystemVersion {
+        SystemVersion {
+            components: Some(vec![SystemVersionComponents {
+                name: component.into(),
+                version: version.into(),
+                details: None,
+            }]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn podman_is_refused_naming_what_it_lacks_and_docker_is_not() {
+        let err = super::refuse_unsupported(&version_of("Podman Engine", "4.3.1")).unwrap_err();
+        assert_eq!(err.kind(), Kind::Prerequisite);
+        for gap in [
+            "Podman Engine 4.3.1",
+            "localhost/<name>",
+            "CgroupnsMode",
+            "409",
+        ] {
+            assert!(err.message().contains(gap), "{gap}: {}", err.message());
+        }
+        assert!(err.hint().unwrap().contains("--provider existing"));
+        assert!(super::refuse_unsupported(&version_of("Engine", "28.5.2")).is_ok());
+        assert!(super::refuse_unsupported(&SystemVersion::default()).is_ok());
+    }
+
     use super::*;
 
     #[tokio::test]

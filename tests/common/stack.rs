@@ -261,3 +261,15 @@ impl Drop for ScopedEnv {
         }
     }
 }
+
+/// The check named `name` of a `doctor --json` report.
+#[track_caller]
+pub fn doctor_check(report: &serde_json::Value, name: &str) -> serde_json::Value {
+    report["checks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no checks: {report}"))
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} check: {report}"))
+        .clone()
+}

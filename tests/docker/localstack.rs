@@ -200,6 +200,87 @@ fn doctor_reports_the_real_engine_and_a_dead_socket() {
     assert!(run.stderr.contains("hint:"), "{}", run.stderr);
 }
 
+/// A download mirror that answers every request and records its request
+/// lines: what `doctor` asked of the network.
+fn recording_http_server() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            record.lock().unwrap().push(line.trim().to_string());
+            let mut header = String::new();
+            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                header.clear();
+            }
+            let mut stream = stream;
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nkind",
+            );
+        }
+    });
+    (port, seen)
+}
+
+/// `doctor` looks and changes nothing: no state directory, no cache, no
+/// download (a HEAD to see that kind could be fetched is all it asks), and
+/// a missing kind is a warning that says `up` fetches it.
+#[test]
+#[ignore = "needs a Docker engine: make test-docker"]
+fn doctor_creates_nothing_and_downloads_nothing() {
+    if !require_docker() {
+        return;
+    }
+    let stack = TestStack::new("docnone");
+    let profile = stack.profile("");
+    let (port, seen) = recording_http_server();
+    let mirror = format!("http://127.0.0.1:{port}");
+    let path_without_kind: String = std::env::split_paths(&std::env::var("PATH").unwrap())
+        .filter(|dir| !dir.join("kind").exists())
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    let run = stack.run_env(
+        &profile,
+        &["doctor", "--json"],
+        &[
+            ("DEVSTACK_DOWNLOAD_MIRROR", &mirror),
+            ("PATH", &path_without_kind),
+            ("DEVSTACK_KIND", ""),
+        ],
+    );
+    let report = run.json();
+    let state = stack.dir.path().join("state");
+    assert!(
+        !state.exists(),
+        "doctor wrote {}: {:?}",
+        state.display(),
+        std::fs::read_dir(&state).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+    );
+    let requests = seen.lock().unwrap().clone();
+    assert!(
+        requests.iter().all(|r| r.starts_with("HEAD ")),
+        "doctor downloaded: {requests:?}"
+    );
+    assert!(
+        !requests.is_empty(),
+        "doctor did not look for kind's download: {report}"
+    );
+    let kind = doctor_check(&report, "kind");
+    assert_eq!(kind["status"], "warn", "{report}");
+    assert!(
+        kind["detail"].as_str().unwrap().contains("not installed"),
+        "{report}"
+    );
+}
+
 #[test]
 #[ignore = "needs a Docker engine: make test-docker"]
 fn doctor_names_the_holder_of_a_taken_port() {

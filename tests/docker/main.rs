@@ -10,4 +10,5 @@ mod exit_codes;
 mod gitops;
 mod localstack;
 mod logs;
+mod podman;
 mod seed;

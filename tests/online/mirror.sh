@@ -31,7 +31,7 @@
 #       eso-chart X         github.com/external-secrets/external-secrets/releases/download/helm-chart-X/external-secrets-X.tgz
 #       eso-crds vX         raw.githubusercontent.com/external-secrets/external-secrets/<commit of vX>/deploy/crds/bundle.yaml
 #   - $MIRROR_DIR/pins.json: {"apiVersion":"devstack.dev/v1alpha1","kind":"Pins",
-#     "images":{"<name:tag as in the index>":"sha256:<pushed manifest>"},
+#     "images":{"<name:tag as in the index>":"sha256:<its multi-platform index>"},
 #     "files":{"https://<host>/<path>":"sha256:<file bytes>"}};
 #   - prints (stdout; logs go to stderr with the prefix [mirror]):
 #       export DEVSTACK_MIRRORS=docker.io=http://127.0.0.1:P/docker.io,ghcr.io=http://127.0.0.1:P/ghcr.io,registry.k8s.io=http://127.0.0.1:P/registry.k8s.io
@@ -162,10 +162,18 @@ registry_digest() {
 }
 
 # registry_config_digest REPO TAG: the image ID (config digest) the tag's
-# manifest names, or empty.
+# manifest names (its linux/amd64 manifest's, for an index), or empty.
 registry_config_digest() {
-  curl -fsS --max-time 10 -H "Accept: $MANIFEST_ACCEPT" \
-    "http://127.0.0.1:$REG_PORT/v2/$1/manifests/$2" 2>/dev/null | jq -r '.config.digest // empty' 2>/dev/null || true
+  local got
+  got=$(curl -fsS --max-time 10 -H "Accept: $MANIFEST_ACCEPT" \
+    "http://127.0.0.1:$REG_PORT/v2/$1/manifests/$2" 2>/dev/null) || return 0
+  if jq -e '.manifests' >/dev/null 2>&1 <<<"$got"; then
+    got=$(jq -r '.manifests[] | select(.platform.architecture == "amd64") | .digest' <<<"$got" | head -1)
+    [ -n "$got" ] || return 0
+    registry_config_digest "$1" "$got"
+    return 0
+  fi
+  jq -r '.config.digest // empty' 2>/dev/null <<<"$got" || true
 }
 
 # push_as LOCAL_REF UPSTREAM_REF: pushes the local image as UPSTREAM_REF's
@@ -192,6 +200,67 @@ push_as() {
     docker rmi "127.0.0.1:$REG_PORT/$repo@$digest" >/dev/null
   fi
   echo "$digest"
+}
+
+# upload_blob REPO FILE: puts FILE into REPO's blobs; prints its digest.
+upload_blob() {
+  local repo=$1 file=$2 digest location
+  digest=sha256:$(sha256sum "$file" | cut -d' ' -f1)
+  location=$(curl -fsS -D - -o /dev/null -X POST --max-time 10 \
+    "http://127.0.0.1:$REG_PORT/v2/$repo/blobs/uploads/" | tr -d '\r' \
+    | awk -F': ' 'tolower($1) == "location" {print $2}')
+  [ -n "$location" ] || die "the registry gave no upload location for $repo"
+  case $location in http*) ;; *) location="http://127.0.0.1:$REG_PORT$location" ;; esac
+  case $location in *\?*) location="$location&digest=$digest" ;; *) location="$location?digest=$digest" ;; esac
+  curl -fsS -o /dev/null -X PUT --max-time 30 -H 'Content-Type: application/octet-stream' \
+    --data-binary "@$file" "$location" || die "blob upload to $repo failed"
+  echo "$digest"
+}
+
+# put_manifest REPO REFERENCE MEDIA_TYPE FILE: prints the manifest's digest.
+put_manifest() {
+  curl -fsS -o /dev/null -X PUT --max-time 10 -H "Content-Type: $3" \
+    --data-binary "@$4" "http://127.0.0.1:$REG_PORT/v2/$1/manifests/$2" \
+    || die "manifest upload to $1:$2 failed"
+  echo "sha256:$(sha256sum "$4" | cut -d' ' -f1)"
+}
+
+# as_index REPO TAG: makes the tag a multi-platform index, as upstream
+# publishes its images: the pushed linux/amd64 manifest and a linux/arm64
+# one (an empty image: never pulled here, but an engine that exports the
+# whole index instead of its platform fails on its absent content, as
+# Docker's containerd image store does: kind #3795). Prints the index's
+# digest, which becomes the pin, as upstream's pins are index digests.
+as_index() {
+  local repo=$1 tag=$2 dir=$WORK/index mt list_mt config_mt digest size config stub stub_digest
+  mkdir -p "$dir"
+  curl -fsS --max-time 10 -H "Accept: $MANIFEST_ACCEPT" -o "$dir/pushed.json" \
+    "http://127.0.0.1:$REG_PORT/v2/$repo/manifests/$tag" || die "cannot read $repo:$tag back"
+  mt=$(jq -r '.mediaType // "application/vnd.oci.image.manifest.v1+json"' "$dir/pushed.json")
+  case $mt in
+    *manifest.list* | *image.index*) registry_digest "$repo" "$tag"; return ;;
+    application/vnd.docker.*)
+      list_mt=application/vnd.docker.distribution.manifest.list.v2+json
+      config_mt=application/vnd.docker.container.image.v1+json ;;
+    *)
+      list_mt=application/vnd.oci.image.index.v1+json
+      config_mt=application/vnd.oci.image.config.v1+json ;;
+  esac
+  digest=sha256:$(sha256sum "$dir/pushed.json" | cut -d' ' -f1)
+  size=$(stat -c %s "$dir/pushed.json")
+  printf '%s' '{"architecture":"arm64","os":"linux","config":{},"rootfs":{"type":"layers","diff_ids":[]}}' >"$dir/config.json"
+  config=$(upload_blob "$repo" "$dir/config.json")
+  jq -cn --arg mt "$mt" --arg cmt "$config_mt" --arg digest "$config" --argjson size "$(stat -c %s "$dir/config.json")" \
+    '{schemaVersion: 2, mediaType: $mt, config: {mediaType: $cmt, size: $size, digest: $digest}, layers: []}' \
+    | tr -d '\n' >"$dir/stub.json"
+  stub_digest=$(put_manifest "$repo" "sha256:$(sha256sum "$dir/stub.json" | cut -d' ' -f1)" "$mt" "$dir/stub.json")
+  stub=$(stat -c %s "$dir/stub.json")
+  jq -cn --arg lmt "$list_mt" --arg mt "$mt" --arg d "$digest" --argjson s "$size" --arg sd "$stub_digest" --argjson ss "$stub" \
+    '{schemaVersion: 2, mediaType: $lmt, manifests: [
+       {mediaType: $mt, size: $s, digest: $d, platform: {architecture: "amd64", os: "linux"}},
+       {mediaType: $mt, size: $ss, digest: $sd, platform: {architecture: "arm64", os: "linux"}}]}' \
+    | tr -d '\n' >"$dir/index.json"
+  put_manifest "$repo" "$tag" "$list_mt" "$dir/index.json"
 }
 
 # ensure_local_image REF FILE: Docker has REF, or loads it from the bundle tarball.
@@ -291,6 +360,7 @@ push_images() {
     for up in "${refs[@]}"; do
       log "push $up -> 127.0.0.1:$REG_PORT/$(mirror_repo "${up%:*}"):${up##*:}"
       digest=$(push_as "$ref" "$up")
+      digest=$(as_index "$(mirror_repo "${up%:*}")" "${up##*:}")
       printf '%s\t%s\n' "$up" "$digest" >>"$WORK/images.tsv"
       pushed=$((pushed + 1))
     done

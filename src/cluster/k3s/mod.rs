@@ -716,7 +716,7 @@ mod tests {
 mod engine_tests {
     use std::sync::Arc;
 
-    use super::node::{agent_args, own_server_args, server_args};
+    use super::node::{agent_args, host_args, own_server_args, server_args};
     use super::*;
     use crate::docker::fake::{FakeContainer, FakeEngine};
 
@@ -883,7 +883,10 @@ mod engine_tests {
             "agents join with the server's token: {:?}",
             agent.env
         );
-        assert_eq!(agent.cmd, agent_args(&one, "devstack-t-agent-0"));
+        // The fake engine is a cgroup v1 host: the kubelet is told to run on it.
+        let mut expected = agent_args(&one, "devstack-t-agent-0");
+        expected.splice(1..1, host_args(&one, crate::docker::Cgroup::V1));
+        assert_eq!(agent.cmd, expected);
         assert_eq!(f.engine.volume_names().len(), 2 * STATE_PATHS.len());
         assert!(f.engine.container("devstack-t-server-0").unwrap().running);
 

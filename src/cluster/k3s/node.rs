@@ -3,7 +3,10 @@
 
 use std::collections::HashMap;
 
-use bollard::models::{ContainerCreateBody, HostConfig, PortBinding, PortMap, VolumeCreateRequest};
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum, PortBinding, PortMap,
+    VolumeCreateRequest,
+};
 
 use super::images::{NodeTarball, Stage, file_name, node_tarballs, staged_images_dir};
 use super::restore::SHARED_IN_NODE;
@@ -12,7 +15,7 @@ use super::{
     ROLE_AGENT, ROLE_SERVER, STATE_PATHS, node_labels,
 };
 use crate::cluster::{kubeconfig, node_name, preload};
-use crate::docker::{self, Engine};
+use crate::docker::{self, Cgroup, Engine};
 use crate::error::Error;
 use crate::profile::Settings;
 use crate::ui::Step;
@@ -25,12 +28,43 @@ const FLANNEL_RUN_IN_NODE: &str = "/var/lib/rancher/k3s/agent/flannel-run";
 /// tmpfs, and without flannel's `subnet.env` a node that starts again fails
 /// its pods' first sandboxes. The shell's `$0` is `k3s`; the node's
 /// arguments follow.
+///
+/// On cgroup v2 the kubelet needs the container's root cgroup free of
+/// processes before it creates its own below it ("cannot enter cgroupv2
+/// ... with domain controllers", k3s #4085). K3s moves them itself only
+/// when it is PID 1 outside a user namespace; an engine whose daemon.json
+/// says `"init": true` makes docker-init PID 1 instead. So, as moby's
+/// dind does, the node moves every process of its root cgroup into
+/// `init/` and enables the controllers for the children before K3s starts,
+/// whatever PID 1 is. Shell builtins only: node images need not carry
+/// xargs or sed.
 fn node_entrypoint() -> Vec<String> {
     let script = format!(
-        "mkdir -p {FLANNEL_RUN_IN_NODE} && rm -rf /run/flannel \
-         && ln -s {FLANNEL_RUN_IN_NODE} /run/flannel && exec /bin/k3s \"$@\""
+        "{}\nmkdir -p {FLANNEL_RUN_IN_NODE} && rm -rf /run/flannel \
+         && ln -s {FLANNEL_RUN_IN_NODE} /run/flannel && exec /bin/k3s \"$@\"",
+        evacuate_root_cgroup("/sys/fs/cgroup")
     );
     vec!["/bin/sh".into(), "-c".into(), script, "k3s".into()]
+}
+
+/// The shell that empties the root cgroup `root` on cgroup v2 (a no-op on
+/// v1, where `cgroup.controllers` does not exist). Controllers cannot be
+/// enabled for children while processes sit in the root, hence the move
+/// first; a process that exits meanwhile makes its write fail, not the node.
+pub(crate) fn evacuate_root_cgroup(root: &str) -> String {
+    [
+        format!("if [ -f {root}/cgroup.controllers ]; then"),
+        format!("mkdir -p {root}/init"),
+        format!(
+            "while read -r pid; do echo \"$pid\" >> {root}/init/cgroup.procs 2>/dev/null || :; done < {root}/cgroup.procs"
+        ),
+        format!("read -r controllers < {root}/cgroup.controllers || :"),
+        "enable=".to_string(),
+        "for c in $controllers; do enable=\"${enable:+$enable }+$c\"; done".to_string(),
+        format!("[ -z \"$enable\" ] || echo \"$enable\" > {root}/cgroup.subtree_control || :"),
+        "fi".to_string(),
+    ]
+    .join("\n")
 }
 
 /// Flux's downloads and ESO's webhook go through Services of pods just turned
@@ -45,6 +79,33 @@ const KUBELET_LEAVES_THE_HOST_DISK_ALONE: [&str; 2] = [
     "--kubelet-arg=eviction-hard=imagefs.available<0%,nodefs.available<0%,nodefs.inodesFree<0%",
     "--kubelet-arg=image-gc-high-threshold=100",
 ];
+
+/// Kubelets from Kubernetes 1.35 on refuse cgroup v1 hosts unless told
+/// otherwise; the flag exists from 1.31 on.
+const KUBELET_ALLOWS_CGROUP_V1: &str = "--kubelet-arg=fail-cgroupv1=false";
+
+/// Arguments the host's shape asks of a node: on a cgroup v1 host, a
+/// kubelet that knows `fail-cgroupv1` is told to run anyway. Nothing on
+/// cgroup v2, where the flag's default is right, nor for K3s older than
+/// 1.31, whose kubelet would refuse the unknown flag.
+pub(super) fn host_args(settings: &Settings, cgroup: Cgroup) -> Vec<String> {
+    let knows_the_flag = k3s_version(&settings.cluster.image).is_some_and(|v| v >= (1, 31));
+    if cgroup == Cgroup::V1 && knows_the_flag {
+        vec![KUBELET_ALLOWS_CGROUP_V1.to_string()]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Kubernetes' `(major, minor)` from a K3s image's tag (`rancher/k3s:v1.32.0-k3s1`).
+fn k3s_version(image: &str) -> Option<(u64, u64)> {
+    let without_digest = image.split('@').next()?;
+    let (_, tag) = without_digest
+        .rsplit_once('/')
+        .unwrap_or(("", without_digest));
+    let (_, tag) = tag.split_once(':')?;
+    crate::hostinfo::parse_semver(tag).map(|(major, minor, _)| (major, minor))
+}
 
 /// devstack's own arguments of the server (recorded as LABEL_FIXED_ARGS,
 /// which `plan` skips). `identity` is its Kubernetes node name: the
@@ -168,8 +229,20 @@ pub(super) async fn create_node(
     node: NewNode<'_>,
     tarballs: &[NodeTarball],
 ) -> Result<(), Error> {
+    let mut node = node;
     let name = node.name;
     let start = node.start;
+    let host = engine
+        .host()
+        .await
+        .map_err(|e| docker::engine_error("read the engine's info", e))?;
+    // After the role word, among devstack's own arguments (which `plan`
+    // skips), so that a node made on another host shape is no drift.
+    let extra = host_args(settings, host.cgroup);
+    if let Some(fixed) = node.fixed_args.as_mut() {
+        *fixed += extra.len();
+    }
+    node.args.splice(1..1, extra);
     let mut binds = create_state_volumes(engine, settings, name).await?;
     binds.extend(stage_tarballs(settings, name, tarballs)?);
     if let Some(volume) = node.shared {
@@ -354,6 +427,13 @@ fn container_body(
         exposed_ports: Some(exposed),
         host_config: Some(HostConfig {
             privileged: Some(true),
+            // As kind's nodes: K3s runs its own init and reaps its own
+            // children, so an engine default of `"init": true` must not put
+            // docker-init in front of it (on cgroup v2 K3s then cannot empty
+            // the root cgroup), and a private cgroup namespace gives the
+            // kubelet a cgroup tree rooted at the node.
+            init: Some(false),
+            cgroupns_mode: Some(HostConfigCgroupnsModeEnum::PRIVATE),
             binds: Some(binds),
             port_bindings: Some(port_bindings),
             network_mode: Some(settings.resource_prefix()),
@@ -401,5 +481,126 @@ mod tests {
             own.contains(&KUBE_PROXY_SYNC_AT_ONCE.to_string()),
             "{own:?}"
         );
+    }
+
+    #[test]
+    fn nodes_state_init_false_and_a_private_cgroup_namespace_whatever_the_engine_defaults() {
+        let settings = settings("");
+        let node = NewNode::agent(&settings, "devstack-t-agent-0", "token");
+        let body = container_body(&settings, node, Vec::new());
+        let host = body.host_config.expect("a host config");
+        assert_eq!(host.init, Some(false));
+        assert_eq!(
+            host.cgroupns_mode,
+            Some(HostConfigCgroupnsModeEnum::PRIVATE)
+        );
+        assert_eq!(host.privileged, Some(true));
+        let entrypoint = body.entrypoint.expect("an entrypoint").join(" ");
+        assert!(
+            entrypoint.contains(&evacuate_root_cgroup("/sys/fs/cgroup")),
+            "{entrypoint}"
+        );
+        assert!(
+            entrypoint.ends_with("exec /bin/k3s \"$@\" k3s"),
+            "{entrypoint}"
+        );
+    }
+
+    /// The evacuation run by a real shell on a directory laid out as a
+    /// cgroup v2 root: the processes listed move to `init/`, and every
+    /// controller is enabled for the children.
+    #[test]
+    fn the_root_cgroup_is_emptied_and_its_controllers_enabled_on_cgroup_v2() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().display().to_string();
+        std::fs::write(
+            root.path().join("cgroup.controllers"),
+            "cpuset cpu io memory pids\n",
+        )
+        .unwrap();
+        std::fs::write(root.path().join("cgroup.procs"), "1\n7\n42\n").unwrap();
+        let status = std::process::Command::new("/bin/sh")
+            .args(["-c", &evacuate_root_cgroup(&path)])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let moved = std::fs::read_to_string(root.path().join("init/cgroup.procs")).unwrap();
+        assert_eq!(moved, "1\n7\n42\n");
+        let enabled = std::fs::read_to_string(root.path().join("cgroup.subtree_control")).unwrap();
+        assert_eq!(enabled, "+cpuset +cpu +io +memory +pids\n");
+    }
+
+    #[test]
+    fn a_cgroup_v1_root_is_left_alone() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("cgroup.procs"), "1\n").unwrap();
+        let status = std::process::Command::new("/bin/sh")
+            .args([
+                "-c",
+                &evacuate_root_cgroup(&root.path().display().to_string()),
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert!(!root.path().join("init").exists());
+        assert!(!root.path().join("cgroup.subtree_control").exists());
+    }
+
+    #[test]
+    fn cgroup_v1_is_allowed_only_on_cgroup_v1_hosts_and_kubelets_that_know_the_flag() {
+        let settings = settings("");
+        assert_eq!(
+            host_args(&settings, Cgroup::V1),
+            [KUBELET_ALLOWS_CGROUP_V1.to_string()],
+            "{}",
+            settings.cluster.image
+        );
+        assert!(host_args(&settings, Cgroup::V2).is_empty());
+        assert!(host_args(&settings, Cgroup::Unknown).is_empty());
+        let old = super::super::tests::settings("  image: rancher/k3s:v1.30.8-k3s1\n");
+        assert!(host_args(&old, Cgroup::V1).is_empty());
+        assert_eq!(
+            k3s_version("registry.local:5000/rancher/k3s:v1.36.2-k3s1@sha256:ab"),
+            Some((1, 36))
+        );
+        assert_eq!(k3s_version("k3s"), None);
+    }
+
+    #[tokio::test]
+    async fn a_node_made_on_a_cgroup_v1_host_gets_the_flag_among_devstacks_own_arguments() {
+        let f = super::super::engine_tests::fixture("");
+        let server = node_name(&f.settings, "server", 0);
+        let node = NewNode {
+            name: &server,
+            identity: &server,
+            role: ROLE_SERVER,
+            args: server_args(&f.settings, &server),
+            token: "t",
+            api_port: Some(6550),
+            fixed_args: Some(own_server_args(&f.settings, &server).len()),
+            start: false,
+            ip: None,
+            shared: None,
+        };
+        create_node(f.engine.as_ref(), &f.settings, node, &[])
+            .await
+            .unwrap();
+        let made = f.engine.container(&server).unwrap();
+        assert_eq!(made.cmd[0], "server");
+        assert_eq!(made.cmd[1], KUBELET_ALLOWS_CGROUP_V1);
+        assert_eq!(
+            made.labels[LABEL_FIXED_ARGS],
+            (own_server_args(&f.settings, &server).len() + 1).to_string()
+        );
+
+        f.engine
+            .with(|s| s.host = crate::docker::fake::containerd_cgroup_v2_host());
+        let agent = node_name(&f.settings, "agent", 0);
+        let node = NewNode::agent(&f.settings, &agent, "t");
+        create_node(f.engine.as_ref(), &f.settings, node, &[])
+            .await
+            .unwrap();
+        let made = f.engine.container(&agent).unwrap();
+        assert_eq!(made.cmd, agent_args(&f.settings, &agent));
     }
 }

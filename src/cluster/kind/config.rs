@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::{MARKER_IN_NODE, REGISTRY_CONFIG_DIR, ROLE_CONTROL_PLANE, ROLE_WORKER, cluster_name};
+use crate::docker::Cgroup;
 use crate::error::Error;
 use crate::profile::Settings;
 
@@ -59,7 +60,8 @@ struct PortMapping<'a> {
 /// Kubernetes >= 1.35 kubelets refuse to start on cgroup v1 hosts unless
 /// told otherwise. Set in kubeadm's KubeletConfiguration (the
 /// `kubelet-config` ConfigMap every joining node reads), so it holds for any
-/// node image, not only the kit's (which also passes the kubelet flag).
+/// node image, and only on cgroup v1 hosts: elsewhere the kubelet's default
+/// is right, and saying nothing keeps the config what kind users know.
 const KUBELET_CGROUP_V1_PATCH: &str = "kind: KubeletConfiguration\nfailCgroupV1: false\n";
 
 /// Flux's downloads and ESO's webhook go through Services of pods just turned
@@ -82,7 +84,7 @@ pub fn owner_marker_dir(settings: &Settings) -> PathBuf {
 /// inline `registry.mirrors` table cannot be used: containerd refuses to
 /// start its CRI plugin when it is combined with `config_path`, which
 /// recent kind node images set by default.
-pub fn config_yaml(settings: &Settings, api_port: u16) -> String {
+pub fn config_yaml(settings: &Settings, api_port: u16, cgroup: Cgroup) -> String {
     let cluster = &settings.cluster;
     let image = cluster.image.as_str();
     let marker = owner_marker_dir(settings).display().to_string();
@@ -128,7 +130,11 @@ pub fn config_yaml(settings: &Settings, api_port: u16) -> String {
             api_server_port: api_port,
         },
         nodes,
-        kubeadm_config_patches: vec![KUBELET_CGROUP_V1_PATCH, KUBE_PROXY_SYNC_AT_ONCE_PATCH],
+        kubeadm_config_patches: (cgroup == Cgroup::V1)
+            .then_some(KUBELET_CGROUP_V1_PATCH)
+            .into_iter()
+            .chain([KUBE_PROXY_SYNC_AT_ONCE_PATCH])
+            .collect(),
         containerd_config_patches: patches,
     };
     serde_saphyr::to_string(&config).expect("the kind config is plain strings and numbers")
@@ -193,7 +199,7 @@ mod tests {
     }
 
     fn parsed(settings: &Settings, port: u16) -> Value {
-        let yaml = config_yaml(settings, port);
+        let yaml = config_yaml(settings, port, Cgroup::V1);
         serde_saphyr::from_str(&yaml).unwrap_or_else(|e| panic!("invalid YAML {e}:\n{yaml}"))
     }
 
@@ -253,8 +259,8 @@ mod tests {
             .cluster
             .registry_mirrors
             .insert("docker.io".into(), vec!["http://m:5000".into()]);
-        let text = config_yaml(&settings, 6443);
-        assert_eq!(text, config_yaml(&settings, 6443));
+        let text = config_yaml(&settings, 6443, Cgroup::V1);
+        assert_eq!(text, config_yaml(&settings, 6443, Cgroup::V1));
         assert_eq!(
             text,
             r#"kind: Cluster
@@ -401,5 +407,16 @@ containerdConfigPatches:
             assert_eq!(err.kind(), Kind::User, "{bad}");
             assert!(err.hint().is_some());
         }
+    }
+
+    #[test]
+    fn cgroup_v1_is_allowed_only_on_cgroup_v1_hosts() {
+        let settings = kind_settings();
+        for cgroup in [Cgroup::V2, Cgroup::Unknown] {
+            let yaml = config_yaml(&settings, 6443, cgroup);
+            assert!(!yaml.contains("failCgroupV1"), "{cgroup:?}:\n{yaml}");
+            assert!(yaml.contains("KubeProxyConfiguration"), "{yaml}");
+        }
+        assert!(config_yaml(&settings, 6443, Cgroup::V1).contains("failCgroupV1: false"));
     }
 }

@@ -113,8 +113,13 @@ pub(super) async fn up(
     let bundle = preload::open_bundle(settings)?;
     crate::bundle::ensure_image(engine, &settings.cluster.image, bundle.as_ref()).await?;
 
+    let cgroup = engine
+        .host()
+        .await
+        .map_err(|e| crate::docker::engine_error("read the engine's info", e))?
+        .cgroup;
     // The nodes' containerd serves long before kubeadm is done: images go in meanwhile.
-    let create = create(&kind, settings, api_port, step);
+    let create = create(&kind, settings, api_port, cgroup, step);
     let early = early_preload(engine, settings, step);
     tokio::pin!(create, early);
     let (created, early_done) = tokio::select! {
@@ -180,6 +185,7 @@ async fn create(
     kind: &Path,
     settings: &Settings,
     api_port: u16,
+    cgroup: crate::docker::Cgroup,
     step: &Step,
 ) -> Result<(), CreateFailure> {
     let name = cluster_name(settings);
@@ -196,7 +202,7 @@ async fn create(
                     .with_hint("make devstack's state directory (DEVSTACK_HOME) writable"),
             )
         })?;
-    std::fs::write(&config, config_yaml(settings, api_port)).map_err(|e| {
+    std::fs::write(&config, config_yaml(settings, api_port, cgroup)).map_err(|e| {
         CreateFailure::NothingCreated(
             Error::internal(format!("cannot write {}", config.display())).with_source(e),
         )
