@@ -4,7 +4,57 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::error::Kind;
 use crate::profile::Provider;
+
+/// The examples of `devstack --help` and of the man page.
+pub const EXAMPLES: &str = "Examples:
+  devstack up                      # a verified stack from ./devstack.yaml, or the default one
+  devstack status                  # its health; exit 4 when a part is failing
+  devstack -p ci --name job1 up    # a second stack beside it, from the shipped ci profile
+  devstack list                    # the stacks on this machine
+  devstack down --all              # remove every devstack stack, and nothing else";
+
+/// Every exit code the binary uses, with what it means. Each error kind's
+/// code comes from [`Kind::exit_code`], and the match names every kind, so
+/// a new kind does not build until it is described here.
+pub fn exit_codes() -> Vec<(i32, &'static str)> {
+    let kinds = [
+        Kind::Internal,
+        Kind::User,
+        Kind::Prerequisite,
+        Kind::Unhealthy,
+        Kind::Timeout,
+        Kind::Interrupted,
+    ];
+    let described = kinds.into_iter().map(|kind| {
+        let meaning = match kind {
+            Kind::Internal => "unexpected failure: an API failed, a bug",
+            Kind::User => {
+                "usage or input error: an unknown flag, a bad profile, an unreadable file"
+            }
+            Kind::Prerequisite => {
+                "missing prerequisite: Docker, kind, a free port, an artifact matching its pin"
+            }
+            Kind::Unhealthy => "unhealthy stack: status or diagnose finds a problem, verify fails",
+            Kind::Timeout => {
+                "timeout: a wait passed its deadline (`status --wait`: still reconciling)"
+            }
+            Kind::Interrupted => "interrupted: Ctrl-C or SIGTERM; `up` rolls back what it created",
+        };
+        (kind.exit_code(), meaning)
+    });
+    std::iter::once((0, "success")).chain(described).collect()
+}
+
+/// `devstack --help`'s last part: the examples and every exit code.
+fn after_help() -> String {
+    let codes: Vec<String> = exit_codes()
+        .into_iter()
+        .map(|(code, meaning)| format!("  {code:<4} {meaning}"))
+        .collect();
+    format!("{EXAMPLES}\n\nExit codes:\n{}", codes.join("\n"))
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -14,8 +64,7 @@ use crate::profile::Provider;
     long_about = "devstack brings up a Kubernetes cluster in Docker (K3s or Kind), LocalStack, Flux and \
 the External Secrets Operator delivered through a race-free Flux chain, seeds AWS Secrets Manager \
 and proves an ExternalSecret round trip.",
-    after_help = "Exit codes: 0 ok, 1 unexpected failure, 2 user error (bad profile or input), \
-3 missing prerequisite, 4 unhealthy stack, 130 interrupted."
+    after_help = after_help()
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -92,23 +141,69 @@ digest or checksum devstack pins; a mismatch is refused and nothing of it is kep
 by itself before it creates anything; run `pull` ahead of time (a CI cache step) or with \
 `--bundle DIR` to write a portable bundle (with the kind CLI) for a machine without network, which \
 uses it through DEVSTACK_BUNDLE. Mirrors: `images.mirrors` / DEVSTACK_MIRRORS for images, \
-DEVSTACK_DOWNLOAD_MIRROR for downloads."
+DEVSTACK_DOWNLOAD_MIRROR for downloads.",
+        after_help = "Examples:
+  devstack pull                          # the cache for ./devstack.yaml's stack (a CI cache step)
+  devstack -p ci pull --bundle ./bundle  # a portable bundle, for a machine without network
+  DEVSTACK_BUNDLE=./bundle devstack -p ci up"
     )]
     Pull,
     /// Remove the stack: cluster, LocalStack, network, volumes, kubeconfig context
+    #[command(after_help = "Examples:
+  devstack down                   # the stack of ./devstack.yaml, or the built-in default
+  devstack -p ci --name job1 down # the stack `job1`, made from the ci profile
+  devstack down --all             # every devstack stack on this machine, and nothing else")]
     Down(DownArgs),
+    /// List the stacks on this machine, one name a line
+    #[command(
+        visible_alias = "ls",
+        long_about = "List the stacks on this machine, one name a line, from the records devstack \
+keeps for each in its state directory (DEVSTACK_HOME), whatever their profile. `--json` adds each \
+stack's provider, host ports and kubeconfig file. Nothing on stdout, and exit 0, when there is \
+none. `down --all` also finds stacks whose record was lost, by their Docker labels.",
+        after_help = "Examples:
+  devstack list                                  # e.g. `dev` and `job1`
+  devstack ls --json                             # with provider, ports and kubeconfig path
+  for s in $(devstack ls); do devstack --name \"$s\" status; done"
+    )]
+    List,
     /// Check that this machine can run the profile
+    #[command(after_help = "Examples:
+  devstack doctor                 # for ./devstack.yaml's stack; exit 3 when it cannot run here
+  devstack -p ci doctor --json    # every check as JSON, for a CI step")]
     Doctor,
     /// Validate, show and list profiles
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  devstack profile list                 # the shipped profiles: dev, ci, demo
+  devstack profile validate devstack.yaml ci
+  devstack -p ci profile show --origins # the resolved ci profile, and where each value came from"
+    )]
     Profile(ProfileCommand),
     /// Manage the stack's LocalStack (a container beside the cluster, or a Deployment in it)
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  devstack localstack status        # where LocalStack runs and its services' health
+  devstack localstack logs -f       # its log, as it happens
+  devstack localstack up --port 4566"
+    )]
     Localstack(LocalstackCommand),
     /// Manage the stack's Kubernetes cluster (K3s in Docker or Kind)
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  devstack cluster up               # the cluster alone, every node Ready
+  devstack cluster up --recreate    # after changing the node image or the node count
+  devstack cluster down"
+    )]
     Cluster(ClusterCommand),
     /// Create or update the profile's secrets in LocalStack's Secrets Manager
+    #[command(after_help = "Examples:
+  devstack seed --dry-run           # what would be created or updated, writing nothing
+  devstack seed                     # create or update the profile's secrets
+  devstack seed --rotate            # new values for the `generate` secrets")]
     Seed(SeedArgs),
     /// Prove the secret path end to end with a fresh random probe
     #[command(
@@ -116,7 +211,10 @@ DEVSTACK_DOWNLOAD_MIRROR for downloads."
 secret written to LocalStack is synced into the cluster by an ExternalSecret, rotated (refreshed at \
 once through the force-sync annotation) and recreated by ESO after its Kubernetes Secret is deleted; \
 every ExternalSecret the profile declares must be synced. Probe objects are removed afterwards and \
-probe values never appear in output. Exit 4 when a check fails."
+probe values never appear in output. Exit 4 when a check fails.",
+        after_help = "Examples:
+  devstack verify                   # the round trip; exit 4 when a check fails
+  devstack verify --push-secret     # and a PushSecret back to LocalStack"
     )]
     Verify(VerifyArgs),
     /// Show the health of every part of the stack
@@ -162,12 +260,25 @@ source is followed at once and lines are printed as they arrive, until Ctrl-C (e
     )]
     Logs(LogsArgs),
     /// Print shell exports for using the stack from other tools
+    #[command(after_help = "Examples:
+  eval \"$(devstack env)\"            # AWS_ENDPOINT_URL and friends for this shell
+  devstack env --shell fish | source
+  devstack env --json               # the same as one JSON object")]
     Env(EnvArgs),
     /// Print the stack's kubeconfig, or with --path its file's path
+    #[command(after_help = "Examples:
+  export KUBECONFIG=\"$(devstack kubeconfig --path)\"
+  devstack kubeconfig > stack.kubeconfig   # the file's contents: credentials, keep it private")]
     Kubeconfig(KubeconfigArgs),
     /// Install Flux if needed, publish the GitOps manifests and wait until the External Secrets chain is Ready
+    #[command(after_help = "Examples:
+  devstack sync                     # after editing the GitOps manifests
+  devstack sync --no-nudge          # leave the timing to Flux, for comparison")]
     Sync(SyncArgs),
     /// Show devstack's version and the version matrix (defaults, tested here, newest upstream, support)
+    #[command(after_help = "Examples:
+  devstack version                  # the matrix, one block per component
+  devstack version --json           # with every pin: a CI cache key")]
     Version,
     /// Save a verified K3s stack's cluster, and list, remove, export or import snapshots
     #[command(
@@ -188,32 +299,60 @@ cluster's credentials and synced Secrets: keep exported files private.",
     #[command(
         long_about = "Print a completion script for SHELL on stdout. Load it for this shell with \
 `source <(devstack completions bash)` (zsh: `source <(devstack completions zsh)`; fish: \
-`devstack completions fish | source`), or install it where your shell looks for completions."
+`devstack completions fish | source`), or install it where your shell looks for completions, as \
+below, and open a new shell.",
+        after_help = COMPLETIONS_EXAMPLES
     )]
     Completions {
         #[arg(value_enum, value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
     /// Print devstack's man page, or a command's (`devstack man snapshot save`)
+    #[command(after_help = "Examples:
+  devstack man | man -l -           # read devstack's page now
+  devstack man snapshot save | man -l -
+  devstack man --out-dir ~/.local/share/man/man1   # every page, for `man devstack`")]
     Man(ManArgs),
 }
+
+/// Where bash, zsh and fish look for completions a user installs, as
+/// commands that install there.
+pub const COMPLETIONS_EXAMPLES: &str = "Examples:
+  source <(devstack completions bash)   # this shell only
+  devstack completions bash > ~/.local/share/bash-completion/completions/devstack
+  devstack completions zsh > ~/.zfunc/_devstack
+  devstack completions fish > ~/.config/fish/completions/devstack.fish
+
+zsh reads ~/.zfunc when ~/.zshrc has `fpath=(~/.zfunc $fpath)` before `compinit`.
+For every user: /usr/share/bash-completion/completions/devstack, \
+/usr/local/share/zsh/site-functions/_devstack, /usr/share/fish/vendor_completions.d/devstack.fish.";
 
 #[derive(Debug, Subcommand)]
 pub enum SnapshotCommand {
     /// Verify the stack, then save its cluster as snapshot NAME (default: the stack's name), replacing one of that name
+    #[command(after_help = "Examples:
+  devstack -p ci snapshot save base  # the verified ci stack's cluster, as `base`
+  devstack snapshot save             # the stack's, named after the stack")]
     Save {
         /// Snapshot name (lowercase letters, digits, `.`, `_`, `-`)
         #[arg(value_name = "NAME")]
         snapshot: Option<String>,
     },
     /// List the snapshots on this machine
+    #[command(after_help = "Examples:
+  devstack snapshot list
+  devstack snapshot list --json      # every snapshot's details, for scripts")]
     List,
     /// Remove a snapshot
+    #[command(after_help = "Examples:
+  devstack snapshot rm base          # a volume in use stays until its stack's `down`")]
     Rm {
         #[arg(value_name = "NAME")]
         snapshot: String,
     },
     /// Pack a snapshot into one file (for a CI cache), checking every checksum
+    #[command(after_help = "Examples:
+  devstack snapshot export base base.tar   # holds credentials: keep the file private")]
     Export {
         #[arg(value_name = "NAME")]
         snapshot: String,
@@ -221,6 +360,9 @@ pub enum SnapshotCommand {
         file: PathBuf,
     },
     /// Add the snapshot packed in FILE, as NAME (default: its saved name), checking every checksum
+    #[command(after_help = "Examples:
+  devstack snapshot import base.tar        # as the name it was saved under
+  devstack snapshot import base.tar base2  # under another name")]
     Import {
         #[arg(value_name = "FILE")]
         file: PathBuf,
@@ -231,25 +373,38 @@ pub enum SnapshotCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum ProfileCommand {
-    /// Validate profile files strictly
+    /// Validate profiles strictly: files, or shipped profile names
+    #[command(after_help = "Examples:
+  devstack profile validate devstack.yaml       # every error, with file:line:column; exit 2
+  devstack profile validate ci                  # the shipped ci profile
+  devstack profile validate a.yaml b.yaml --json")]
     Validate {
-        /// Profile files
-        #[arg(required = true, value_name = "FILE")]
+        /// Profile files, or shipped profile names (dev, ci, demo); a file of that name wins
+        #[arg(required = true, value_name = "PROFILE")]
         files: Vec<PathBuf>,
     },
     /// Show the fully resolved settings (defaults filled in, secrets masked)
+    #[command(after_help = "Examples:
+  devstack profile show                     # ./devstack.yaml's, or the built-in default's
+  devstack -p ci --name job1 profile show --origins")]
     Show {
         /// Also show where each overridable value came from
         #[arg(long)]
         origins: bool,
     },
     /// List the shipped profiles
+    #[command(after_help = "Examples:
+  devstack profile list
+  devstack profile list --json")]
     List,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum LocalstackCommand {
     /// Start LocalStack (reuse, restart or recreate as needed) and wait until healthy
+    #[command(after_help = "Examples:
+  devstack localstack up                 # on the stack's port (`auto`: the one it was given)
+  devstack localstack up --port 4566   # on a fixed port instead")]
     Up {
         /// LocalStack host port (a number, or `auto` for a free one), overriding the profile [env: DEVSTACK_LOCALSTACK_PORT]
         #[arg(long)]
@@ -259,8 +414,13 @@ pub enum LocalstackCommand {
         image: Option<String>,
     },
     /// Remove the LocalStack container (and the network when nothing else uses it)
+    #[command(after_help = "Examples:
+  devstack localstack down          # `devstack up` brings it back, seeded")]
     Down,
     /// Print LocalStack's logs (its container's, or its pod's in the cluster)
+    #[command(after_help = "Examples:
+  devstack localstack logs --tail 50
+  devstack localstack logs -f")]
     Logs {
         /// Only the last N lines
         #[arg(long, default_value_t = 200)]
@@ -270,6 +430,9 @@ pub enum LocalstackCommand {
         follow: bool,
     },
     /// Show where LocalStack runs and its services' health
+    #[command(after_help = "Examples:
+  devstack localstack status        # exit 4 when a service is not available
+  devstack localstack status --json")]
     Status,
     /// Keep a port-forward to LocalStack in the cluster open in the foreground and print the `env` lines for it
     #[command(
@@ -293,6 +456,9 @@ so that other tools on this machine reach it. Ctrl-C closes it.",
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// Create the cluster (or converge an existing one) and wait for every node Ready
+    #[command(after_help = "Examples:
+  devstack cluster up
+  devstack cluster up --retain      # keep what a failed create left, to look at it")]
     Up {
         /// Keep a half-created cluster on failure or Ctrl-C, for debugging
         #[arg(long)]
@@ -302,6 +468,8 @@ pub enum ClusterCommand {
         recreate: bool,
     },
     /// Remove the cluster, its volumes and its kubeconfig context
+    #[command(after_help = "Examples:
+  devstack cluster down             # LocalStack and its secrets stay")]
     Down,
 }
 

@@ -6,8 +6,10 @@
 pub const DEVSTACK_PROFILE: &str = "DEVSTACK_PROFILE";
 /// Stack name, overriding the profile's `name`.
 pub const DEVSTACK_NAME: &str = "DEVSTACK_NAME";
-/// Cluster provider (`k3s` or `kind`), overriding the profile.
+/// Cluster provider (`k3s`, `kind` or `existing`), overriding the profile.
 pub const DEVSTACK_PROVIDER: &str = "DEVSTACK_PROVIDER";
+/// Kubeconfig context of an existing cluster, overriding the profile's;
+/// like `--context`, it implies the provider `existing`.
 pub const DEVSTACK_CONTEXT: &str = "DEVSTACK_CONTEXT";
 /// LocalStack host port, overriding the profile.
 pub const DEVSTACK_LOCALSTACK_PORT: &str = "DEVSTACK_LOCALSTACK_PORT";
@@ -42,7 +44,8 @@ pub const XDG_STATE_HOME: &str = "XDG_STATE_HOME";
 /// The user's home directory.
 pub const HOME: &str = "HOME";
 
-/// All of the above with a one-line description, for `--help` and the README test.
+/// All of the above with a one-line description, for the man page's
+/// ENVIRONMENT section and the README test.
 pub const ALL: &[(&str, &str)] = &[
     (
         DEVSTACK_PROFILE,
@@ -55,7 +58,7 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     (
         DEVSTACK_CONTEXT,
-        "kubeconfig context of an existing cluster (overrides `cluster.context`)",
+        "kubeconfig context of an existing cluster (overrides `cluster.context`; implies the provider `existing`)",
     ),
     (
         DEVSTACK_LOCALSTACK_PORT,

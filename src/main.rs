@@ -8,6 +8,9 @@ use devstack::error::Error;
 use devstack::ui::Ui;
 
 fn main() {
+    // SIGPIPE stays ignored, as Rust leaves it: a reader gone away ends the
+    // output where stdout is written (`devstack::ui`), instead of a signal
+    // killing a run half-way through changing a stack.
     let cli = Cli::parse();
     let ui = Ui::new(cli.global.quiet, cli.global.verbose, cli.global.json);
     init_logging(cli.global.verbose);

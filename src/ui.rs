@@ -7,7 +7,9 @@
 //! - Tables on stdout are rendered by [`Table`], so they all align alike.
 
 use std::fmt::Display;
+use std::io::Write;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use console::{Style, Term};
@@ -103,7 +105,7 @@ impl Ui {
         if self.inner.mode == Mode::Tty {
             let _ = self.inner.multi.println(text);
         } else {
-            eprintln!("{text}");
+            stderr_line(text);
         }
     }
 
@@ -121,7 +123,7 @@ impl Ui {
             Some(bar)
         } else {
             if !self.inner.quiet {
-                eprintln!("• {title} ...");
+                stderr_line(&format!("• {title} ..."));
             }
             None
         };
@@ -163,22 +165,30 @@ impl Ui {
     /// Human output on stdout (tables, exports). Suppressed under `--json`.
     pub fn out(&self, text: impl Display) {
         if !self.inner.json {
-            println!("{text}");
+            self.print(format_args!("{text}\n"));
         }
     }
 
     /// Machine output on stdout.
     pub fn emit_json(&self, value: &serde_json::Value) {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(value).expect("JSON values always serialize")
-        );
+        let json = serde_json::to_string_pretty(value).expect("JSON values always serialize");
+        self.print(format_args!("{json}\n"));
+    }
+
+    /// Writes `text` to stdout as it is, `--json` or not (raw output: a
+    /// kubeconfig, exports); see `write_stdout` for a reader gone away.
+    /// Any other error is one of the output itself (a full disk), told on
+    /// stderr rather than a panic.
+    pub fn print(&self, text: impl Display) {
+        if let Err(e) = write_stdout(text.to_string().as_bytes()) {
+            self.warn(format!("cannot write to stdout: {e}"));
+        }
     }
 
     /// Renders an error with its causes and hint to stderr.
     pub fn error(&self, err: &Error) {
         let _ = self.inner.multi.clear();
-        eprintln!("{}", self.render_error(err));
+        stderr_line(&self.render_error(err));
     }
 
     pub fn render_error(&self, err: &Error) -> String {
@@ -276,7 +286,7 @@ impl Step {
                     let _ = self.ui.inner.multi.println(line);
                 }
             }
-            None if !self.ui.inner.quiet => eprintln!("{line}"),
+            None if !self.ui.inner.quiet => stderr_line(&line),
             None => {}
         }
     }
@@ -311,6 +321,45 @@ impl Drop for Step {
             self.finish(mark, ": aborted".into());
         }
     }
+}
+
+/// Set once stdout's reader has gone away.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Everything the commands print on stdout is written here.
+///
+/// A reader that closes its end early (`devstack completions bash | head
+/// -1`) has read all it wanted: that ends the output, not the command. The
+/// standard `print!` panics on the EPIPE that follows (exit 101), and so do
+/// writers that `expect` their writes (clap_complete's). The usual cure,
+/// restoring SIGPIPE's default action, would let the signal kill devstack
+/// in the middle of `up` or `down` (no rollback, no release of what it
+/// holds) whenever any pipe it writes closes, and exit 141 instead of the
+/// command's code; exiting at the first EPIPE would stop a command half-way
+/// just the same. So from the first EPIPE on, output is dropped as if
+/// written: the command finishes and exits with its own code (0 for one
+/// that only prints). Any other write error is returned. (`logs -f`, which
+/// would print forever, writes on its own and ends at the EPIPE.)
+fn write_stdout(text: &[u8]) -> std::io::Result<()> {
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    // One lock for the whole text, so that lines printed by concurrent
+    // tasks do not interleave.
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// One line to stderr. Unlike `eprintln!`, a closed stderr (`2>&1 | head`)
+/// is no panic: there is nobody left to tell.
+fn stderr_line(text: &str) {
+    let _ = writeln!(std::io::stderr(), "{text}");
 }
 
 pub fn format_duration(d: Duration) -> String {

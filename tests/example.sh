@@ -45,3 +45,43 @@ if [ -n "$left" ]; then
   exit 1
 fi
 echo "example: the guard took stack $name down"
+
+# The CI example README shows (examples/github-actions/devstack.yml), its
+# devstack steps run as the job runs them, on the kit's bundle: every line
+# of its `run:` steps that runs devstack, but `pull`, which fetches from
+# upstream's registries, which this test does not reach
+# (tests/unit/docs.rs parses every one of them with the CLI, `pull` too).
+workflow=examples/github-actions/devstack.yml
+devstack() { "$bin" "$@"; }
+export -f devstack
+export bin GITHUB_OUTPUT=$home/github-output
+: >"$GITHUB_OUTPUT"
+mapfile -t lines < <(awk '
+  block && NF && match($0, /^ */) && RLENGTH > indent { sub(/^ +/, ""); print; next }
+  block && NF { block = 0 }
+  /^ *run: [|]$/ { block = 1; match($0, /^ */); indent = RLENGTH; next }
+  /^ *run: / { sub(/^ *run: /, ""); print }
+' "$workflow" | grep -E '(^|[;&|(]|[$][(])[[:space:]]*devstack ')
+ran=()
+for line in "${lines[@]}"; do
+  if [[ "$line" == *"devstack "*" pull"* ]]; then
+    echo "example: CI step not run here (it fetches from upstream's registries): $line"
+    continue
+  fi
+  echo "example: CI step: $line"
+  # A line that sets the stack's environment is checked to have set it.
+  env -u AWS_ENDPOINT_URL bash -c "set -euo pipefail; $line; [[ \"\$0\" != *eval* ]] || [ -n \"\${AWS_ENDPOINT_URL:-}\" ]" "$line"
+  ran+=("$line")
+done
+printf '%s\n' "${ran[@]}" | grep -q -- '-p ci up$' || { echo "error: no \`devstack -p ci up\` step found in $workflow" >&2; exit 1; }
+printf '%s\n' "${ran[@]}" | grep -q -- '-p ci down$' || { echo "error: no \`devstack -p ci down\` step found in $workflow" >&2; exit 1; }
+# The cache key: the hash of the pins in effect, not of an empty output.
+pins=$("$bin" version --json | jq -ce '.pins')
+key=$(printf '%s\n' "$pins" | sha256sum | cut -d' ' -f1)
+grep -qx "hash=$key" "$GITHUB_OUTPUT" || { echo "error: the CI example's cache key step wrote $(cat "$GITHUB_OUTPUT"), not hash=$key" >&2; exit 1; }
+left=$(docker ps -aq --filter "label=dev.devstack.stack=$name")
+if [ -n "$left" ]; then
+  echo "error: the CI example's down left containers of stack $name: $left" >&2
+  exit 1
+fi
+echo "example: the CI example's ${#ran[@]} devstack steps ran; its cache key is the pins' hash"

@@ -7,8 +7,8 @@
 # ran fails.
 #
 #   DEVSTACK_TEST_TIERS       groups to run, comma-separated, from lint,
-#                             unit, docker, cluster, online (default:
-#                             all of them); any other name is
+#                             unit, docker, cluster, online, engines
+#                             (default: all of them); any other name is
 #                             an error
 #   DEVSTACK_KIT_BUDGET       seconds the cluster group may spend building the
 #                             kit's K3s/Flux/ESO images when they are not cached
@@ -43,9 +43,9 @@ refuse() {
 }
 in_ci() { case "${CI:-}" in "" | 0 | false) return 1 ;; *) return 0 ;; esac; }
 
-valid_tiers=(lint unit docker cluster online)
+valid_tiers=(lint unit docker cluster online engines)
 tiers=","
-IFS=, read -ra asked <<<"${DEVSTACK_TEST_TIERS:-lint,unit,docker,cluster,online}"
+IFS=, read -ra asked <<<"${DEVSTACK_TEST_TIERS:-lint,unit,docker,cluster,online,engines}"
 for tier in "${asked[@]}"; do
   tier=${tier//[[:space:]]/}
   [ -n "$tier" ] || continue
@@ -146,9 +146,20 @@ unit_tests() {
 }
 export -f unit_tests
 
-if (want docker && ! $skip_docker) || want cluster; then
+# The host is only checked, never set up: the test command must not change
+# the machine it runs on. `make host` sets one up; `.ci/run` runs it first.
+if (want docker && ! $skip_docker) || want cluster || want online || want engines; then
   banner "host: Docker engine"
-  bash scripts/setup-docker.sh || { echo "error: no Docker engine; the docker and cluster groups cannot run" >&2; exit 1; }
+  if docker info >/dev/null 2>&1; then
+    echo "[host] docker engine answers: $(docker version -f '{{.Server.Version}}' 2>/dev/null)"
+  else
+    for g in docker cluster online engines; do
+      want "$g" || continue
+      [ "$g" = docker ] && $skip_docker && continue
+      skip "$g" "no Docker engine answers${DOCKER_HOST:+ at $DOCKER_HOST}; start yours, or \`make host\` installs and starts one (with apt; it may write /etc/docker/daemon.json)"
+      tiers=${tiers//,$g,/,}
+    done
+  fi
 fi
 
 if want lint; then
@@ -222,6 +233,43 @@ if want online; then
     budget0) skip online "DEVSTACK_KIT_BUDGET=0 (no kit build allowed)" ;;
     124) skip online "the offline kit did not finish building within ${DEVSTACK_KIT_BUDGET:-1800}s (a cold build on a new machine); run \`make kit\` once and later runs use the cache" 1 ;;
     *) failed+=("online (kit build failed, exit $kit_rc)") ;;
+  esac
+fi
+
+if want engines; then
+  # A current Docker engine (the kit's dockerd 28.5.2: containerd image
+  # store, `"init": true`, clients below API 1.44 refused) started beside
+  # the machine's own in a network namespace of its own
+  # (tests/engines/engine.sh); the tests run inside that namespace so that
+  # the ports its containers publish on 127.0.0.1 are theirs.
+  if [ "${kit_rc:-}" = "" ]; then
+    budget=${DEVSTACK_KIT_BUDGET:-1800}
+    if [ "$budget" -eq 0 ]; then kit_rc=budget0; else timeout "$budget" bash kit/build.sh; kit_rc=$?; fi
+  fi
+  engines_tests() {
+    local rc=0 engine=tests/engines/engine.sh
+    # Built here, where the crate registry is reachable; the namespace has no route out.
+    cargo test --no-run --test engines --test online || return 1
+    bash "$engine" start || return 1
+    local k3s
+    k3s=$(cargo run --quiet -- version --json | jq -r '.components[].default | select(startswith("rancher/k3s:"))') || return 1
+    bash "$engine" load "$k3s" devstack-kit/registry:v3.0.0 devstack-kit/fileserver:1 || rc=1
+    if [ $rc -eq 0 ]; then
+      bash "$engine" exec env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --offline --no-fail-fast --test engines -- --nocapture --test-threads=1 --include-ignored || rc=1
+      # The default profile on Kind through the mirror, whose images are
+      # multi-platform indexes as upstream's are.
+      bash "$engine" exec env DEVSTACK_TEST_REQUIRE_CLUSTER=1 MIRROR_DIR="$HOME/.cache/devstack/mirror-engines" \
+        cargo test --offline --test online -- --nocapture --include-ignored --exact the_default_profile_comes_up_on_kind_online_with_nothing_but_docker || rc=1
+    fi
+    bash "$engine" stop || rc=1
+    return $rc
+  }
+  export -f engines_tests
+  case $kit_rc in
+    0) group_counting_skips engines engines_tests ;;
+    budget0) skip engines "DEVSTACK_KIT_BUDGET=0 (no kit build allowed)" ;;
+    124) skip engines "the offline kit did not finish building within ${DEVSTACK_KIT_BUDGET:-1800}s (a cold build on a new machine); run \`make kit\` once and later runs use the cache" 1 ;;
+    *) failed+=("engines (kit build failed, exit $kit_rc)") ;;
   esac
 fi
 

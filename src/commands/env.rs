@@ -38,7 +38,7 @@ pub async fn run(ctx: &Context, args: EnvArgs) -> Result<i32, Error> {
     } else {
         args.shell
     };
-    println!("{}", render(&vars, format));
+    ctx.ui.print(format_args!("{}\n", render(&vars, format)));
     Ok(0)
 }
 

@@ -21,12 +21,11 @@ pub fn run(ctx: &Context, args: KubeconfigArgs) -> Result<i32, Error> {
             "context": settings.kube_context(),
         }));
     } else if args.path {
-        println!("{}", path.display());
+        ctx.ui.print(format_args!("{}\n", path.display()));
+    } else if yaml.ends_with('\n') {
+        ctx.ui.print(yaml);
     } else {
-        print!("{yaml}");
-        if !yaml.ends_with('\n') {
-            println!();
-        }
+        ctx.ui.print(format_args!("{yaml}\n"));
     }
     Ok(0)
 }

@@ -168,10 +168,10 @@ async fn forward(
     } else {
         shell
     };
-    println!(
-        "{}",
+    ctx.ui.print(format_args!(
+        "{}\n",
         super::env::render(&crate::stack::exports(&bound), format)
-    );
+    ));
     ctx.ui.info(format!(
         "forwarding {} to {} in the cluster; Ctrl-C closes it",
         forward.url(),

@@ -9,6 +9,7 @@ pub mod doctor;
 pub mod down;
 pub mod env;
 pub mod kubeconfig;
+pub mod list;
 pub mod localstack;
 pub mod logs;
 pub mod man;
@@ -63,6 +64,7 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
     let result = match cli.command {
         Command::Up(args) => up::run(&ctx, args).await,
         Command::Down(args) => down::run(&ctx, args).await,
+        Command::List => list::run(&ctx),
         Command::Doctor => doctor::run(&ctx).await,
         Command::Profile(cmd) => profile::run(&ctx, cmd),
         Command::Localstack(cmd) => localstack::run(&ctx, cmd).await,
@@ -78,7 +80,7 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         Command::Snapshot(cmd) => snapshot::run(&ctx, cmd).await,
         Command::Logs(args) => logs::run(&ctx, args).await,
         Command::Kubeconfig(args) => kubeconfig::run(&ctx, args),
-        Command::Completions { shell } => completions::run(shell),
+        Command::Completions { shell } => completions::run(&ctx, shell),
         Command::Man(args) => man::run(&ctx, args),
     };
     result.map_err(|err| match ctx.settings(|_| {}) {

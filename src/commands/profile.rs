@@ -19,7 +19,12 @@ fn validate(ctx: &Context, files: &[std::path::PathBuf]) -> Result<i32, Error> {
     let mut results = Vec::new();
     let mut failed = 0;
     for file in files {
-        let outcome = load::load_file(file)
+        // As `--profile` reads it: a file, else a shipped profile's name.
+        let loaded = match file.to_str() {
+            Some(reference) => profile::load_reference(reference),
+            None => load::load_file(file),
+        };
+        let outcome = loaded
             .and_then(|loaded| profile::Settings::resolve(loaded, &profile::Overrides::default()));
         match outcome {
             Ok(settings) => {

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-fn devstack(args: &[&str], cwd: &std::path::Path) -> (i32, String, String) {
+pub(crate) fn devstack(args: &[&str], cwd: &std::path::Path) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_devstack"))
         .args(args)
         .current_dir(cwd)
@@ -19,7 +19,7 @@ fn devstack(args: &[&str], cwd: &std::path::Path) -> (i32, String, String) {
     )
 }
 
-fn manifest_dir() -> std::path::PathBuf {
+pub(crate) fn manifest_dir() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -49,24 +49,34 @@ fn help_texts() {
     }
 }
 
-/// devstack with its state in `home`, for the snapshot store.
-fn devstack_at(home: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_devstack"))
+/// devstack run in `home` with its state in `home/state`, taking no
+/// profile or stack name from the environment.
+pub(crate) fn devstack_in_home(home: &std::path::Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_devstack"));
+    command
         .args(args)
-        .args(["--profile", "ci"])
         .current_dir(home)
         .env("CI", "true")
         .env("NO_COLOR", "1")
         .env("DEVSTACK_HOME", home.join("state"))
         .env_remove("DEVSTACK_PROFILE")
-        .env_remove("DEVSTACK_NAME")
-        .output()
-        .unwrap();
+        .env_remove("DEVSTACK_NAME");
+    command
+}
+
+/// Exit code, stdout and stderr of a finished run.
+pub(crate) fn outcome(out: std::process::Output) -> (i32, String, String) {
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// devstack with its state in `home`, for the snapshot store.
+fn devstack_at(home: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let mut command = devstack_in_home(home, args);
+    outcome(command.args(["--profile", "ci"]).output().unwrap())
 }
 
 #[test]
@@ -428,4 +438,70 @@ fn readme_lists_exactly_the_commands_help_lists_and_stays_short() {
         "README.md's `## Commands` list and `devstack --help` differ: \
          missing from README {missing:?}, not in --help {unknown:?}"
     );
+}
+
+#[test]
+fn profile_validate_takes_shipped_profile_names_as_profile_does() {
+    let (code, stdout, stderr) = devstack(
+        &["profile", "validate", "dev", "ci", "demo", "--json"],
+        &manifest_dir(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(json["valid"], true, "{json}");
+    let names: Vec<&str> = devstack::profile::SHIPPED.iter().map(|(n, _)| *n).collect();
+    let validated: Vec<&str> = json["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["file"].as_str().unwrap())
+        .collect();
+    assert_eq!(validated, names);
+    assert!(
+        stderr.contains("✓ ci: valid (stack `ci`, provider k3s)"),
+        "{stderr}"
+    );
+
+    // A file of that name wins, as with --profile.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ci"),
+        "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: Bad_Name\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = devstack(&["profile", "validate", "ci"], dir.path());
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("error: invalid profile ci:3:"), "{stderr}");
+
+    let (code, _, stderr) = devstack(&["profile", "validate", "cj"], dir.path());
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(
+            "error: profile `cj` not found: no such file and no shipped profile of that name\n\
+             hint: did you mean the shipped profile `ci`?"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_context_variable_runs_the_stack_on_the_existing_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let show = |env: &[(&str, &str)]| {
+        let out = devstack_in_home(dir.path(), &["profile", "show", "--origins", "--json"])
+            .env_remove("DEVSTACK_PROVIDER")
+            .env_remove("DEVSTACK_CONTEXT")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let settings = show(&[("DEVSTACK_CONTEXT", "kind-ci")]);
+    assert_eq!(settings["cluster"]["provider"], "existing", "{settings}");
+    assert_eq!(settings["cluster"]["context"], "kind-ci");
+    assert_eq!(settings["origins"]["cluster.provider"], "env");
+    assert_eq!(settings["localstack"]["mode"], "in-cluster");
+    let settings = show(&[]);
+    assert_eq!(settings["cluster"]["provider"], "kind", "{settings}");
 }

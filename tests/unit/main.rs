@@ -2,6 +2,10 @@
 //! the code's layering, and the shape of the test tree itself.
 
 mod cli;
+mod docs;
+mod help;
 mod layers;
+mod list;
+mod pipes;
 mod shape;
 mod tiers;

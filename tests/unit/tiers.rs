@@ -53,7 +53,7 @@ fn tests_run_sh_runs_every_tier() {
     let tiers = tier_dirs();
     assert_eq!(
         tiers.iter().map(|p| file_name(p)).collect::<Vec<_>>(),
-        ["browser", "cluster", "docker", "online", "unit"],
+        ["browser", "cluster", "docker", "engines", "online", "unit"],
         "a tier was added or removed: give it a group in tests/run.sh and a row in CONTRIBUTING.md"
     );
     for tier in &tiers {

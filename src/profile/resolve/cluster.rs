@@ -117,15 +117,20 @@ fn provider(r: &mut Resolver, spec: Option<&ClusterSpec>) -> Result<Provider, Er
             .with_hint("use `k3s`, `kind` or `existing`"));
         }
     };
-    // A context names a cluster that exists: `--context` alone is enough.
+    // A context names a cluster that exists, so a context alone picks the
+    // existing provider, at the level it was given: `--context` as a flag,
+    // DEVSTACK_CONTEXT as a variable (beating a profile's provider, losing
+    // to `--provider`). A provider named at the same level still wins.
+    let implied = |context: Option<&String>| context.map(|_| Provider::Existing);
     let flag = r
         .overrides
         .provider
-        .or(r.overrides.context.as_ref().map(|_| Provider::Existing));
+        .or(implied(r.overrides.context.as_ref()));
+    let env = env_provider.or(implied(r.env(envvars::DEVSTACK_CONTEXT).as_ref()));
     Ok(r.pick(
         "cluster.provider",
         flag,
-        env_provider,
+        env,
         spec.map(|c| c.provider),
         // K3s past 1.32 cannot be built offline; `up` falls back to it without a kind CLI.
         Provider::Kind,
@@ -185,5 +190,69 @@ fn node_image_for_version(provider: Provider, version: &str) -> String {
         Provider::K3s => format!("rancher/k3s:{v}-k3s1"),
         Provider::Kind => format!("kindest/node:{v}"),
         Provider::Existing => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use crate::profile::load::parse_for_test;
+    use crate::profile::resolve::resolve_with_env;
+    use crate::profile::settings::{Origin, Overrides, Settings};
+    use crate::profile::{LocalStackMode, Provider};
+
+    const HEADER: &str = "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: x\n";
+
+    fn resolve(profile: &str, flags: &Overrides, env: &[(&str, &str)]) -> Settings {
+        let env: HashMap<&str, &str> = env.iter().copied().collect();
+        let lookup = |name: &str| env.get(name).map(|v| v.to_string());
+        let loaded = parse_for_test(&format!("{HEADER}{profile}")).unwrap();
+        resolve_with_env(loaded, flags, &lookup).unwrap()
+    }
+
+    const CONTEXT: (&str, &str) = ("DEVSTACK_CONTEXT", "kind-ci");
+
+    #[test]
+    fn the_context_variable_alone_picks_the_existing_provider() {
+        let s = resolve("", &Overrides::default(), &[CONTEXT]);
+        assert_eq!(s.cluster.provider, Provider::Existing);
+        assert_eq!(s.origins["cluster.provider"], Origin::Env);
+        assert_eq!(s.cluster.context.as_deref(), Some("kind-ci"));
+        assert_eq!(s.localstack.mode, LocalStackMode::InCluster);
+
+        let s = resolve("", &Overrides::default(), &[]);
+        assert_eq!(s.cluster.provider, Provider::Kind);
+        assert_eq!(s.origins["cluster.provider"], Origin::Default);
+    }
+
+    #[test]
+    fn the_context_variable_beats_the_profile_and_loses_to_the_flags() {
+        let kind = "cluster:\n  provider: kind\n";
+        let s = resolve(kind, &Overrides::default(), &[CONTEXT]);
+        assert_eq!(s.cluster.provider, Provider::Existing, "env > profile");
+
+        let flag = Overrides {
+            provider: Some(Provider::K3s),
+            ..Overrides::default()
+        };
+        let s = resolve("", &flag, &[CONTEXT]);
+        assert_eq!(s.cluster.provider, Provider::K3s, "flag > env");
+        assert_eq!(s.origins["cluster.provider"], Origin::Flag);
+
+        // A provider named beside the context, at the same level, is what was asked for.
+        let s = resolve(
+            "",
+            &Overrides::default(),
+            &[CONTEXT, ("DEVSTACK_PROVIDER", "k3s")],
+        );
+        assert_eq!(s.cluster.provider, Provider::K3s);
+        let flag = Overrides {
+            context: Some("kind-other".into()),
+            ..Overrides::default()
+        };
+        let s = resolve(kind, &flag, &[("DEVSTACK_PROVIDER", "k3s")]);
+        assert_eq!(s.cluster.provider, Provider::Existing, "--context > env");
+        assert_eq!(s.cluster.context.as_deref(), Some("kind-other"));
     }
 }

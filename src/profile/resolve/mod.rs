@@ -269,6 +269,13 @@ fn timeouts(spec: Option<TimeoutsSpec>) -> Timeouts {
     }
 }
 
+/// The state directory as every run resolves it, for commands that need it
+/// without a profile (`devstack list`): it comes from the environment
+/// alone, never from a profile.
+pub fn state_dir_from_env() -> PathBuf {
+    state_dir(&|name| envvars::get(name))
+}
+
 fn state_dir(env: EnvLookup) -> PathBuf {
     if let Some(dir) = env(envvars::DEVSTACK_HOME) {
         return PathBuf::from(dir);
