@@ -66,6 +66,7 @@ bench:
 	bash bench/run.sh
 	bash bench/online.sh
 	bash bench/existing.sh
+	bash bench/engines.sh
 
 ci:
 	bash .ci/run

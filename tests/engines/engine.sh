@@ -31,7 +31,8 @@
 #     store, "init": true on purpose (a user's daemon.json making docker-init
 #     PID 1 of every container that does not say --init=false), the runc
 #     wrapper scripts/runc-bounded (pointed at the kit's runc) as default
-#     runtime, cgroup parent /devstack-engines;
+#     runtime, cgroup parent /devstack-engines (cgroupfs driver; none under
+#     systemd);
 #   - environment DOCKER_MIN_API_VERSION=1.44: clients below API 1.44 are
 #     refused, as Docker 29 does.
 # DEVSTACK_ENGINE_VERSION: v28.5.2 (default) or v29.8.0, the dockerd the kit
@@ -120,16 +121,20 @@ write_config() {
 DEVSTACK_REAL_RUNC=$bin/runc exec $repo/scripts/runc-bounded "\$@"
 EOF
   chmod 0755 "$RUN_DIR/runc"
+  # A cgroup parent of its own for the cgroupfs driver (these machines: no
+  # systemd); under systemd dockerd picks the systemd driver, which takes
+  # only slices: left at its default there.
+  local parent=/$CGROUP_PARENT
+  [ -d /run/systemd/system ] && parent=""
   jq -n --arg runc "$RUN_DIR/runc" --arg init "$init_path" --arg proxy "$bin/docker-proxy" \
-    --arg parent "/$CGROUP_PARENT" '{
+    --arg parent "$parent" '{
       features: {"containerd-snapshotter": true},
       init: true,
       "init-path": $init,
       runtimes: {"devstack-runc": {path: $runc}},
       "default-runtime": "devstack-runc",
-      "userland-proxy-path": $proxy,
-      "cgroup-parent": $parent
-    }' >"$CONFIG"
+      "userland-proxy-path": $proxy
+    } + (if $parent == "" then {} else {"cgroup-parent": $parent} end)' >"$CONFIG"
   # Run inside the namespaces: this namespace's sysfs for the net classes
   # only, then dockerd.
   cat >"$RUN_DIR/dockerd-entry.sh" <<EOF
@@ -168,11 +173,19 @@ cmd_start() {
   echo "$version" >"$STATE_ROOT/dockerd-version"
   printf '\n=== %s start (%s)\n' "$(date -Is)" "$bin" >>"$LOG"
   log "starting dockerd in netns $NS (log $LOG)"
-  # setsid: out of the caller's session, so the engine outlives it.
-  env -i PATH="$bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root \
-    DOCKER_MIN_API_VERSION=$MIN_API \
-    setsid nsenter --net="$NS_PATH" -- unshare --mount --propagation slave -- \
-    /bin/sh "$RUN_DIR/dockerd-entry.sh" >>"$LOG" 2>&1 </dev/null &
+  # setsid: out of the caller's session, so the engine outlives it. No
+  # descriptor of the caller's beyond 0-2 reaches dockerd (the lock of
+  # `lifecycle`, a pipe a caller waits on to end).
+  (
+    for fd in /proc/"$BASHPID"/fd/*; do
+      fd=${fd##*/}
+      if [ "$fd" -gt 2 ]; then eval "exec $fd>&-"; fi
+    done
+    exec env -i PATH="$bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root \
+      DOCKER_MIN_API_VERSION=$MIN_API \
+      setsid nsenter --net="$NS_PATH" -- unshare --mount --propagation slave -- \
+      /bin/sh "$RUN_DIR/dockerd-entry.sh"
+  ) >>"$LOG" 2>&1 </dev/null &
   local launcher=$! waited=0
   until answers; do
     if ! pid_alive "$launcher" && [ -z "$(dockerd_pid)" ]; then
@@ -223,11 +236,20 @@ engine_pids() {
   done
   return 0
 }
+# Processes of the engine's containers: under its cgroup parent, or (with
+# systemd's cgroup driver, where no parent is set) in a cgroup named after a
+# container of its data root.
 cgroup_pids() {
-  local d
+  local d c
   for d in /sys/fs/cgroup/*/"$CGROUP_PARENT" /sys/fs/cgroup/"$CGROUP_PARENT"; do
     [ -d "$d" ] && find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null
   done
+  if [ -d /run/systemd/system ] && [ -d "$DATA_ROOT/containers" ]; then
+    for c in "$DATA_ROOT"/containers/*; do
+      [ -d "$c" ] || continue
+      find /sys/fs/cgroup -type d -name "*${c##*/}*" -exec sh -c 'cat "$1"/cgroup.procs' _ {} \; 2>/dev/null
+    done
+  fi
   return 0
 }
 kill_pids() {
@@ -336,7 +358,7 @@ lifecycle() {
     die "run $1 from the host's network namespace, not through \`engine.sh exec\`"
   fi
   exec 9>/run/devstack-engines.lock
-  flock 9
+  flock -w 300 9 || die "another start or stop holds /run/devstack-engines.lock"
 }
 
 case "${1:-}" in
