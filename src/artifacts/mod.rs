@@ -394,16 +394,31 @@ pub async fn pull(
 /// download mirror when one is set); returns its path.
 pub async fn fetch_kind(settings: &Settings) -> Result<PathBuf, Error> {
     let pin = kind_cli_pin().map_err(Error::prerequisite)?;
+    let path = fetch_file(settings, &kind_wanted(pin)).await?;
+    make_executable(&path)?;
+    Ok(path)
+}
+
+/// Flux's install manifest of the profile's version into the settings'
+/// cache, as [`fetch_kind`] fetches kind: for a command that needs it
+/// without an `up` or `pull` having fetched it (the cache was emptied).
+pub async fn fetch_flux_install(settings: &Settings) -> Result<PathBuf, Error> {
+    let wanted = wanted_files(settings)
+        .into_iter()
+        .find(|w| w.kind == "flux-install")
+        .expect("the profile's files include Flux's install manifest");
+    fetch_file(settings, &wanted).await
+}
+
+/// One file into the settings' cache, checked against its pin.
+async fn fetch_file(settings: &Settings, wanted: &Wanted) -> Result<PathBuf, Error> {
     let pins = Pins::load(settings.images.pins_file.as_deref())?;
     let dir = settings.artifact_cache();
     let _lock = lock_cache(settings, &dir, &|_| {}).await?;
     let mut cache = cache::Cache::open(&dir)?;
     let fetcher = fetcher(settings, &pins, &|_| {});
-    let wanted = kind_wanted(pin);
-    fetcher.file(&mut cache, &wanted).await?;
-    let path = dir.join(file_of(&wanted));
-    make_executable(&path)?;
-    Ok(path)
+    fetcher.file(&mut cache, wanted).await?;
+    Ok(dir.join(file_of(wanted)))
 }
 
 /// Whether the kind CLI could be fetched now (its URL, through the download

@@ -14,8 +14,8 @@ use crate::profile::{Provider, Settings};
 pub enum Reason {
     /// A flag, an environment variable or the profile named it.
     Pinned,
-    /// The stack's existing cluster was made with it.
-    Existing,
+    /// The stack's cluster was made with it (its recorded provider).
+    Recorded,
     /// The default (Kind), with a usable kind CLI.
     Default,
     /// The default needs kind and none is usable: K3s instead. Carries why.
@@ -39,7 +39,7 @@ impl Choice {
                  (https://kind.sigs.k8s.io/docs/user/quick-start/#installation) or set DEVSTACK_KIND \
                  to use Kind; `--provider k3s` (or `cluster.provider: k3s`) chooses K3s without this notice"
             )),
-            Reason::Existing if self.provider != Provider::Kind => Some(format!(
+            Reason::Recorded if self.provider != Provider::Kind => Some(format!(
                 "keeping provider {}: the stack's cluster was made with it",
                 self.provider.as_str()
             )),
@@ -49,11 +49,11 @@ impl Choice {
 }
 
 /// The decision. `pinned`: the provider a flag, environment variable or
-/// the profile names; `existing`: the provider of the stack's cluster, when
+/// the profile names; `recorded`: the provider of the stack's cluster, when
 /// it has one; `kind`: whether a usable kind CLI was found (`Err` = why not).
 pub fn decide(
     pinned: Option<Provider>,
-    existing: Option<Provider>,
+    recorded: Option<Provider>,
     kind: Result<(), String>,
 ) -> Choice {
     if let Some(provider) = pinned {
@@ -64,10 +64,10 @@ pub fn decide(
     }
     // A stack keeps its cluster's provider: switching would orphan the
     // running cluster and every secret synced into it.
-    if let Some(provider) = existing {
+    if let Some(provider) = recorded {
         return Choice {
             provider,
-            reason: Reason::Existing,
+            reason: Reason::Recorded,
         };
     }
     match kind {
@@ -84,7 +84,7 @@ pub fn decide(
 
 /// The provider of the stack's cluster: the stack's record, else what runs
 /// (a stack made before the record kept its provider).
-pub async fn existing_provider(
+pub async fn recorded_provider(
     docker: &bollard::Docker,
     settings: &Settings,
 ) -> Result<Option<Provider>, Error> {
@@ -139,13 +139,13 @@ async fn settle_with(
         let choice = decide(Some(settings.cluster.provider), None, Ok(()));
         return Ok((settings.clone(), choice));
     }
-    let existing = existing_provider(docker, settings).await?;
-    let kind = if existing.is_some() {
+    let recorded = recorded_provider(docker, settings).await?;
+    let kind = if recorded.is_some() {
         Ok(())
     } else {
         kind.await
     };
-    let choice = decide(None, existing, kind);
+    let choice = decide(None, recorded, kind);
     Ok((settings.with_provider(choice.provider)?, choice))
 }
 
@@ -163,17 +163,17 @@ pub fn settle_for_restore(settings: &Settings) -> Result<(Settings, Choice), Err
     Ok((settings.with_provider(Provider::K3s)?, choice))
 }
 
-/// `settings` on the provider of the stack's existing cluster when the
-/// profile does not pin one: what `down` must remove, even for a stack made
-/// before its record kept the provider.
-pub async fn on_existing_provider(
+/// `settings` on the stack's recorded provider when the profile does not
+/// pin one: what `down` must remove, even for a stack made before its
+/// record kept the provider.
+pub async fn on_recorded_provider(
     docker: &bollard::Docker,
     settings: Settings,
 ) -> Result<Settings, Error> {
     if settings.provider_pinned() {
         return Ok(settings);
     }
-    match existing_provider(docker, &settings).await? {
+    match recorded_provider(docker, &settings).await? {
         Some(provider) => settings.with_provider(provider),
         None => Ok(settings),
     }
@@ -186,9 +186,9 @@ mod tests {
     #[test]
     fn a_pinned_provider_wins_over_everything() {
         for pinned in [Provider::K3s, Provider::Kind] {
-            for existing in [None, Some(Provider::K3s), Some(Provider::Kind)] {
+            for recorded in [None, Some(Provider::K3s), Some(Provider::Kind)] {
                 for kind in [Ok(()), Err("no kind".to_string())] {
-                    let choice = decide(Some(pinned), existing, kind);
+                    let choice = decide(Some(pinned), recorded, kind);
                     assert_eq!(choice.provider, pinned);
                     assert_eq!(choice.reason, Reason::Pinned);
                     assert_eq!(choice.notice(), None);
@@ -198,11 +198,11 @@ mod tests {
     }
 
     #[test]
-    fn an_existing_stack_keeps_its_provider() {
+    fn a_stack_keeps_its_recorded_provider() {
         let choice = decide(None, Some(Provider::K3s), Ok(()));
         assert_eq!(
             (choice.provider, &choice.reason),
-            (Provider::K3s, &Reason::Existing)
+            (Provider::K3s, &Reason::Recorded)
         );
         assert!(choice.notice().unwrap().contains("keeping provider k3s"));
         let choice = decide(None, Some(Provider::Kind), Err("gone".into()));

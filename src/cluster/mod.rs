@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use crate::docker::Engine;
 use crate::error::Error;
+use crate::pipeline::Runner;
 use crate::profile::{Provider, Settings};
 use crate::ui::Step;
 
@@ -78,14 +79,11 @@ impl ClusterInfo {
     }
 }
 
-/// Options for [`provision`] and [`up`] that are not settings.
+/// Options for [`provision`] and [`up`] that are not settings. None is
+/// about a failure: removing a cluster that failed half-way is the
+/// rollback's business ([`crate::pipeline::Runner`]), never the provider's.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ProvisionOptions {
-    /// Keep a half-created cluster on failure, for debugging.
-    pub retain: bool,
-    /// With `retain`: the caller removes (or keeps) what failed, and says
-    /// which, so the provider claims neither.
-    pub rollback_by_caller: bool,
     /// Recreate a running cluster whose differences from the profile cannot
     /// be applied in place (image, Kubernetes version, Kind node count...).
     pub recreate: bool,
@@ -131,8 +129,8 @@ pub fn node_name(settings: &Settings, role: &str, index: usize) -> String {
 
 /// Brings the cluster up (or converges an existing one), loads the stack's
 /// images into its nodes and waits for CoreDNS (unless `coredns_later`),
-/// all within `timeouts.cluster` (images: `timeouts.preload`). A cluster this call
-/// created is removed again when a later part fails, unless `retain`.
+/// all within `timeouts.cluster` (images: `timeouts.preload`). What a
+/// failure leaves is the caller's runner's to roll back.
 pub async fn up(
     engine: &Arc<dyn Engine>,
     settings: &Settings,
@@ -140,12 +138,16 @@ pub async fn up(
     step: &Step,
 ) -> Result<ClusterInfo, Error> {
     let started = std::time::Instant::now();
-    let provider = provider::for_settings(engine.clone(), settings);
+    let provider = provider_for(engine.clone(), settings);
     let plan = provider.plan(settings).await?;
     plan.check(options.recreate, settings)?;
     if plan.needs_recreate() {
         step.progress("recreating the cluster (--recreate)");
         provider.delete(settings).await?;
+        // The old cluster's kubeconfig no longer reaches anything, and
+        // without one a rollback knows the new cluster's creation may still
+        // be under way (kind's nodes can appear after it was stopped).
+        let _ = std::fs::remove_file(crate::state::kubeconfig_path(settings));
     }
     let info = provider.up(settings, options, step).await?;
     let ready = async {
@@ -166,17 +168,7 @@ pub async fn up(
             crate::k8s::Budget::since(started, settings.timeouts.cluster.get(), "timeouts.cluster");
         wait_coredns(&client, budget, step).await
     };
-    match ready.await {
-        Ok(()) => Ok(info),
-        Err(err) if info.created && !options.retain => Err(match provider.delete(settings).await {
-            Ok(_) => err.context("cluster creation failed and was rolled back"),
-            Err(e) => err.context(format!(
-                "cluster creation failed, and rollback also failed ({})",
-                e.message()
-            )),
-        }),
-        Err(err) => Err(err),
-    }
+    ready.await.map(|()| info)
 }
 
 /// Ready nodes are not yet a usable cluster: pods resolve service names
@@ -230,10 +222,19 @@ pub fn on_existing_cluster(settings: &Settings) -> bool {
         || crate::state::StackRecord::load(settings).provider == Some(Provider::Existing)
 }
 
+/// The provider the settings name, on `engine`.
+pub fn provider_for(engine: Arc<dyn Engine>, settings: &Settings) -> Box<dyn ClusterProvider> {
+    match settings.cluster.provider {
+        Provider::K3s => Box::new(provider::K3s::new(engine)),
+        Provider::Kind => Box::new(provider::Kind::new(engine)),
+        Provider::Existing => Box::new(existing::Existing::new(engine)),
+    }
+}
+
 /// Whether the stack has a cluster of any provider, running or not.
 pub async fn exists(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
     if settings.cluster.provider == Provider::Existing {
-        return provider::for_settings(engine.clone(), settings)
+        return provider_for(engine.clone(), settings)
             .exists(settings)
             .await;
     }
@@ -248,10 +249,7 @@ pub async fn found_provider(
     for kind in [Provider::K3s, Provider::Kind] {
         let mut other = settings.clone();
         other.cluster.provider = kind;
-        if provider::for_settings(engine.clone(), &other)
-            .exists(&other)
-            .await?
-        {
+        if provider_for(engine.clone(), &other).exists(&other).await? {
             return Ok(Some(kind));
         }
     }
@@ -260,14 +258,11 @@ pub async fn found_provider(
 
 /// How the stack's running cluster differs from the settings.
 pub async fn plan(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<Plan, Error> {
-    provider::for_settings(engine.clone(), settings)
-        .plan(settings)
-        .await
+    provider_for(engine.clone(), settings).plan(settings).await
 }
 
 /// [`up`], then the kubeconfig files. Fails before creating anything when
-/// the kubeconfig cannot be written, and rolls a new cluster back (unless
-/// `retain`) when writing it fails after all.
+/// the kubeconfig cannot be written.
 pub async fn provision(
     engine: &Arc<dyn Engine>,
     settings: &Settings,
@@ -300,18 +295,51 @@ pub async fn provision(
         })?;
         Ok(merged_into)
     });
-    match written {
-        Ok(merged_into) => Ok(Provisioned {
-            info,
-            kubeconfig_path: path,
-            merged_into,
-        }),
-        Err(e) if info.created && !options.retain => {
-            let _ = remove(engine, settings).await;
-            Err(e.context("the cluster was rolled back"))
+    written.map(|merged_into| Provisioned {
+        info,
+        kubeconfig_path: path,
+        merged_into,
+    })
+}
+
+/// [`provision`] as one step of `runner`, which is told first how to remove
+/// the cluster when this run creates (or recreates) it: a failure or a
+/// Ctrl-C then leaves `runner`'s rollback to remove it, once.
+pub async fn provision_step(
+    runner: &Runner,
+    engine: &Arc<dyn Engine>,
+    settings: &Settings,
+    options: ProvisionOptions,
+) -> Result<Provisioned, Error> {
+    // Only a recreate needs the whole plan (an existing cluster's is a preflight).
+    let plan = if options.recreate {
+        plan(engine, settings).await?
+    } else {
+        let provider = provider_for(engine.clone(), settings);
+        Plan {
+            exists: provider.exists(settings).await?,
+            changes: Vec::new(),
         }
-        Err(e) => Err(e),
+    };
+    if plan.creates(options.recreate) {
+        let (engine, owned) = (engine.clone(), settings.clone());
+        runner.created(
+            format!("{} cluster", settings.cluster.provider.as_str()),
+            move || Box::pin(async move { remove(&engine, &owned).await.map(drop) }),
+        );
     }
+    let title = format!(
+        "Cluster ({}, {})",
+        settings.cluster.provider.as_str(),
+        settings.cluster.image
+    );
+    runner
+        .step(title, None, |step| async move {
+            let provisioned = provision(engine, settings, options, &step).await?;
+            let summary = provisioned.info.summary();
+            Ok((provisioned, summary))
+        })
+        .await
 }
 
 /// Removes the cluster, its kubeconfig file and context, and the stack
@@ -332,7 +360,7 @@ pub async fn remove(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<boo
 /// Removes the cluster's containers and volumes; absent is fine. Returns
 /// whether anything was removed.
 pub async fn down(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
-    provider::for_settings(engine.clone(), settings)
+    provider_for(engine.clone(), settings)
         .delete(settings)
         .await
 }

@@ -31,6 +31,13 @@ impl Plan {
         self.changes.iter().any(|c| !c.in_place)
     }
 
+    /// Whether `up` makes a new cluster: none exists, or `recreate` replaces
+    /// the one that does. What such a run leaves on failure is its own to
+    /// roll back; a cluster it found is not.
+    pub fn creates(&self, recreate: bool) -> bool {
+        !self.exists || (recreate && self.needs_recreate())
+    }
+
     /// Refuses, before anything happens, a change only a recreate applies,
     /// unless the caller asked for the recreate.
     pub fn check(&self, recreate: bool, settings: &Settings) -> Result<(), Error> {

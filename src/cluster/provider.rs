@@ -150,12 +150,3 @@ engine_provider!(
     load_images: kind::load_images,
     delete: kind::down
 );
-
-/// The provider the settings name, on `engine`.
-pub fn for_settings(engine: Arc<dyn Engine>, settings: &Settings) -> Box<dyn ClusterProvider> {
-    match settings.cluster.provider {
-        Provider::K3s => Box::new(K3s::new(engine)),
-        Provider::Kind => Box::new(Kind::new(engine)),
-        Provider::Existing => Box::new(super::existing::Existing::new(engine)),
-    }
-}

@@ -27,9 +27,8 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
                 &docker,
                 &engine,
                 &settings,
+                retain,
                 ProvisionOptions {
-                    retain,
-                    rollback_by_caller: false,
                     recreate,
                     coredns_later: false,
                     images_restored: false,
@@ -38,7 +37,7 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
             .await
         }
         ClusterCommand::Down => {
-            let settings = cluster::choice::on_existing_provider(&docker, settings).await?;
+            let settings = cluster::choice::on_recorded_provider(&docker, settings).await?;
             let removed = cluster::remove(&engine, &settings).await?;
             ctx.ui.info(if removed {
                 format!(
@@ -63,6 +62,7 @@ pub async fn up(
     docker: &bollard::Docker,
     engine: &Arc<dyn docker::Engine>,
     settings: &Settings,
+    retain: bool,
     options: ProvisionOptions,
 ) -> Result<i32, Error> {
     // One rollback owner, as for `up`: the runner undoes a cluster this run
@@ -70,30 +70,11 @@ pub async fn up(
     let interrupts = Interrupts::watch(true);
     let runner = Runner::with_cancel(&ctx.ui, interrupts.cancel.clone());
     let existed = cluster::exists(engine, settings).await?;
-    if !existed {
-        let (engine, owned) = (engine.clone(), settings.clone());
-        runner.created(
-            format!("{} cluster", settings.cluster.provider.as_str()),
-            move || Box::pin(async move { cluster::remove(&engine, &owned).await.map(|_| ()) }),
-        );
-    }
-    let title = format!(
-        "Cluster ({}, {})",
-        settings.cluster.provider.as_str(),
-        settings.cluster.image
-    );
-    let provisioned = match runner
-        .step(title, None, |step| async move {
-            let provisioned = cluster::provision(engine, settings, options, &step).await?;
-            let summary = provisioned.info.summary();
-            Ok((provisioned, summary))
-        })
-        .await
-    {
+    let provisioned = match cluster::provision_step(&runner, engine, settings, options).await {
         Ok(provisioned) => provisioned,
         Err(err) => {
             return Err(runner
-                .roll_back_after(err, existed, options.retain, &interrupts.stop)
+                .roll_back_after(err, existed, retain, &interrupts.stop)
                 .await);
         }
     };

@@ -161,7 +161,7 @@ const FILES: &[(&str, &str)] = &[
     (
         "$DEVSTACK_HOME/cache/",
         "artifacts fetched and checked against their pins (cache/artifacts, in the offline \
-         bundle's format) and Flux's install manifests (cache/flux), shared by every stack",
+         bundle's format, Flux's install manifests among them), shared by every stack",
     ),
     (
         "$DEVSTACK_HOME/image-cache/",

@@ -66,6 +66,8 @@ impl EngineHost {
             .iter()
             .map(|c| c.name.as_str())
             .find(|name| name.ends_with("Engine"))
+            // Docker calls its own component plain `Engine`.
+            .filter(|name| *name != "Engine")
             .unwrap_or("Docker Engine")
             .to_string();
         let cgroup = match info.cgroup_version {
@@ -262,6 +264,7 @@ mod tests {
             &version("Engine", "1.44"),
             "1.51",
         );
+        assert_eq!(containerd.product, "Docker Engine");
         assert_eq!(
             containerd.image_store,
             ImageStore::Containerd {

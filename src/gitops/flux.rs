@@ -1,10 +1,8 @@
 //! Installs Flux's controllers with server-side apply (no kubectl, no flux
-//! CLI needed). Install manifests come from, in order: the offline bundle, a
-//! local cache keyed by version, `flux install --export` when the flux CLI is
-//! on PATH, or the release's install manifest downloaded over HTTPS (and
-//! cached).
+//! CLI needed). The install manifest is an artifact like any other: from
+//! the offline bundle or devstack's verified cache, fetched into the cache
+//! and checked against its pin when it is not there yet.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -22,7 +20,7 @@ pub const NAMESPACE: &str = "flux-system";
 pub enum ManifestSource {
     Bundle,
     Cache,
-    FluxCli,
+    /// Fetched into the cache by this run, checked against its pin.
     Download,
     /// Flux was already in the cluster, installed by someone else: used as
     /// it is.
@@ -128,83 +126,46 @@ pub struct InstallReport {
     pub elapsed_ms: u64,
 }
 
-fn cache_path(settings: &Settings, version: &str) -> PathBuf {
-    crate::state::cache_dir(settings)
-        .join("cache/flux")
-        .join(version)
-        .join("install.yaml")
-}
-
-/// The install manifest text and where it came from.
+/// The install manifest text and where it came from: the bundle's, else
+/// the verified cache's, fetched into it (pinned, checked) when it lacks
+/// the profile's version. Nothing unpinned is ever applied.
 pub async fn manifests(settings: &Settings) -> Result<(String, ManifestSource), Error> {
     let version = &settings.flux.version;
-    if let Some(bundle) = crate::cluster::preload::open_bundle(settings)?
-        && bundle.artifact("flux-install").is_some()
-    {
-        let Some(artifact) = bundle.artifact_version("flux-install", version) else {
-            let held = bundle.versions_of("flux-install");
-            return Err(Error::user(format!(
-                "the offline bundle holds Flux {} but the profile asks for {version}",
-                held.join(", ")
-            ))
-            .with_hint(format!(
-                "set `flux.version: {}` or rebuild the bundle",
-                held.first().map(String::as_str).unwrap_or("?")
-            )));
-        };
-        let path = bundle.path_of(artifact);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            Error::user(format!("cannot read {}: {e}", path.display()))
-                .with_hint("rebuild the bundle with `make kit`")
-        })?;
+    if let Some(bundle) = crate::cluster::preload::open_bundle(settings)? {
         // Without a bundle of the user's, this is devstack's artifact cache.
-        let source = if settings.images.bundle.is_some() {
-            ManifestSource::Bundle
-        } else {
-            ManifestSource::Cache
-        };
-        return Ok((text, source));
-    }
-    let cached = cache_path(settings, version);
-    if let Ok(text) = std::fs::read_to_string(&cached) {
-        return Ok((text, ManifestSource::Cache));
-    }
-    let (text, source) = if let Ok(flux) = which::which("flux") {
-        let output = tokio::process::Command::new(flux)
-            .args([
-                "install",
-                "--export",
-                &format!("--version={version}"),
-                &format!("--components={}", settings.flux.components.join(",")),
-            ])
-            .output()
-            .await
-            .map_err(|e| Error::internal(format!("run flux install --export: {e}")))?;
-        if !output.status.success() {
-            return Err(Error::internal(format!(
-                "`flux install --export --version={version}` failed: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
+        let users = settings.images.bundle.is_some();
+        match bundle.artifact_version("flux-install", version) {
+            Some(artifact) => {
+                let path = bundle.path_of(artifact);
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    Error::user(format!("cannot read {}: {e}", path.display()))
+                        .with_hint("rebuild the bundle with `make kit`")
+                })?;
+                let source = if users {
+                    ManifestSource::Bundle
+                } else {
+                    ManifestSource::Cache
+                };
+                return Ok((text, source));
+            }
+            None if users && bundle.artifact("flux-install").is_some() => {
+                let held = bundle.versions_of("flux-install");
+                return Err(Error::user(format!(
+                    "the offline bundle holds Flux {} but the profile asks for {version}",
+                    held.join(", ")
+                ))
+                .with_hint(format!(
+                    "set `flux.version: {}` or rebuild the bundle",
+                    held.first().map(String::as_str).unwrap_or("?")
+                )));
+            }
+            None => {}
         }
-        (
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            ManifestSource::FluxCli,
-        )
-    } else {
-        let url =
-            format!("https://github.com/fluxcd/flux2/releases/download/{version}/install.yaml");
-        let response = reqwest::get(&url).await.and_then(|r| r.error_for_status()).map_err(|e| {
-            Error::prerequisite(format!("cannot download Flux {version} install manifests from {url}: {e}"))
-                .with_hint("check network access, install the flux CLI, or use an offline bundle (--bundle)")
-        })?;
-        let text = response
-            .text()
-            .await
-            .map_err(|e| Error::internal(format!("download {url}: {e}")))?;
-        (text, ManifestSource::Download)
-    };
-    crate::cluster::kubeconfig::write_private(&cached, &text)?;
-    Ok((text, source))
+    }
+    let path = crate::artifacts::fetch_flux_install(settings).await?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::internal(format!("cannot read {}: {e}", path.display())))?;
+    Ok((text, ManifestSource::Download))
 }
 
 /// Drops the Deployments (and their Services) of controllers the profile
@@ -233,17 +194,6 @@ pub(super) fn select_components(docs: Vec<Value>, components: &[String]) -> Vec<
 /// The argument that makes a Flux controller wait for a leader lease.
 const LEADER_ELECTION_ARG: &str = "--enable-leader-election";
 
-/// Each controller runs as one replica that works from the moment it
-/// starts: without leader election, and replaced rather than rolled; its
-/// readiness probed every second, its name lookups retried every second.
-///
-/// With leader election, a controller whose node (or pod) was killed
-/// leaves its Lease behind, and its successor waits the Lease out (35 s)
-/// before it reconciles anything; the source-controller does not even
-/// serve artifacts, so nothing downstream moves. One replica needs no
-/// election, as long as two never run at once: hence `Recreate`, which
-/// stops the old pod before the new one starts (the source-controller's
-/// own manifest already asks for it).
 /// Where the nodes pull the images themselves, the controllers' images from
 /// their registries' mirrors ([`crate::artifacts::mirrors::node_reference`]).
 fn pull_through_mirrors(docs: &mut [Value], images: &crate::profile::ImageSettings) {
@@ -258,6 +208,17 @@ fn pull_through_mirrors(docs: &mut [Value], images: &crate::profile::ImageSettin
     }
 }
 
+/// Each controller runs as one replica that works from the moment it
+/// starts: without leader election, and replaced rather than rolled; its
+/// readiness probed every second, its name lookups retried every second.
+///
+/// With leader election, a controller whose node (or pod) was killed
+/// leaves its Lease behind, and its successor waits the Lease out (35 s)
+/// before it reconciles anything; the source-controller does not even
+/// serve artifacts, so nothing downstream moves. One replica needs no
+/// election, as long as two never run at once: hence `Recreate`, which
+/// stops the old pod before the new one starts (the source-controller's
+/// own manifest already asks for it).
 fn tuned_controllers(docs: Vec<Value>) -> Vec<Value> {
     docs.into_iter()
         .map(|mut doc| {
@@ -530,6 +491,72 @@ pub async fn install(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A download mirror on this machine that answers every request with `body`.
+    async fn mirror_serving(body: &'static [u8]) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.ends_with(b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(body).await;
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn the_install_manifest_is_applied_only_as_pinned_and_checked() {
+        const SERVED: &[u8] = b"apiVersion: v1\nkind: Namespace\nmetadata: {name: flux-system}\n";
+        let state = tempfile::tempdir().unwrap();
+        let text = "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: t\n";
+        let loaded = crate::profile::load::parse("t.yaml", text, ".".into()).unwrap();
+        let mut settings = Settings::resolve(loaded, &Default::default()).unwrap();
+        settings.state_dir = state.path().to_path_buf();
+        settings.images.bundle = None;
+        settings.images.download_mirror = Some(mirror_serving(SERVED).await);
+
+        // Other bytes than the pin's: refused, and nothing cached.
+        let err = manifests(&settings).await.unwrap_err();
+        assert!(
+            err.message().contains("does not match its pin"),
+            "{}",
+            err.message()
+        );
+        assert!(settings.bundle_dir().is_none());
+
+        // Pinned to what is served (a pins file, as for a private rebuild):
+        // fetched into the verified cache once, then read from there.
+        use sha2::Digest;
+        let pins = state.path().join("pins.json");
+        let url = crate::artifacts::flux_install_url(&settings.flux.version);
+        let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(SERVED)));
+        std::fs::write(
+            &pins,
+            json!({"apiVersion": "devstack.dev/v1alpha1", "kind": "Pins", "files": {url: digest}})
+                .to_string(),
+        )
+        .unwrap();
+        settings.images.pins_file = Some(pins);
+        let (text, source) = manifests(&settings).await.unwrap();
+        assert_eq!(text.as_bytes(), SERVED);
+        assert_eq!(source, ManifestSource::Download);
+        let (_, source) = manifests(&settings).await.unwrap();
+        assert_eq!(source, ManifestSource::Cache);
+    }
 
     #[test]
     fn nodes_that_pull_run_the_controllers_from_the_mirror() {

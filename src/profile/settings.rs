@@ -55,6 +55,14 @@ pub enum Origin {
     Default,
 }
 
+/// The profile resolved with flags, environment and defaults. A few fields
+/// are not the profile's but what a run found, filled in once it knows
+/// them (from the stack's record or the cluster), so that code below the
+/// run reads one value: `cluster.provider` once the choice settled an
+/// unpinned provider ([`Self::with_provider`]), `localstack.bound_port`
+/// ([`Self::with_localstack_port`]), `eso.cluster` and `names` (the
+/// cluster's own ESO and the shared cluster's object names). `state_dir`
+/// and `user_kubeconfig` are the environment's, resolved once.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Settings {

@@ -22,24 +22,28 @@
 //! owner only.
 //!
 //! Files: `manifest` (what a snapshot records, whether it fits), `store`
-//! (the directory of snapshots), `save`, `restore`, `shared` (a node's
-//! archive split into its own and its shared part), `volume` (the Docker
-//! volumes shared parts live in), `transfer` (`export` and `import`).
+//! (the directory of snapshots), `save`, `restore`, `upload` (an archive
+//! streamed into a container, checked), `shared` (a node's archive split
+//! into its own and its shared part), `volume` (the Docker volumes shared
+//! parts live in), `remove`, `transfer` (`export` and `import`).
 
 mod manifest;
+mod remove;
 mod restore;
 mod save;
 mod shared;
 mod store;
 mod transfer;
+mod upload;
 mod volume;
 
 pub use manifest::{
     FORMAT, Info, Manifest, SavedFile, check, profile_digests, require_k3s, versions,
 };
+pub use remove::{Removal, remove};
 pub use restore::{AfterRestore, after_restore, restore_nodes};
 pub use save::{SaveReport, save};
-pub use store::{Removal, Snapshot, check_name, list, open, remove, store_dir};
+pub use store::{Snapshot, check_name, list, open, store_dir};
 pub use transfer::{export, import};
 pub use volume::prune_shared_volumes;
 

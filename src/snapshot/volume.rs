@@ -9,8 +9,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::manifest::{Manifest, SavedFile};
-use super::restore::upload_checked;
 use super::store::{Snapshot, manifests, store_dir};
+use super::upload::upload_checked;
 use crate::cluster::k3s::SHARED_IN_NODE;
 use crate::docker::{self, Engine};
 use crate::error::Error;

@@ -27,9 +27,9 @@ use crate::ui::Ui;
 use crate::verify::{VerifyOptions, VerifyReport};
 use crate::{docker, state};
 
-mod ample;
 mod guard;
 mod repair;
+mod thread_stack;
 mod up;
 
 pub use guard::StackGuard;
@@ -173,7 +173,7 @@ impl Stack {
         name: Option<&str>,
     ) -> Result<crate::snapshot::SaveReport, Error> {
         let docker = docker::connect().await?;
-        let settings = cluster::choice::on_existing_provider(&docker, self.current()).await?;
+        let settings = cluster::choice::on_recorded_provider(&docker, self.current()).await?;
         let name = name.unwrap_or(&settings.name).to_string();
         crate::snapshot::check_name(&name)?;
         crate::snapshot::require_k3s(&settings)?;
@@ -223,7 +223,7 @@ impl Stack {
     pub async fn down(&self) -> Result<DownReport, Error> {
         let docker = self.engine().await?;
         let _lock = self.lock("down").await?;
-        let settings = cluster::choice::on_existing_provider(&docker, self.current()).await?;
+        let settings = cluster::choice::on_recorded_provider(&docker, self.current()).await?;
         self.on(settings).remove(&docker).await
     }
 

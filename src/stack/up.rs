@@ -8,8 +8,8 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::Stack;
-use super::ample::AmpleStack;
 use super::repair::{CrashedPods, localstack_repair, missing_flux_objects, restore_scaled_down};
+use super::thread_stack::DeepThreadStack;
 use crate::cluster::choice::{self, Choice};
 use crate::cluster::{self, Provisioned};
 use crate::error::Error;
@@ -95,10 +95,10 @@ impl Stack {
     pub async fn up(&self, options: UpOptions) -> Result<UpReport, Error> {
         self.timeline.restart();
         let docker = self.engine().await?;
-        let settled = AmpleStack::new(choice::settle(&docker, &self.current())).await?;
+        let settled = DeepThreadStack::new(choice::settle(&docker, &self.current())).await?;
         let (run, choice) = self.settled(settled);
         let interrupts = Interrupts::watch(options.handle_interrupt);
-        AmpleStack::new(run.up_locked(
+        DeepThreadStack::new(run.up_locked(
             &docker,
             options,
             None,
@@ -134,7 +134,7 @@ impl Stack {
         let snapshot = snapshot::open(&run.settings, name)?;
         let docker = docker::connect().await?;
         let interrupts = Interrupts::watch(options.handle_interrupt);
-        AmpleStack::new(run.up_locked(
+        DeepThreadStack::new(run.up_locked(
             &docker,
             options,
             Some(&snapshot),
@@ -439,7 +439,7 @@ impl UpRun<'_> {
 
     /// Records the cluster for removal when this run makes (or remakes) it.
     fn record_new_cluster(&self, plan: &cluster::Plan) {
-        if plan.exists && !(self.options.recreate && plan.needs_recreate()) {
+        if !plan.creates(self.options.recreate) {
             return;
         }
         let settings = &self.stack.settings;
@@ -573,8 +573,6 @@ impl UpRun<'_> {
                 None,
                 |step: Arc<Step>| async move {
                     let options = cluster::ProvisionOptions {
-                        retain: true,
-                        rollback_by_caller: true,
                         recreate,
                         // The Flux step waits for it, while Flux installs.
                         coredns_later: true,

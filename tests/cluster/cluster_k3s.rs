@@ -316,13 +316,26 @@ fn k3s_engine_going_away_mid_create_is_reported_and_the_next_run_converges() {
     let run = stack.run_env(&profile, &["cluster", "up"], &[("DOCKER_HOST", &host)]);
     killer.join().unwrap();
     // The engine is gone for the rollback too: what was left, and how to
-    // remove it once the engine is back.
+    // remove it once the engine is back. The runner alone tried to remove
+    // it, once.
     assert_eq!(run.code, 3, "{}", run.stderr);
     assert!(
+        run.stderr
+            .contains("error: rollback also failed; left behind: k3s cluster: "),
+        "{}",
+        run.stderr
+    );
+    assert!(
         run.stderr.contains(&format!(
-            "error: rollback also failed; left behind: k3s cluster: cluster creation failed, and rollback also failed (cannot reach the Docker engine at {host}: "
+            "could not remove k3s cluster: cannot reach the Docker engine at {host}: "
         )),
         "{}",
+        run.stderr
+    );
+    assert_eq!(
+        run.stderr.matches("rollback also failed").count(),
+        1,
+        "the cluster was deleted by more than the runner: {}",
         run.stderr
     );
     assert!(

@@ -1,8 +1,10 @@
 //! The code's layers point one way: CLI -> library -> clients -> base.
 //! This test reads every `crate::` path in `src/` (comments and
 //! `#[cfg(test)]` items excluded, nothing else) and
-//! fails when a module reaches a higher layer, or when modules of the
-//! library or client layers import each other in a cycle.
+//! fails when a module reaches a higher layer, when modules of the
+//! library or client layers import each other in a cycle, or when the files
+//! of one module (`src/cluster/provider.rs` and `src/cluster/existing.rs`)
+//! import each other in a cycle.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -296,26 +298,9 @@ fn imports(code: &str) -> BTreeSet<String> {
 }
 
 fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    let texts: Vec<(PathBuf, String)> = files
-        .into_iter()
-        .map(|f| {
-            let text = std::fs::read_to_string(&f).unwrap();
-            (f, text)
-        })
-        .collect();
-    let gated: BTreeSet<PathBuf> = texts
-        .iter()
-        .flat_map(|(file, text)| gated_module_files(file, text))
-        .collect();
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (file, text) in &texts {
-        if gated.contains(file) {
-            continue;
-        }
-        let module = module_of(&src, file);
+    for (file, text) in &source_files() {
+        let module = module_of(Path::new(""), file);
         let code = code_of(text);
         let entry = graph.entry(module.clone()).or_default();
         for import in imports(&code) {
@@ -485,4 +470,282 @@ fn src_profile_mod_is_read_past_its_test_declaration() {
         path.display()
     );
     assert_eq!(strip_test_items(&text), text.replacen(declaration, "", 1));
+}
+
+/// The module path a file defines: `cluster/k3s/node.rs` -> `cluster::k3s::node`,
+/// `cluster/k3s/mod.rs` -> `cluster::k3s`, `lib.rs` -> the crate root.
+fn module_path_of(relative: &Path) -> Vec<String> {
+    let mut path: Vec<String> = relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if let Some(last) = path.pop() {
+        let stem = last.trim_end_matches(".rs");
+        if !["mod", "lib", "main"].contains(&stem) {
+            path.push(stem.to_string());
+        }
+    }
+    path
+}
+
+/// Every path that starts `crate::`, `super::` or `self::` in `code`,
+/// grouped imports (`use super::{a, b::{c, d}}`) expanded, resolved from
+/// module `module` to absolute segments.
+fn module_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let b = code.as_bytes();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let starts = ["crate::", "super::", "self::"]
+            .iter()
+            .any(|p| b[i..].starts_with(p.as_bytes()));
+        if !starts || (i > 0 && (ident(b[i - 1]) || b[i - 1] == b':')) {
+            i += 1;
+            continue;
+        }
+        let (trees, end) = use_tree(code, i);
+        for tree in trees {
+            let mut resolved = Vec::new();
+            let mut segments = tree.into_iter().peekable();
+            match segments.peek().map(String::as_str) {
+                Some("crate") => {
+                    segments.next();
+                }
+                Some("self") => {
+                    resolved = module.to_vec();
+                    segments.next();
+                }
+                _ => {
+                    resolved = module.to_vec();
+                    while segments.peek().map(String::as_str) == Some("super") {
+                        resolved.pop();
+                        segments.next();
+                    }
+                }
+            }
+            resolved.extend(segments.filter(|s| s != "self"));
+            out.push(resolved);
+        }
+        i = end.max(i + 1);
+    }
+    out
+}
+
+/// The paths of the use tree at `at` (`a::b::{c, d::e}` -> `a::b::c`,
+/// `a::b::d::e`), and where it ends.
+fn use_tree(code: &str, at: usize) -> (Vec<Vec<String>>, usize) {
+    let b = code.as_bytes();
+    let mut i = at;
+    let mut prefix = Vec::new();
+    loop {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i < b.len() && b[i] == b'{' {
+            let mut trees = Vec::new();
+            i += 1;
+            loop {
+                while i < b.len() && (b[i].is_ascii_whitespace() || b[i] == b',') {
+                    i += 1;
+                }
+                if i >= b.len() || b[i] == b'}' {
+                    return (trees, i + 1);
+                }
+                let (inner, end) = use_tree(code, i);
+                if end <= i {
+                    return (trees, i + 1);
+                }
+                trees.extend(inner.into_iter().map(|t| [prefix.clone(), t].concat()));
+                i = end;
+            }
+        }
+        let start = i;
+        while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+            i += 1;
+        }
+        if i == start {
+            return (vec![prefix], i);
+        }
+        prefix.push(code[start..i].to_string());
+        if b[i..].starts_with(b"::") {
+            i += 2;
+        } else {
+            return (vec![prefix], i);
+        }
+    }
+}
+
+/// For every module with files of its own, which of its child modules
+/// import which (`use super::x` in `a.rs`, or `crate::m::x`), each edge with
+/// a file that makes it. Keys: the parent module's path (`cluster::k3s`).
+type SiblingEdges = BTreeMap<String, BTreeMap<(String, String), String>>;
+
+fn sibling_edges(files: &[(PathBuf, String)]) -> SiblingEdges {
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(f, _)| module_path_of(f)).collect();
+    let mut edges = SiblingEdges::new();
+    for (file, text) in files {
+        let from = module_path_of(file);
+        let code = code_of(text);
+        for to in module_paths(&code, &from) {
+            let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            // Top-level modules are the layer tests' business.
+            if common == 0 || from.len() <= common || to.len() <= common {
+                continue;
+            }
+            // An item of the parent (`super::ClusterInfo`) is no sibling.
+            if !modules.contains(&to[..=common]) {
+                continue;
+            }
+            edges
+                .entry(from[..common].join("::"))
+                .or_default()
+                .entry((from[common].clone(), to[common].clone()))
+                .or_insert_with(|| format!("src/{}", file.display()));
+        }
+    }
+    edges
+}
+
+/// Every cycle among the files of one module, each as
+/// `parent: a -> b -> a (a in FILE, b in FILE)`.
+fn module_cycles(files: &[(PathBuf, String)]) -> Vec<String> {
+    let mut cycles = Vec::new();
+    for (parent, edges) in sibling_edges(files) {
+        let children: BTreeSet<&String> = edges.keys().map(|(a, _)| a).collect();
+        let mut reported = BTreeSet::new();
+        for start in children {
+            // Breadth-first from `start` back to it: the shortest cycle.
+            let mut came_from: BTreeMap<&String, &String> = BTreeMap::new();
+            let mut queue = std::collections::VecDeque::from([start]);
+            let mut closed = None;
+            while let Some(at) = queue.pop_front() {
+                for ((a, b), _) in edges.iter().filter(|((a, _), _)| a == at) {
+                    if b == start {
+                        closed = Some(a);
+                        break;
+                    }
+                    if !came_from.contains_key(b) {
+                        came_from.insert(b, a);
+                        queue.push_back(b);
+                    }
+                }
+                if closed.is_some() {
+                    break;
+                }
+            }
+            let Some(mut at) = closed else { continue };
+            let mut cycle = vec![start.clone()];
+            while at != start {
+                cycle.push(at.clone());
+                at = came_from[at];
+            }
+            cycle[1..].reverse();
+            let key: BTreeSet<String> = cycle.iter().cloned().collect();
+            if !reported.insert(key) {
+                continue;
+            }
+            let witnesses: Vec<String> = cycle
+                .iter()
+                .zip(cycle.iter().cycle().skip(1))
+                .map(|(a, b)| format!("{}: uses {b}", edges[&(a.clone(), b.clone())]))
+                .collect();
+            cycles.push(format!(
+                "{parent}: {} -> {} ({})",
+                cycle.join(" -> "),
+                cycle[0],
+                witnesses.join("; ")
+            ));
+        }
+    }
+    cycles
+}
+
+/// Every file of `src/` but those only tests compile, with its text, by
+/// its path inside `src/`.
+fn source_files() -> Vec<(PathBuf, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let texts: Vec<(PathBuf, String)> = files
+        .into_iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(&f).unwrap();
+            (f, text)
+        })
+        .collect();
+    let gated: BTreeSet<PathBuf> = texts
+        .iter()
+        .flat_map(|(file, text)| gated_module_files(file, text))
+        .collect();
+    texts
+        .into_iter()
+        .filter(|(file, _)| !gated.contains(file))
+        .map(|(file, text)| (file.strip_prefix(&src).unwrap().to_path_buf(), text))
+        .collect()
+}
+
+#[test]
+fn the_files_of_one_module_form_no_cycle() {
+    let cycles = module_cycles(&source_files());
+    assert!(
+        cycles.is_empty(),
+        "files of one module import each other (move what both need into a file both use):\n{}",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn the_checker_finds_a_cycle_between_the_files_of_a_module() {
+    let files = |list: &[(&str, &str)]| -> Vec<(PathBuf, String)> {
+        list.iter()
+            .map(|(f, t)| (PathBuf::from(f), t.to_string()))
+            .collect()
+    };
+    // Through `super::`, and back through `crate::`, grouped.
+    let cycle = files(&[
+        ("m/mod.rs", "mod a;\nmod x;\npub struct Item;\n"),
+        ("m/a.rs", "use super::x::Thing;\nuse super::Item;\n"),
+        ("m/x.rs", "use crate::{docker, m::{a::{self, Other}}};\n"),
+    ]);
+    let found = module_cycles(&cycle);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("m: a -> x -> a (src/m/a.rs: uses x; src/m/x.rs: uses a)"),
+        "{found:?}"
+    );
+    // Three files, one deeper (`super::super::` from a child's file).
+    let deeper = files(&[
+        ("m/mod.rs", ""),
+        ("m/store.rs", "use super::volume::prune;\n"),
+        ("m/volume.rs", "use super::restore::upload;\n"),
+        ("m/restore/mod.rs", "mod part;\n"),
+        (
+            "m/restore/part.rs",
+            "fn f() { super::super::store::open(); }\n",
+        ),
+    ]);
+    let found = module_cycles(&deeper);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("m: restore -> store -> volume -> restore"),
+        "{found:?}"
+    );
+    assert!(
+        found[0].contains("src/m/restore/part.rs: uses store"),
+        "{found:?}"
+    );
+    // One way only, items of the parent, tests and comments: no cycle.
+    let fine = files(&[
+        ("m/mod.rs", "pub use a::A;\n"),
+        (
+            "m/a.rs",
+            "use super::x;\nuse super::A;\n// super::x again\n",
+        ),
+        (
+            "m/x.rs",
+            "use super::Item;\n#[cfg(test)]\nmod tests {\n    use super::super::a;\n}\n",
+        ),
+    ]);
+    assert_eq!(module_cycles(&fine), Vec::<String>::new());
 }

@@ -17,14 +17,17 @@ use crate::profile::{Provider, Settings};
 use crate::ui::Step;
 
 pub use restore::{
-    RestoredNodes, SHARED_DIRS, SHARED_IN_NODE, SNAPSHOT_PATHS, SavedCluster, SavedNode,
-    create_restored_nodes, restored_addressing, saved_cluster, start_restored_nodes,
+    RestoredNodes, SHARED_DIRS, SNAPSHOT_PATHS, SavedCluster, SavedNode, create_restored_nodes,
+    restored_addressing, saved_cluster, start_restored_nodes,
 };
 
 pub(super) use images::load_images;
 use images::node_tarballs;
 use node::{NewNode, create_node, create_nodes};
 
+/// Where a node restored from a snapshot finds, read-only, the image layers
+/// and content blobs the snapshot shares among every stack restored from it.
+pub const SHARED_IN_NODE: &str = "/devstack/snapshot";
 pub const ROLE_SERVER: &str = "k3s-server";
 pub const ROLE_AGENT: &str = "k3s-agent";
 const LABEL_API_PORT: &str = "dev.devstack.api-port";
@@ -287,12 +290,11 @@ struct Converged {
 }
 
 /// Brings the node containers to the settings' shape: creates the cluster
-/// when it has no server (rolling back what it created on failure, unless
-/// `retain`), else starts stopped nodes and adds or removes agents in place.
+/// when it has no server, else starts stopped nodes and adds or removes
+/// agents in place. What a failed create leaves is the rollback's.
 async fn converge_nodes(
     engine: &dyn Engine,
     settings: &Settings,
-    options: ProvisionOptions,
     step: &Step,
 ) -> Result<Converged, Error> {
     docker::ensure_network(engine, &settings.name, &settings.resource_prefix()).await?;
@@ -304,15 +306,15 @@ async fn converge_nodes(
             remove_nodes(engine, settings).await?;
         }
         let api_port = super::choose_api_port(settings)?;
-        return match create_nodes(engine, settings, api_port, step).await {
-            Ok(()) => Ok(Converged {
-                api_port,
-                created: true,
-                repaired: Vec::new(),
-                removed_agents: Vec::new(),
-            }),
-            Err(err) => Err(rollback(engine, settings, options, err).await),
-        };
+        create_nodes(engine, settings, api_port, step)
+            .await
+            .map_err(|err| err.context("cluster creation failed"))?;
+        return Ok(Converged {
+            api_port,
+            created: true,
+            repaired: Vec::new(),
+            removed_agents: Vec::new(),
+        });
     };
     let api_port = api_port_of(&found.labels, &server)?;
     let mut repaired = Vec::new();
@@ -347,12 +349,12 @@ fn api_port_of(labels: &HashMap<String, String>, server: &str) -> Result<u16, Er
 pub async fn up(
     engine: &dyn Engine,
     settings: &Settings,
-    options: ProvisionOptions,
+    _options: ProvisionOptions,
     step: &Step,
 ) -> Result<ClusterInfo, Error> {
     let started = Instant::now();
     let span = step.span("node containers");
-    let converged = span.finish(converge_nodes(engine, settings, options, step).await)?;
+    let converged = span.finish(converge_nodes(engine, settings, step).await)?;
     // A new node's images are imported while it boots, off the path to
     // its Ready (see `stage_tarballs`).
     let images = async {
@@ -415,7 +417,7 @@ pub async fn up(
         done => done,
     };
     match result {
-        Err(err) if converged.created => Err(rollback(engine, settings, options, err).await),
+        Err(err) if converged.created => Err(err.context("cluster creation failed")),
         done => done,
     }
 }
@@ -519,33 +521,6 @@ async fn kubeconfig_within(
     let api_server = api_server_url(api_port_of(&labels, &server)?);
     let raw = read_kubeconfig(engine, &server, limit).await?;
     kubeconfig::rename_context(&raw, &settings.kube_context(), Some(&api_server))
-}
-
-/// Removes what a failed `up` created, unless `--retain`, and says which.
-async fn rollback(
-    engine: &dyn Engine,
-    settings: &Settings,
-    options: ProvisionOptions,
-    err: Error,
-) -> Error {
-    if options.retain && options.rollback_by_caller {
-        return err.context("cluster creation failed");
-    }
-    if options.retain {
-        return err.context("cluster creation failed; the half-created cluster is retained for debugging (--retain)");
-    }
-    match remove_nodes(engine, settings).await {
-        Ok(_) => err.context("cluster creation failed and was rolled back"),
-        Err(rollback_err) => {
-            let message = format!(
-                "cluster creation failed, and rollback also failed ({})",
-                rollback_err.message()
-            );
-            // The CLI adds the flags that select this stack to the command.
-            err.context(message)
-                .with_hint("remove the leftovers with `devstack cluster down` once Docker answers")
-        }
-    }
 }
 
 /// Polls the server container until K3s has written its kubeconfig.
@@ -863,9 +838,7 @@ mod engine_tests {
         let one = f.with("  agents: 1\n");
         let engine = f.engine.as_ref();
 
-        let done = converge_nodes(engine, &one, ProvisionOptions::default(), &step())
-            .await
-            .unwrap();
+        let done = converge_nodes(engine, &one, &step()).await.unwrap();
         assert!(!done.created);
         assert_eq!(done.api_port, 6550);
         assert_eq!(
@@ -892,16 +865,12 @@ mod engine_tests {
 
         // Nothing to do: no engine call changes anything.
         let before = f.engine.calls().len();
-        let again = converge_nodes(engine, &one, ProvisionOptions::default(), &step())
-            .await
-            .unwrap();
+        let again = converge_nodes(engine, &one, &step()).await.unwrap();
         assert!(again.repaired.is_empty(), "{:?}", again.repaired);
         assert_eq!(f.engine.calls().len(), before, "{:?}", f.engine.calls());
 
         let none = f.with("");
-        let done = converge_nodes(engine, &none, ProvisionOptions::default(), &step())
-            .await
-            .unwrap();
+        let done = converge_nodes(engine, &none, &step()).await.unwrap();
         assert_eq!(done.repaired, ["removed agent node devstack-t-agent-0"]);
         assert_eq!(done.removed_agents, ["devstack-t-agent-0"]);
         assert_eq!(f.engine.container_names(), ["devstack-t-server-0"]);
@@ -913,8 +882,10 @@ mod engine_tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_failed_create_removes_exactly_what_it_created() {
+    /// `cluster up` as the command runs it: one step of a runner, which
+    /// rolls back after it. The provider leaves its half-created cluster to
+    /// the rollback, which removes it once.
+    async fn failed_cluster_up(retain: bool) -> (Fixture, Error, Vec<String>) {
         let f = fixture("  agents: 1\n");
         // A container of another stack, which the rollback must not touch.
         f.engine.with(|s| {
@@ -927,17 +898,35 @@ mod engine_tests {
             );
             s.fail_on = Some("create container devstack-t-agent-0".into());
         });
-        let err = converge_nodes(
-            f.engine.as_ref(),
-            &f.settings,
+        let mut settings = f.settings.clone();
+        settings.cluster.merge_kubeconfig = false;
+        let engine: Arc<dyn Engine> = f.engine.clone();
+        let runner = crate::pipeline::Runner::new(&crate::ui::Ui::silent());
+        let err = crate::cluster::provision_step(
+            &runner,
+            &engine,
+            &settings,
             ProvisionOptions::default(),
-            &step(),
         )
         .await
         .unwrap_err();
+        let before_rollback = f.engine.calls();
+        let err = runner
+            .roll_back_after(err, false, retain, &Default::default())
+            .await;
+        (f, err, before_rollback)
+    }
+
+    #[tokio::test]
+    async fn a_failed_cluster_up_is_removed_by_the_rollback_alone_and_once() {
+        let (f, err, before_rollback) = failed_cluster_up(false).await;
+        assert!(
+            !before_rollback.iter().any(|c| c.starts_with("remove ")),
+            "the provider removed something itself: {before_rollback:?}"
+        );
         assert!(
             err.message().starts_with(
-                "cluster creation failed and was rolled back: create node devstack-t-agent-0"
+                "rolled back: cluster creation failed: create node devstack-t-agent-0"
             ),
             "{}",
             err.message()
@@ -949,6 +938,11 @@ mod engine_tests {
             f.engine.volume_names()
         );
         let calls = f.engine.calls();
+        let removals: Vec<&String> = calls
+            .iter()
+            .filter(|c| *c == "remove container devstack-t-server-0")
+            .collect();
+        assert_eq!(removals.len(), 1, "{calls:?}");
         let created = calls
             .iter()
             .position(|c| c == "create container devstack-t-server-0");
@@ -956,20 +950,21 @@ mod engine_tests {
             .iter()
             .position(|c| c == "remove container devstack-t-server-0");
         assert!(created < removed, "{calls:?}");
+    }
 
-        // --retain keeps the wreck.
-        let f = fixture("  agents: 1\n");
-        f.engine
-            .with(|s| s.fail_on = Some("create container devstack-t-agent-0".into()));
-        let retain = ProvisionOptions {
-            retain: true,
-            ..Default::default()
-        };
-        let err = converge_nodes(f.engine.as_ref(), &f.settings, retain, &step())
-            .await
-            .unwrap_err();
+    #[tokio::test]
+    async fn a_failed_cluster_up_with_retain_keeps_the_wreck() {
+        let (f, err, _) = failed_cluster_up(true).await;
         assert!(err.message().contains("retained"), "{}", err.message());
-        assert_eq!(f.engine.container_names(), ["devstack-t-server-0"]);
+        assert!(
+            !f.engine.calls().iter().any(|c| c.starts_with("remove ")),
+            "{:?}",
+            f.engine.calls()
+        );
+        assert_eq!(
+            f.engine.container_names(),
+            ["devstack-other-server-0", "devstack-t-server-0"]
+        );
     }
 
     #[tokio::test]

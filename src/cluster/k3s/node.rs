@@ -9,10 +9,9 @@ use bollard::models::{
 };
 
 use super::images::{NodeTarball, Stage, file_name, node_tarballs, staged_images_dir};
-use super::restore::SHARED_IN_NODE;
 use super::{
     API_PORT, IMAGES_IN_NODE, LABEL_API_PORT, LABEL_FIXED_ARGS, LABEL_NODE_NAME, PRELOAD_IN_NODE,
-    ROLE_AGENT, ROLE_SERVER, STATE_PATHS, node_labels,
+    ROLE_AGENT, ROLE_SERVER, SHARED_IN_NODE, STATE_PATHS, node_labels,
 };
 use crate::cluster::{kubeconfig, node_name, preload};
 use crate::docker::{self, Cgroup, Engine};

@@ -10,9 +10,6 @@ use crate::error::Error;
 use crate::profile::Settings;
 use crate::ui::Step;
 
-/// Where a node restored from a snapshot finds, read-only, the image layers
-/// and content blobs the snapshot shares among every stack restored from it.
-pub const SHARED_IN_NODE: &str = "/devstack/snapshot";
 /// The directories of a node's state ([`SNAPSHOT_PATHS`]' first, the
 /// `k3s` below) whose entries never change once written, so that restored
 /// nodes can share them: containerd's content blobs (content-addressed) and

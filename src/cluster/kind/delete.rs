@@ -8,7 +8,6 @@ use std::time::Duration;
 use super::cli::{find_kind, kind_stdout, require_docker_cli, scratch_dir, tail_lines};
 use super::nodes::{Found, find_cluster, foreign_cluster};
 use super::{INSTALL_HINT, LABEL_CLUSTER, STDERR_TAIL_LINES, cluster_name};
-use crate::cluster::ProvisionOptions;
 use crate::docker::{Engine, exec_in};
 use crate::error::Error;
 use crate::profile::{HumanDuration, Settings};
@@ -28,38 +27,6 @@ async fn delete_cluster(kind: &Path, name: &str) -> Result<(), Error> {
         kubeconfig.as_os_str(),
     ];
     kind_stdout(kind, &args, DELETE_TIMEOUT).await.map(drop)
-}
-
-/// Deletes what a failed `up` created, unless `--retain`, and says which.
-pub(super) async fn rollback(
-    engine: &dyn Engine,
-    settings: &Settings,
-    kind: &Path,
-    options: ProvisionOptions,
-    err: Error,
-) -> Error {
-    let name = cluster_name(settings);
-    if options.retain && options.rollback_by_caller {
-        return err.context(format!("kind cluster `{name}` creation failed"));
-    }
-    if options.retain {
-        return err.context(format!(
-            "kind cluster `{name}` creation failed; the half-created cluster is retained for debugging (--retain)"
-        ));
-    }
-    match delete_ours(engine, settings, kind, true).await {
-        Ok(_) => err.context(format!(
-            "kind cluster `{name}` creation failed and was rolled back"
-        )),
-        Err(rollback_err) => err
-            .context(format!(
-                "kind cluster `{name}` creation failed, and rollback also failed ({})",
-                rollback_err.message()
-            ))
-            .with_hint(format!(
-                "delete the leftovers with `kind delete cluster --name {name}`"
-            )),
-    }
 }
 
 /// Deletes the stack's kind cluster. Only kind's own containers are

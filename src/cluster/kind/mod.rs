@@ -41,7 +41,6 @@ pub use delete::down;
 
 use cli::{kind_failed, kind_stdout, require_docker_cli, run_kind, scratch_dir};
 use config::validate_mirrors;
-use delete::rollback;
 use images::preload_images;
 use nodes::{
     Found, KindNode, connect_to_stack_network, find_cluster, foreign_cluster, list_nodes,
@@ -87,7 +86,7 @@ fn server_of(kubeconfig: &str) -> Option<String> {
 pub(super) async fn up(
     engine: &dyn Engine,
     settings: &Settings,
-    options: ProvisionOptions,
+    _options: ProvisionOptions,
     step: &Step,
 ) -> Result<ClusterInfo, Error> {
     let kind = find_kind(settings).await?.path;
@@ -129,16 +128,11 @@ pub(super) async fn up(
     if created.is_ok() && !early_done {
         early.await;
     }
-    if let Err(failure) = created {
-        return Err(match failure {
-            CreateFailure::NothingCreated(err) => err,
-            CreateFailure::MayExist(err) => rollback(engine, settings, &kind, options, err).await,
-        });
-    }
-    match converge(engine, settings, &kind, true, Vec::new(), step).await {
-        Ok(info) => Ok(info),
-        Err(err) => Err(rollback(engine, settings, &kind, options, err).await),
-    }
+    let name = cluster_name(settings);
+    created.map_err(|err| err.context(format!("kind cluster `{name}` creation failed")))?;
+    converge(engine, settings, &kind, true, Vec::new(), step)
+        .await
+        .map_err(|err| err.context(format!("kind cluster `{name}` creation failed")))
 }
 
 /// Imports the stack's images into the nodes of a cluster `kind create` is
@@ -174,38 +168,27 @@ async fn early_preload(engine: &dyn Engine, settings: &Settings, step: &Step) {
     }
 }
 
-enum CreateFailure {
-    /// Nothing to roll back (and rolling back could delete someone else's cluster).
-    NothingCreated(Error),
-    /// kind may have left containers behind.
-    MayExist(Error),
-}
-
 async fn create(
     kind: &Path,
     settings: &Settings,
     api_port: u16,
     cgroup: crate::docker::Cgroup,
     step: &Step,
-) -> Result<(), CreateFailure> {
+) -> Result<(), Error> {
     let name = cluster_name(settings);
-    let scratch = scratch_dir().map_err(CreateFailure::NothingCreated)?;
+    let scratch = scratch_dir()?;
     let config = scratch.path().join("kind-config.yaml");
     let kubeconfig = scratch.path().join("kubeconfig");
     let marker = owner_marker_dir(settings);
     std::fs::create_dir_all(&marker)
         .and_then(|()| std::fs::write(marker.join("stack"), format!("{}\n", settings.name)))
         .map_err(|e| {
-            CreateFailure::NothingCreated(
-                Error::internal(format!("cannot create {}", marker.display()))
-                    .with_source(e)
-                    .with_hint("make devstack's state directory (DEVSTACK_HOME) writable"),
-            )
+            Error::internal(format!("cannot create {}", marker.display()))
+                .with_source(e)
+                .with_hint("make devstack's state directory (DEVSTACK_HOME) writable")
         })?;
     std::fs::write(&config, config_yaml(settings, api_port, cgroup)).map_err(|e| {
-        CreateFailure::NothingCreated(
-            Error::internal(format!("cannot write {}", config.display())).with_source(e),
-        )
+        Error::internal(format!("cannot write {}", config.display())).with_source(e)
     })?;
     let nodes = usize::from(settings.cluster.servers) + usize::from(settings.cluster.agents);
     step.progress(format!("creating kind cluster {name} ({nodes} node(s))"));
@@ -227,10 +210,8 @@ async fn create(
         .await
         .map_err(|e| match e.kind() {
             // kind never started.
-            crate::error::Kind::Prerequisite => CreateFailure::NothingCreated(e),
-            _ => CreateFailure::MayExist(
-                e.with_hint("raise `timeouts.cluster` in the profile if the machine is slow"),
-            ),
+            crate::error::Kind::Prerequisite => e,
+            _ => e.with_hint("raise `timeouts.cluster` in the profile if the machine is slow"),
         })?;
     if output.status.success() {
         return Ok(());
@@ -238,11 +219,11 @@ async fn create(
     let err = kind_failed(&args, &output);
     // kind checks this before creating anything; a concurrent `up` won the race.
     if String::from_utf8_lossy(&output.stderr).contains("already exist") {
-        return Err(CreateFailure::NothingCreated(err.with_hint(format!(
+        return Err(err.with_hint(format!(
             "another devstack run created kind cluster `{name}` meanwhile; run `up` again to reuse it"
-        ))));
+        )));
     }
-    Err(CreateFailure::MayExist(err))
+    Err(err)
 }
 
 /// The API server URL and the renamed kubeconfig, from `kind get kubeconfig`.

@@ -1,4 +1,5 @@
-//! Polling a run on a stack deep enough for it, whatever thread polls it.
+//! Polling a run on a thread stack deep enough for it (the thread's call
+//! stack, not a devstack stack), whatever thread polls it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,15 +13,15 @@ const SEGMENT: usize = 16 << 20;
 /// A run polled with at least [`RED_ZONE`] of stack: a debug build of
 /// `up` nests poll frames of large futures deeper than the 2 MiB a test
 /// thread has, and a Rust test suite is where the library runs most.
-pub(super) struct AmpleStack<F>(Pin<Box<F>>);
+pub(super) struct DeepThreadStack<F>(Pin<Box<F>>);
 
-impl<F: Future> AmpleStack<F> {
+impl<F: Future> DeepThreadStack<F> {
     pub(super) fn new(run: F) -> Self {
-        AmpleStack(Box::pin(run))
+        DeepThreadStack(Box::pin(run))
     }
 }
 
-impl<F: Future> Future for AmpleStack<F> {
+impl<F: Future> Future for DeepThreadStack<F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
@@ -52,7 +53,7 @@ mod tests {
                     .build()
                     .unwrap();
                 // Several MiB of frames on a 1 MiB thread.
-                runtime.block_on(AmpleStack::new(async { depth(600) }))
+                runtime.block_on(DeepThreadStack::new(async { depth(600) }))
             })
             .unwrap();
         assert!(thread.join().unwrap() > 0);
