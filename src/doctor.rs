@@ -487,10 +487,7 @@ async fn port_checks(settings: &Settings, engine: Option<&bollard::Docker>) -> V
 
 /// (host port, container name, devstack stack label) for running containers.
 async fn docker_port_owners(docker: &bollard::Docker) -> Vec<(u16, String, Option<String>)> {
-    let Ok(containers) = docker
-        .list_containers(None::<bollard::query_parameters::ListContainersOptions>)
-        .await
-    else {
+    let Ok(containers) = docker::running_containers(docker).await else {
         return Vec::new();
     };
     let mut out = Vec::new();

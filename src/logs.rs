@@ -516,25 +516,10 @@ fn unix_seconds_ago(ago: Duration) -> i32 {
 }
 
 fn container_chunks(docker: &Docker, name: &str, options: Options) -> Chunks {
-    let query = bollard::query_parameters::LogsOptions {
-        stdout: true,
-        stderr: true,
-        follow: options.follow,
-        timestamps: true,
-        tail: options
-            .tail
-            .map_or_else(|| "all".to_string(), |n| n.to_string()),
-        since: options.since.map_or(0, unix_seconds_ago),
-        ..Default::default()
-    };
     let what = format!("logs of {name}");
-    docker
-        .logs(name, Some(query))
-        .map(move |chunk| {
-            chunk
-                .map(|c| c.into_bytes())
-                .map_err(|e| docker::engine_error(&what, e))
-        })
+    let since = options.since.map_or(0, unix_seconds_ago);
+    docker::container_logs(docker, name, options.follow, options.tail, since)
+        .map(move |chunk| chunk.map_err(|e| docker::engine_error(&what, e)))
         .boxed()
 }
 

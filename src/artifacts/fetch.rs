@@ -223,7 +223,7 @@ impl Fetcher<'_> {
         mirror: Option<&str>,
         pin: Option<&str>,
     ) -> Option<Option<String>> {
-        let image = docker.inspect_image(local).await.ok()?;
+        let image = docker::inspect_image(docker, local).await.ok()?;
         let Some(pin) = pin else {
             return Some(None);
         };
@@ -254,14 +254,9 @@ impl Fetcher<'_> {
             "docker.io" => name.local_repository(),
             registry => format!("{registry}/{}", name.path),
         };
-        let had_tag = docker.inspect_image(from).await.ok().map(|i| i.id);
+        let had_tag = docker::inspect_image(docker, from).await.ok().map(|i| i.id);
         (self.progress)(format!("pulling {from}"));
-        let options = bollard::query_parameters::CreateImageOptions {
-            from_image: Some(pull_repository.clone()),
-            tag: Some(name.tag.clone()),
-            ..Default::default()
-        };
-        let mut stream = docker.create_image(Some(options), None, None);
+        let mut stream = docker::pull_progress(docker, &pull_repository, &name.tag);
         let mut layers: HashMap<String, (u64, u64)> = HashMap::new();
         let mut served = None;
         let mut shown = Shown::default();
@@ -299,8 +294,7 @@ impl Fetcher<'_> {
         let downloaded = layers.values().map(|(_, total)| total).sum();
         let served = match served {
             Some(digest) => Some(digest),
-            None => docker
-                .inspect_image(from)
+            None => docker::inspect_image(docker, from)
                 .await
                 .ok()
                 .and_then(|i| i.repo_digests)
@@ -316,7 +310,7 @@ impl Fetcher<'_> {
         {
             // The tag was not there before, or now names what the registry
             // served: either way it must not stay.
-            let now = docker.inspect_image(from).await.ok().map(|i| i.id);
+            let now = docker::inspect_image(docker, from).await.ok().map(|i| i.id);
             if had_tag.is_none() || had_tag != now {
                 drop_pulled_references(docker, from, &pull_repository, served.as_deref()).await;
             }
@@ -332,14 +326,7 @@ impl Fetcher<'_> {
         }
         if from != local {
             let target = ImageName::parse(local);
-            docker
-                .tag_image(
-                    from,
-                    Some(bollard::query_parameters::TagImageOptions {
-                        repo: Some(target.local_repository()),
-                        tag: Some(target.tag.clone()),
-                    }),
-                )
+            docker::tag_image(docker, from, &target.local_repository(), &target.tag)
                 .await
                 .map_err(|e| docker::engine_error(format!("tag {from} as {local}"), e))?;
             // The mirror's name would make the engine look as if it held the
@@ -362,12 +349,7 @@ async fn drop_pulled_references(
 ) {
     let by_digest = digest.map(|d| format!("{repository}@{d}"));
     for reference in std::iter::once(tag).chain(by_digest.as_deref()) {
-        let options = bollard::query_parameters::RemoveImageOptions {
-            force: false,
-            noprune: false,
-            platforms: None,
-        };
-        if let Err(e) = docker.remove_image(reference, Some(options), None).await {
+        if let Err(e) = docker::remove_image(docker, reference).await {
             tracing::debug!("remove {reference}: {e}");
         }
     }

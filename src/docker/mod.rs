@@ -3,6 +3,10 @@
 use std::time::Duration;
 
 use bollard::Docker;
+use bollard::models::{CreateImageInfo, ImageInspect, Network};
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
 
 use crate::envvars;
 use crate::error::{Error, Kind};
@@ -12,7 +16,7 @@ pub mod engine;
 pub mod fake;
 pub mod host;
 
-pub use engine::Engine;
+pub use engine::{Engine, EngineResult};
 pub use host::{Cgroup, EngineHost, ImageStore};
 
 /// Label carried by everything devstack creates; listing and deleting go by
@@ -460,6 +464,105 @@ pub async fn exec_within(
             ))
         })?
         .map_err(|e| engine_error(what(), e))
+}
+
+// The calls below are on a client, not on an `Engine`: they concern the
+// engine as a whole or images by name, which no converge, drift or rollback
+// logic tested against the fake asks for. Errors stay bollard's, so each
+// caller words its own.
+
+/// Whether the engine answers at all, and bollard's error when not.
+pub async fn ping(docker: &Docker) -> EngineResult<()> {
+    docker.ping().await.map(drop)
+}
+
+/// Networks carrying every `label=value` filter.
+pub async fn list_networks(
+    docker: &Docker,
+    label_filters: Vec<String>,
+) -> EngineResult<Vec<Network>> {
+    let options = bollard::query_parameters::ListNetworksOptions {
+        filters: Some(HashMap::from([("label".to_string(), label_filters)])),
+    };
+    docker.list_networks(Some(options)).await
+}
+
+/// The running containers, whoever started them.
+pub async fn running_containers(docker: &Docker) -> EngineResult<Vec<ContainerSummary>> {
+    docker
+        .list_containers(None::<bollard::query_parameters::ListContainersOptions>)
+        .await
+}
+
+/// A container's stdout and stderr, each line timestamped: its last `tail`
+/// lines (all with `None`) written from `since` (Unix seconds; 0 for the
+/// start) on, then, when `follow`, what it writes until the stream is dropped.
+pub fn container_logs(
+    docker: &Docker,
+    name: &str,
+    follow: bool,
+    tail: Option<u64>,
+    since: i32,
+) -> BoxStream<'static, EngineResult<Bytes>> {
+    let query = bollard::query_parameters::LogsOptions {
+        stdout: true,
+        stderr: true,
+        follow,
+        timestamps: true,
+        tail: tail.map_or_else(|| "all".to_string(), |n| n.to_string()),
+        since,
+        ..Default::default()
+    };
+    docker
+        .logs(name, Some(query))
+        .map(|chunk| chunk.map(|c| c.into_bytes()))
+        .boxed()
+}
+
+pub async fn inspect_image(docker: &Docker, reference: &str) -> EngineResult<ImageInspect> {
+    docker.inspect_image(reference).await
+}
+
+/// Pulls `repository:tag`, as the engine reports its progress.
+pub fn pull_progress(
+    docker: &Docker,
+    repository: &str,
+    tag: &str,
+) -> BoxStream<'static, EngineResult<CreateImageInfo>> {
+    let options = bollard::query_parameters::CreateImageOptions {
+        from_image: Some(repository.to_string()),
+        tag: Some(tag.to_string()),
+        ..Default::default()
+    };
+    docker.create_image(Some(options), None, None).boxed()
+}
+
+/// Names `image` also `repository:tag`.
+pub async fn tag_image(
+    docker: &Docker,
+    image: &str,
+    repository: &str,
+    tag: &str,
+) -> EngineResult<()> {
+    let options = bollard::query_parameters::TagImageOptions {
+        repo: Some(repository.to_string()),
+        tag: Some(tag.to_string()),
+    };
+    docker.tag_image(image, Some(options)).await
+}
+
+/// Removes one reference to an image, unforced: an image a container uses
+/// or another reference names stays.
+pub async fn remove_image(docker: &Docker, reference: &str) -> EngineResult<()> {
+    let options = bollard::query_parameters::RemoveImageOptions {
+        force: false,
+        noprune: false,
+        platforms: None,
+    };
+    docker
+        .remove_image(reference, Some(options), None)
+        .await
+        .map(drop)
 }
 
 #[cfg(test)]

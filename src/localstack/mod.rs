@@ -14,11 +14,10 @@ use bollard::Docker;
 use bollard::models::{
     ContainerCreateBody, HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
 };
-use bollard::query_parameters::CreateContainerOptions;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::docker::{self, LABEL_SPEC_HASH};
+use crate::docker::{self, Engine, LABEL_SPEC_HASH};
 use crate::envvars;
 use crate::error::{Error, Kind};
 use crate::hostinfo;
@@ -408,12 +407,7 @@ async fn create_and_start(docker: &Docker, settings: &Settings, spec: &Spec) -> 
         }),
         ..Default::default()
     };
-    let options = CreateContainerOptions {
-        name: Some(name.clone()),
-        ..Default::default()
-    };
-    docker
-        .create_container(Some(options), body)
+    Engine::create_container(docker, &name, body)
         .await
         .map_err(|e| docker::engine_error(format!("create container {name}"), e))?;
     if let Err(err) = start(docker, settings, &name).await {
@@ -425,13 +419,7 @@ async fn create_and_start(docker: &Docker, settings: &Settings, spec: &Spec) -> 
 }
 
 async fn start(docker: &Docker, settings: &Settings, name: &str) -> Result<(), Error> {
-    match docker
-        .start_container(
-            name,
-            None::<bollard::query_parameters::StartContainerOptions>,
-        )
-        .await
-    {
+    match Engine::start_container(docker, name).await {
         Ok(()) => Ok(()),
         Err(e) => {
             let message = docker::docker_message(&e);

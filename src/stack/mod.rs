@@ -388,14 +388,7 @@ pub async fn all_stack_names(docker: &bollard::Docker) -> Result<BTreeSet<String
             names.insert(name.clone());
         }
     }
-    let options = bollard::query_parameters::ListNetworksOptions {
-        filters: Some(std::collections::HashMap::from([(
-            "label".to_string(),
-            docker::stack_filter(None),
-        )])),
-    };
-    let networks = docker
-        .list_networks(Some(options))
+    let networks = docker::list_networks(docker, docker::stack_filter(None))
         .await
         .map_err(|e| docker::engine_error("list networks", e))?;
     for network in networks {

@@ -770,8 +770,7 @@ async fn preflight(
 ) -> Result<cluster::Plan, Error> {
     // An existing cluster's nodes may be anywhere: no engine is needed here.
     if settings.cluster.provider != Provider::Existing {
-        docker
-            .ping()
+        docker::ping(docker)
             .await
             .map_err(|e| docker::engine_error("ping the Docker engine", e))?;
     }
