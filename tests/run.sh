@@ -250,6 +250,10 @@ if want engines; then
     local rc=0 engine=tests/engines/engine.sh
     # Built here, where the crate registry is reachable; the namespace has no route out.
     cargo test --no-run --test engines --test online || return 1
+    # From an empty image store: images an earlier run pulled through the
+    # mirror would be found in the engine, and the online test, which must
+    # pull them, would not.
+    bash "$engine" stop --purge >/dev/null 2>&1
     bash "$engine" start || return 1
     local k3s
     k3s=$(cargo run --quiet -- version --json | jq -r '.components[].default | select(startswith("rancher/k3s:"))') || return 1
@@ -261,7 +265,7 @@ if want engines; then
       bash "$engine" exec env DEVSTACK_TEST_REQUIRE_CLUSTER=1 MIRROR_DIR="$HOME/.cache/devstack/mirror-engines" \
         cargo test --offline --test online -- --nocapture --include-ignored --exact the_default_profile_comes_up_on_kind_online_with_nothing_but_docker || rc=1
     fi
-    bash "$engine" stop || rc=1
+    bash "$engine" stop --purge || rc=1
     return $rc
   }
   export -f engines_tests
