@@ -220,14 +220,19 @@ if want cluster; then
   fi
 fi
 
+# kit_once: the kit built once per run for the groups that use it after the
+# cluster group (its result in kit_rc: 0, budget0 or the build's exit code).
+kit_once() {
+  [ "${kit_rc:-}" = "" ] || return 0
+  budget=${DEVSTACK_KIT_BUDGET:-1800}
+  if [ "$budget" -eq 0 ]; then kit_rc=budget0; else timeout "$budget" bash kit/build.sh; kit_rc=$?; fi
+}
+
 if want online; then
   # The online path as a user takes it, against a real registry and file
   # server the kit builds (tests/online/mirror.sh): after the kit, like the
   # cluster group, whose build it reuses when that ran.
-  if [ "${kit_rc:-}" = "" ]; then
-    budget=${DEVSTACK_KIT_BUDGET:-1800}
-    if [ "$budget" -eq 0 ]; then kit_rc=budget0; else timeout "$budget" bash kit/build.sh; kit_rc=$?; fi
-  fi
+  kit_once
   case $kit_rc in
     0) group_counting_skips online env DEVSTACK_TEST_REQUIRE_CLUSTER=1 cargo test --no-fail-fast --test online -- --nocapture --test-threads=1 --include-ignored ;;
     budget0) skip online "DEVSTACK_KIT_BUDGET=0 (no kit build allowed)" ;;
@@ -242,10 +247,7 @@ if want engines; then
   # the machine's own in a network namespace of its own
   # (tests/engines/engine.sh); the tests run inside that namespace so that
   # the ports its containers publish on 127.0.0.1 are theirs.
-  if [ "${kit_rc:-}" = "" ]; then
-    budget=${DEVSTACK_KIT_BUDGET:-1800}
-    if [ "$budget" -eq 0 ]; then kit_rc=budget0; else timeout "$budget" bash kit/build.sh; kit_rc=$?; fi
-  fi
+  kit_once
   engines_tests() {
     local rc=0 engine=tests/engines/engine.sh
     # Built here, where the crate registry is reachable; the namespace has no route out.

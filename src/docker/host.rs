@@ -96,10 +96,6 @@ impl EngineHost {
         }
     }
 
-    pub fn is_podman(&self) -> bool {
-        self.product.starts_with("Podman")
-    }
-
     pub fn containerd_store(&self) -> bool {
         matches!(self.image_store, ImageStore::Containerd { .. })
     }
@@ -326,7 +322,7 @@ mod tests {
             &version("Podman Engine", "1.24"),
             "1.41",
         );
-        assert!(podman.is_podman());
+        assert_eq!(podman.product, "Podman Engine");
         assert!(podman.summary().starts_with("Podman Engine 28.5.2"));
     }
 

@@ -351,13 +351,7 @@ fn kind_missing_is_a_prerequisite_error_with_a_hint() {
     let doctor = stack.run_env(&profile, &["doctor", "--json"], &env);
     assert_eq!(doctor.code, 3, "{}", doctor.all());
     let report = doctor.json();
-    let check = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "kind")
-        .cloned()
-        .unwrap();
+    let check = doctor_check(&report, "kind");
     assert_eq!(check["status"], "fail", "{check}");
     assert!(
         check["hint"]

@@ -211,13 +211,7 @@ fn existing_kind_cluster_is_left_as_it_was() {
             &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
         );
         let report = run.json();
-        report["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == name)
-            .unwrap_or_else(|| panic!("no {name} check: {report}"))
-            .clone()
+        doctor_check(&report, name)
     };
     let refused = check(&viewer, "viewer", "cluster");
     assert_eq!(refused["status"], "fail", "{refused}");

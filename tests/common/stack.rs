@@ -273,3 +273,13 @@ pub fn doctor_check(report: &serde_json::Value, name: &str) -> serde_json::Value
         .unwrap_or_else(|| panic!("no {name} check: {report}"))
         .clone()
 }
+
+/// PATH without any directory that holds a `kind`: the user has none.
+pub fn path_without_kind() -> String {
+    let path = std::env::var("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .filter(|dir| !dir.join("kind").exists())
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":")
+}

@@ -164,12 +164,7 @@ fn doctor_reports_the_real_engine_and_a_dead_socket() {
     let profile = stack.profile("");
     let run = stack.run(&profile, &["doctor", "--json"]);
     let report = run.json();
-    let docker_check = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "docker")
-        .unwrap();
+    let docker_check = doctor_check(&report, "docker");
     assert_eq!(docker_check["status"], "pass", "{report}");
     assert!(
         docker_check["detail"]
@@ -242,11 +237,7 @@ fn doctor_creates_nothing_and_downloads_nothing() {
     let profile = stack.profile("");
     let (port, seen) = recording_http_server();
     let mirror = format!("http://127.0.0.1:{port}");
-    let path_without_kind: String = std::env::split_paths(&std::env::var("PATH").unwrap())
-        .filter(|dir| !dir.join("kind").exists())
-        .map(|d| d.display().to_string())
-        .collect::<Vec<_>>()
-        .join(":");
+    let path_without_kind = path_without_kind();
     let run = stack.run_env(
         &profile,
         &["doctor", "--json"],
@@ -289,13 +280,7 @@ fn doctor_names_the_holder_of_a_taken_port() {
     let profile = stack.profile("");
     let run = stack.run_env(&profile, &["doctor", "--json"], &[]);
     let report = run.json();
-    let check = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == format!("port {}", stack.port))
-        .unwrap()
-        .clone();
+    let check = doctor_check(&report, &format!("port {}", stack.port));
     drop(listener);
     assert_eq!(check["status"], "fail", "{report}");
     assert!(

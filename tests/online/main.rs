@@ -145,16 +145,6 @@ fn log_lines(container: &str, since: &str) -> Vec<String> {
     text.lines().map(String::from).collect()
 }
 
-/// PATH without any directory that holds a `kind`: the user has none.
-fn path_without_kind() -> String {
-    let path = std::env::var("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .filter(|dir| !dir.join("kind").exists())
-        .map(|d| d.display().to_string())
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
 /// `devstack ARGS --profile PROFILE` as a user with network runs it: the
 /// mirror's exports, state under `home`, no bundle, no kind.
 fn online(mirror: &Mirror, home: &Path, profile: &Path, args: &[&str]) -> Run {
@@ -563,13 +553,7 @@ fn an_existing_cluster_takes_the_stack_from_a_machine_without_docker() {
     let home = stack.dir.path();
 
     let doctor = online_env(&mirror, home, &profile, &["doctor", "--json"], &env).json();
-    let docker_check = doctor["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "docker")
-        .cloned()
-        .unwrap_or_else(|| panic!("no docker check: {doctor}"));
+    let docker_check = doctor_check(&doctor, "docker");
     assert_eq!(docker_check["status"], "pass", "{docker_check}");
     assert!(
         docker_check["detail"]
