@@ -67,6 +67,7 @@ bench:
 	bash bench/online.sh
 	bash bench/existing.sh
 	bash bench/engines.sh
+	bash bench/repository.sh
 
 ci:
 	bash .ci/run

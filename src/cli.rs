@@ -265,6 +265,21 @@ source is followed at once and lines are printed as they arrive, until Ctrl-C (e
   devstack env --shell fish | source
   devstack env --json               # the same as one JSON object")]
     Env(EnvArgs),
+    /// Print the facts Flux substitutes in the stack's manifests, with where each comes from
+    #[command(
+        long_about = "Print the facts the stack publishes for Flux's `postBuild.substituteFrom`: \
+devstack's own (LocalStack's endpoint, the region, each seeded secret's ARN, ...) and the profile's \
+`facts` (values, dotenv files, Terraform outputs, environment variables), each with its source. \
+Sensitive facts are never printed: they are shown as <sensitive>, and on a running stack their \
+values are in the facts' Secret (`kubectl -n flux-system get secret <facts.secret> -o yaml`). \
+`--dotenv` prints KEY='value' lines that `flux envsubst --strict` and `flux build kustomization \
+--dry-run` read from the environment, so the same values render the repository offline.",
+        after_help = "Examples:
+  devstack facts                        # every fact, its value and its source
+  devstack facts --json                 # the same as JSON, for scripts
+  set -a; . <(devstack facts --dotenv); set +a; flux envsubst --strict < apps/config.yaml"
+    )]
+    Facts(FactsArgs),
     /// Print the stack's kubeconfig, or with --path its file's path
     #[command(after_help = "Examples:
   export KUBECONFIG=\"$(devstack kubeconfig --path)\"
@@ -588,6 +603,13 @@ pub struct VerifyArgs {
     /// Also push a value to LocalStack with a PushSecret (default: the profile's `verify.pushSecret`)
     #[arg(long)]
     pub push_secret: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct FactsArgs {
+    /// KEY='value' lines for a shell or `flux envsubst` (sensitive values shown as <sensitive>)
+    #[arg(long)]
+    pub dotenv: bool,
 }
 
 #[derive(Debug, Args)]

@@ -8,6 +8,7 @@ pub mod diagnose;
 pub mod doctor;
 pub mod down;
 pub mod env;
+pub mod facts;
 pub mod kubeconfig;
 pub mod list;
 pub mod localstack;
@@ -74,6 +75,7 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         Command::Status(args) => status::run(&ctx, args).await,
         Command::Diagnose => diagnose::run(&ctx).await,
         Command::Env(args) => env::run(&ctx, args).await,
+        Command::Facts(args) => facts::run(&ctx, args).await,
         Command::Sync(args) => sync::run(&ctx, args).await,
         Command::Version => version::run(&ctx),
         Command::Pull => pull::run(&ctx).await,

@@ -25,7 +25,11 @@ fn validate(ctx: &Context, files: &[std::path::PathBuf]) -> Result<i32, Error> {
             None => load::load_file(file),
         };
         let outcome = loaded
-            .and_then(|loaded| profile::Settings::resolve(loaded, &profile::Overrides::default()));
+            .and_then(|loaded| profile::Settings::resolve(loaded, &profile::Overrides::default()))
+            .and_then(|settings| {
+                crate::gitops::repository::preflight(&settings)?;
+                Ok(settings)
+            });
         match outcome {
             Ok(settings) => {
                 ctx.ui.info(format!(

@@ -217,16 +217,27 @@ pub fn kustomizations(evidence: &Evidence, settings: &Settings) -> Vec<Finding> 
                 .into_iter()
                 .filter(|_| own_chain && root_ok),
         )
+        .chain(plan.apps.iter().cloned())
         .collect();
     for name in expected.into_iter().filter(|n| find(n).is_none()) {
+        let what = if plan.apps.contains(&name) {
+            "an app of the profile's `gitops.apps`"
+        } else {
+            "a level of the External Secrets chain"
+        };
         out.push(
             Finding::new(
                 "kustomization-failing",
                 format!("Kustomization {FLUX_NAMESPACE}/{name}"),
                 format!("Kustomization {FLUX_NAMESPACE}/{name} is missing"),
             )
-            .cause("a level of the External Secrets chain was deleted, so what it applies is not kept up")
-            .fix(Some(sync.clone()), "restores the chain and waits until it is Ready"),
+            .cause(format!(
+                "{what} was deleted, so what it applies is not kept up"
+            ))
+            .fix(
+                Some(sync.clone()),
+                "restores the chain and waits until it is Ready",
+            ),
         );
     }
     for k in all {

@@ -9,7 +9,9 @@
 pub mod chain;
 pub mod flux;
 pub mod manifests;
+pub mod repository;
 pub mod source;
+pub mod substitute;
 pub mod uninstall;
 pub mod webhook;
 
@@ -51,6 +53,8 @@ pub struct ChainPlan {
     pub installs_eso_shared: bool,
     /// LocalStack runs in the cluster as the level `localstack`.
     pub localstack_level: bool,
+    /// The user's apps' Kustomizations, after the chain, dependencies first.
+    pub apps: Vec<String>,
 }
 
 impl ChainPlan {
@@ -61,6 +65,7 @@ impl ChainPlan {
             installs_eso,
             installs_eso_shared: installs_eso && !settings.names.shares_cluster(),
             localstack_level: settings.localstack.in_cluster(),
+            apps: repository::app_kustomizations(settings),
         }
     }
 
@@ -83,7 +88,7 @@ impl ChainPlan {
     }
 
     /// The stack's Kustomizations: the root, LocalStack's level when it
-    /// runs in the cluster, then the chain.
+    /// runs in the cluster, the chain, then the user's apps.
     pub fn levels(&self) -> Vec<String> {
         let localstack = self
             .localstack_level
@@ -91,6 +96,7 @@ impl ChainPlan {
         std::iter::once(self.root())
             .chain(localstack)
             .chain(self.chain_levels())
+            .chain(self.apps.iter().cloned())
             .collect()
     }
 
@@ -111,7 +117,7 @@ impl ChainPlan {
 }
 
 /// The stack's Kustomizations: the root, LocalStack's level when it runs
-/// in the cluster, then the chain.
+/// in the cluster, the chain, then the user's apps.
 pub fn levels(settings: &Settings) -> Vec<String> {
     ChainPlan::of(settings).levels()
 }
@@ -236,6 +242,11 @@ async fn sync(
     let offline = source::offline_eso(settings)?;
     let local = settings.gitops.source == GitopsSourceKind::Local;
     let objects = bucket_objects(settings, offline.as_ref(), local)?;
+    let chain_manifests: manifests::Tree = objects
+        .iter()
+        .filter(|(key, _)| key.starts_with(&format!("{}/", source::MANIFESTS_PREFIX)))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let source_desc = source_description(settings);
 
     let source_step = SourceStep {
@@ -244,6 +255,7 @@ async fn sync(
         description: &source_desc,
         offline: offline.as_ref(),
         objects: &objects,
+        chain_manifests: &chain_manifests,
         local,
         budget,
     };
@@ -254,7 +266,13 @@ async fn sync(
     if let Some(tell) = options.reapplying.take() {
         tell_reapplying(client, tell, applied.facts_changed, ChainPlan::of(settings));
     }
-    let wait = chain_wait_options(settings, options.nudge, budget, applied.facts_changed);
+    let wait = chain_wait_options(
+        settings,
+        options.nudge,
+        budget,
+        applied.facts_changed,
+        &applied.apps_to_nudge,
+    );
     let chain_report = runner
         .step(chain_title(settings), None, |step| {
             wait_chain(client, wait, applied.root_request, step)
@@ -294,6 +312,9 @@ fn bucket_objects(
             "manifests/external-secrets".to_string(),
         ),
     };
+    for (path, bytes) in repository::repository_files(settings)? {
+        objects.insert(path, bytes);
+    }
     if local {
         let tree = manifests::prepare(tree, &origin, settings.gitops.layout, offline.is_some())?;
         let mut tree = manifests::for_localstack_mode(tree, settings.localstack.mode)?;
@@ -333,6 +354,9 @@ struct SourceStep<'a> {
     description: &'a str,
     offline: Option<&'a source::OfflineEso>,
     objects: &'a manifests::Tree,
+    /// The chain's own manifests in `objects`, which decide whether a
+    /// changed fact concerns the chain.
+    chain_manifests: &'a manifests::Tree,
     local: bool,
     budget: Budget,
 }
@@ -341,7 +365,10 @@ struct SourceStep<'a> {
 struct SourceApplied {
     published: source::PublishReport,
     root_request: String,
+    /// A fact the chain's manifests substitute changed.
     facts_changed: bool,
+    /// The apps' Kustomizations that substitute a fact that changed.
+    apps_to_nudge: std::collections::BTreeSet<String>,
 }
 
 impl SourceStep<'_> {
@@ -354,7 +381,7 @@ impl SourceStep<'_> {
         }
         let span = step.span(format!("{} objects published", self.objects.len()));
         let published = span.finish(source::publish(self.settings, self.objects).await)?;
-        let facts_changed = self.apply_flux_objects(&step).await?;
+        let (facts_changed, apps_to_nudge) = self.apply_flux_objects(&step).await?;
         if refill {
             chain::suspend_source(self.client, "Bucket", &bucket, false).await?;
         }
@@ -369,26 +396,46 @@ impl SourceStep<'_> {
             published,
             root_request,
             facts_changed,
+            apps_to_nudge,
         };
         Ok((applied, summary))
     }
 
-    /// Applies the source, the stack facts and the root Kustomization;
-    /// returns whether the facts the manifests use changed.
-    async fn apply_flux_objects(&self, step: &Step) -> Result<bool, Error> {
+    /// Applies the source, the facts, the Helm values, the root
+    /// Kustomization and the apps, and removes what the profile no longer
+    /// publishes; returns whether a fact the chain's manifests use changed,
+    /// and which apps use a fact that changed.
+    async fn apply_flux_objects(
+        &self,
+        step: &Step,
+    ) -> Result<(bool, std::collections::BTreeSet<String>), Error> {
         let (client, settings) = (self.client, self.settings);
         let arns = source::secret_arns(settings).await;
-        let facts = source::facts(settings, self.offline, &arns);
+        let own = source::facts(settings, self.offline, &arns);
+        let facts = repository::plain_facts(settings, &own);
+        let values = repository::render_helm_values(settings, &facts)?;
+        let changed = repository::changed_facts(client, settings, &facts).await;
         // devstack does not see a git source's manifests: any fact may be substituted there.
-        let used = |key: &str| !self.local || source::substitutes(self.objects, key);
-        let facts_changed =
-            source::facts_differ(client, &settings.names.facts(), &facts, &used).await;
+        let chain_uses = |key: &str| !self.local || source::substitutes(self.chain_manifests, key);
+        let facts_changed = match &changed {
+            None => true,
+            Some(keys) => keys.iter().any(|k| chain_uses(k)),
+        };
+        let apps_to_nudge = repository::apps_using(settings, changed.as_ref());
         let bucket_endpoint =
             crate::k8s::localstack_in_cluster_address(client, &settings.names).await;
-        let flux_objects = source::flux_objects(settings, &facts, &bucket_endpoint);
-        let span = step.span("source, facts and root Kustomization applied");
+        let mut flux_objects = source::flux_objects(settings, &facts, &bucket_endpoint);
+        let namespaces = repository::missing_namespaces(client, settings).await;
+        let published = repository::flux_objects(settings, &facts, &values, &namespaces);
+        flux_objects.extend(published.iter().cloned());
+        let span = step.span("source, facts and Kustomizations applied");
         span.finish(apply::apply_all(client, &flux_objects, self.budget).await)?;
-        Ok(facts_changed)
+        for removed in repository::prune_stale(client, settings, &published).await? {
+            step.progress(format!(
+                "{removed} removed: the profile no longer publishes it"
+            ));
+        }
+        Ok((facts_changed, apps_to_nudge))
     }
 
     /// Fetches the profile's source, then the bucket too when that source is not it.
@@ -438,8 +485,13 @@ fn tell_reapplying(
 }
 
 fn chain_title(settings: &Settings) -> String {
+    let apps = match settings.gitops.apps.len() {
+        0 => String::new(),
+        1 => ", then 1 app".to_string(),
+        n => format!(", then {n} apps"),
+    };
     format!(
-        "External Secrets chain ({})",
+        "External Secrets chain ({}{apps})",
         match (settings.gitops.layout, &settings.eso.cluster) {
             (GitopsLayout::Naive, _) => "naive layout".to_string(),
             (GitopsLayout::Chain, None) if settings.names.shares_cluster() => {
@@ -459,15 +511,21 @@ fn chain_wait_options(
     nudge: bool,
     budget: Budget,
     facts_changed: bool,
+    apps_to_nudge: &std::collections::BTreeSet<String>,
 ) -> chain::WaitOptions {
     let chain_layout = settings.gitops.layout == GitopsLayout::Chain;
+    let plan = ChainPlan::of(settings);
+    let mut nudge_settled = apps_to_nudge.clone();
+    if facts_changed {
+        nudge_settled.extend(plan.levels().into_iter().filter(|l| !plan.apps.contains(l)));
+    }
     chain::WaitOptions {
-        plan: ChainPlan::of(settings),
+        plan,
         budget,
         // The naive layout shows what Flux does alone, races included.
         nudge: nudge && chain_layout,
         fail_fast: chain_layout,
-        nudge_settled: facts_changed,
+        nudge_settled,
     }
 }
 

@@ -353,28 +353,6 @@ pub fn facts(
     facts
 }
 
-/// Whether the stack facts in the cluster differ from `facts` in a key
-/// `used` says manifests substitute (absent, or unreadable: they do). A
-/// level already applied for the source's current revision must still be
-/// reconciled when such a fact changed; a seeded secret's ARN, new after
-/// LocalStack restarts, matters only to manifests that name it.
-pub async fn facts_differ(
-    client: &kube::Client,
-    facts_configmap: &str,
-    facts: &BTreeMap<String, String>,
-    used: &dyn Fn(&str) -> bool,
-) -> bool {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), super::FLUX_NAMESPACE);
-    let Ok(Some(live)) = api.get_opt(facts_configmap).await else {
-        return true;
-    };
-    let live = live.data.unwrap_or_default();
-    let keys: BTreeSet<&String> = facts.keys().chain(live.keys()).collect();
-    keys.into_iter()
-        .any(|k| used(k) && facts.get(k) != live.get(k))
-}
-
 /// Whether any of `tree`'s files substitutes `${key` (postBuild syntax).
 pub fn substitutes(tree: &Tree, key: &str) -> bool {
     let needle = format!("${{{key}");

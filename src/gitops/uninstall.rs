@@ -35,6 +35,11 @@ pub async fn uninstall(
     refuse_while_others_share_eso(settings, &stacks)?;
     // While ESO still runs, so that nothing holds them.
     removed.extend(remove_profile_external_secrets(client, settings).await?);
+    // The apps first, while the chain that serves them still runs.
+    if !super::repository::app_kustomizations(settings).is_empty() {
+        progress("waiting for Flux to remove what the apps applied");
+    }
+    removed.extend(super::repository::remove(client, settings, limit).await?);
     let root = names.root();
     if k8s::delete(
         client,

@@ -65,10 +65,20 @@ impl ProfileError {
 pub struct ProfileErrors(pub Vec<ProfileError>);
 
 impl ProfileErrors {
+    /// Each file's errors together, files in the order they first appear
+    /// (the profile, then the files it reads), each in file order.
     pub fn sort(&mut self) {
+        let mut files: Vec<String> = Vec::new();
+        for e in &self.0 {
+            if !files.contains(&e.origin) {
+                files.push(e.origin.clone());
+            }
+        }
         // Errors without a position go last: they concern the file as a whole.
-        self.0
-            .sort_by_key(|e| (e.position.is_none(), e.position.clone()));
+        self.0.sort_by_key(|e| {
+            let file = files.iter().position(|f| *f == e.origin);
+            (file, e.position.is_none(), e.position.clone())
+        });
     }
 
     /// One error keeps the one-line form; several become a list with one
@@ -229,7 +239,9 @@ fn read_spec(origin: &str, text: &str) -> (Option<(ProfileV1Alpha1, String)>, Pr
         let (target, consequence) = if let Some(field) = raw.strip_prefix("missing field ") {
             let field = field.trim_matches('`').to_string();
             let target = scratch.enclosing(line, column);
-            (target, misspelt.contains(&(parent, field)))
+            // A key blanked for its wrong value is missing now, but was written.
+            let blanked = target.is_some_and(|(l, c)| scratch.blanked_key(l, c, &field));
+            (target, blanked || misspelt.contains(&(parent, field)))
         } else {
             let about_key =
                 raw.starts_with("unknown field ") || raw.starts_with("duplicate mapping key");
@@ -335,15 +347,19 @@ fn translate(origin: &str, text: &str, err: &serde_saphyr::Error) -> ProfileErro
             format!("missing required key `{field}` {within}"),
             Some(format!("add `{field}:` {within}")),
         )
-    } else if message.starts_with("invalid") {
+    } else if message.starts_with("invalid") || expected_node(&message).is_some() {
         let key = key_at(text, position.as_ref());
         let what = match &key {
             Some(k) if parent.is_empty() => format!("`{k}`"),
             Some(k) => format!("`{parent}.{k}`"),
             None => "value".into(),
         };
+        let why = match expected_node(&message) {
+            Some(node) => format!("expected {node}"),
+            None => message,
+        };
         (
-            format!("wrong type for {what}: {message}"),
+            format!("wrong type for {what}: {why}"),
             Some("see the profile reference in README.md for each key's type".into()),
         )
     } else {
@@ -359,6 +375,15 @@ fn translate(origin: &str, text: &str, err: &serde_saphyr::Error) -> ProfileErro
         position,
         message,
         hint,
+    }
+}
+
+/// The node the parser's "expected mapping start" means, in the user's words.
+fn expected_node(message: &str) -> Option<&'static str> {
+    match message {
+        "expected mapping start" => Some("a mapping (`key: value` lines or `{...}`)"),
+        "expected sequence start" => Some("a list (`- item` lines or `[...]`)"),
+        _ => None,
     }
 }
 
@@ -502,13 +527,19 @@ fn extent_end(lines: &[impl AsRef<str>], line: usize, column: usize) -> usize {
 struct Scratch {
     lines: Vec<String>,
     touched: Vec<bool>,
+    /// The text as written, for what blanked lines held.
+    original: Vec<String>,
 }
 
 impl Scratch {
     fn new(text: &str) -> Self {
         let lines: Vec<String> = text.split('\n').map(str::to_string).collect();
         let touched = vec![false; lines.len()];
-        Scratch { lines, touched }
+        Scratch {
+            original: lines.clone(),
+            lines,
+            touched,
+        }
     }
 
     fn text(&self) -> String {
@@ -562,7 +593,27 @@ impl Scratch {
     }
 
     fn touches_extent(&self, line: usize, column: usize) -> bool {
-        (line..=extent_end(&self.lines, line, column)).any(|l| self.is_touched(l))
+        (line..=self.extent_end_with_blanked(line, column)).any(|l| self.is_touched(l))
+    }
+
+    /// The entry's last line, counting the lines blanked right after it:
+    /// they were its content (a list whose items were all blanked).
+    fn extent_end_with_blanked(&self, line: usize, column: usize) -> usize {
+        let mut end = extent_end(&self.lines, line, column);
+        while self.is_touched(end + 1) && !is_content(&self.lines[end + 1]) {
+            end += 1;
+        }
+        end
+    }
+
+    /// Whether a line blanked within the entry at `line`, `column` held the key `key`.
+    fn blanked_key(&self, line: usize, column: usize, key: &str) -> bool {
+        (line..=self.extent_end_with_blanked(line, column)).any(|l| {
+            self.is_touched(l)
+                && entries(&self.original[l])
+                    .iter()
+                    .any(|(_, k)| k.as_deref() == Some(key))
+        })
     }
 
     /// Blanks the entry at `line`, `column` and its block. A key after a

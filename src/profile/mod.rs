@@ -1,6 +1,7 @@
 //! Profiles: versioned, strictly loaded YAML that describes a stack.
 
 pub mod duration;
+pub mod facts;
 pub mod load;
 pub mod names;
 pub mod resolve;
@@ -18,7 +19,10 @@ pub use load::{LoadedProfile, ProfileError, ProfileErrors};
 pub use names::StackNames;
 pub use schema::{EsoInstall, GitopsLayout, GitopsSourceKind, HostPort, LocalStackMode, Provider};
 pub use secret::SecretString;
-pub use settings::{ClusterEso, ImageSettings, Overrides, SecretSource, Settings};
+pub use settings::{
+    AppSettings, ClusterEso, Fact, FactSource, FactsSettings, HelmValuesSettings, ImageSettings,
+    Overrides, SecretSource, Settings,
+};
 
 use crate::envvars;
 use crate::error::Error;

@@ -51,6 +51,8 @@ pub struct ProfileV1Alpha1 {
     pub verify: Option<VerifySpec>,
     #[serde(default)]
     pub timeouts: Option<TimeoutsSpec>,
+    #[serde(default)]
+    pub facts: Option<FactsSpec>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -309,6 +311,24 @@ pub struct GitopsSpec {
     pub git: Option<GitSpec>,
     pub layout: Option<GitopsLayout>,
     pub interval: Option<HumanDuration>,
+    /// The user's own Kustomizations, delivered after devstack's.
+    #[serde(default)]
+    pub apps: Vec<Spanned<AppSpec>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AppSpec {
+    pub name: String,
+    /// A directory: relative to the profile file (`gitops.source: local`),
+    /// or inside the git repository (`gitops.source: git`).
+    pub path: String,
+    #[serde(default)]
+    pub depends_on: Vec<Spanned<String>>,
+    /// Wait for the app's workloads to be ready (default true).
+    pub wait: Option<bool>,
+    /// How long Flux waits for them (default 5m).
+    pub timeout: Option<HumanDuration>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -425,4 +445,112 @@ pub struct TimeoutsSpec {
     pub eso: Option<HumanDuration>,
     pub seed: Option<HumanDuration>,
     pub verify: Option<HumanDuration>,
+}
+
+/// `facts`: values the user's manifests substitute (`${NAME}`), published
+/// beside devstack's own.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FactsSpec {
+    /// ConfigMaps in flux-system the user's Kustomizations read with
+    /// `postBuild.substituteFrom`, besides `devstack-stack-facts`.
+    #[serde(default)]
+    pub config_maps: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub values: Entries<FactValue>,
+    /// Fact name -> environment variable.
+    #[serde(default)]
+    pub from_env: Entries<String>,
+    /// Dotenv files, relative to the profile file.
+    #[serde(default)]
+    pub from_files: Vec<Spanned<String>>,
+    /// `terraform output -json` files, relative to the profile file.
+    #[serde(default)]
+    pub from_terraform: Vec<Spanned<String>>,
+    /// The Secret in flux-system that holds the sensitive facts.
+    pub secret: Option<Spanned<String>>,
+    /// Facts to treat as sensitive besides sensitive Terraform outputs.
+    #[serde(default)]
+    pub sensitive: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub helm_values: Vec<Spanned<HelmValuesSpec>>,
+}
+
+/// A ConfigMap of Helm values a HelmRelease reads with `valuesFrom`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HelmValuesSpec {
+    pub name: String,
+    pub namespace: String,
+    pub values: serde_json::Map<String, serde_json::Value>,
+    /// The ConfigMap key (default `values.yaml`, the one `valuesFrom` reads).
+    pub key: Option<String>,
+}
+
+/// A fact's value as written: any YAML scalar, as text, because
+/// substitution only ever produces text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FactValue(pub SecretString);
+
+impl<'de> Deserialize<'de> for FactValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = FactValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a fact value: a string, number or bool")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<FactValue, E> {
+                Ok(FactValue(SecretString::new(v)))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<FactValue, E> {
+                Ok(FactValue(SecretString::new(v.to_string())))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<FactValue, E> {
+                Ok(FactValue(SecretString::new(v.to_string())))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<FactValue, E> {
+                Ok(FactValue(SecretString::new(v.to_string())))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<FactValue, E> {
+                Ok(FactValue(SecretString::new(v.to_string())))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// A mapping kept in file order with the position of every key and value,
+/// so that an error about a key (a fact's name) points at it.
+#[derive(Debug)]
+pub struct Entries<V>(pub Vec<(Spanned<String>, Spanned<V>)>);
+
+impl<V> Default for Entries<V> {
+    fn default() -> Self {
+        Entries(Vec::new())
+    }
+}
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor<V>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> serde::de::Visitor<'de> for Visitor<V> {
+            type Value = Entries<V>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a mapping")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Entries<V>, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<Spanned<String>>()? {
+                    let value = map.next_value::<Spanned<V>>()?;
+                    entries.push((key, value));
+                }
+                Ok(Entries(entries))
+            }
+        }
+        d.deserialize_map(Visitor(std::marker::PhantomData))
+    }
 }

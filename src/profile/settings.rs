@@ -92,6 +92,7 @@ pub struct Settings {
     pub gitops: GitopsSettings,
     pub images: ImageSettings,
     pub secrets: Vec<SecretSettings>,
+    pub facts: FactsSettings,
     pub verify: VerifySettings,
     pub timeouts: Timeouts,
     /// The names of the stack's objects on its cluster: its own when it
@@ -226,7 +227,143 @@ pub struct GitopsSettings {
     pub git_path: String,
     pub layout: GitopsLayout,
     pub interval: HumanDuration,
+    /// The user's Kustomizations, dependencies before their dependents,
+    /// otherwise in profile order.
+    pub apps: Vec<AppSettings>,
 }
+
+/// Names of the Kustomizations devstack applies itself, which no app may take.
+pub const DEVSTACK_KUSTOMIZATIONS: &[&str] = &[
+    "devstack",
+    "localstack",
+    "external-secrets-crds",
+    "external-secrets-operator",
+    "external-secrets-crs",
+];
+
+/// One of the user's Kustomizations (`gitops.apps`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppSettings {
+    pub name: String,
+    /// Normalized (`./apps/` -> `apps`, `.` for the root): for
+    /// `gitops.source: local` relative to the profile file's directory
+    /// ([`Settings::base_dir`]), for `git` inside the repository.
+    pub path: String,
+    pub depends_on: Vec<String>,
+    pub wait: bool,
+    pub timeout: HumanDuration,
+}
+
+/// The name of the Secret that holds sensitive facts when the profile names none.
+pub const DEFAULT_FACTS_SECRET: &str = "devstack-stack-secrets";
+
+/// The user's facts (`facts`), resolved: every source read, precedence applied.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FactsSettings {
+    /// ConfigMaps in flux-system that carry the facts besides
+    /// `devstack-stack-facts`.
+    pub config_maps: Vec<String>,
+    /// The Secret in flux-system that carries the sensitive facts.
+    pub secret: String,
+    pub facts: BTreeMap<String, Fact>,
+    pub helm_values: Vec<HelmValuesSettings>,
+}
+
+impl Default for FactsSettings {
+    fn default() -> Self {
+        FactsSettings {
+            config_maps: Vec::new(),
+            secret: DEFAULT_FACTS_SECRET.into(),
+            facts: BTreeMap::new(),
+            helm_values: Vec::new(),
+        }
+    }
+}
+
+impl FactsSettings {
+    /// Whether any fact belongs in the Secret rather than a ConfigMap.
+    pub fn sensitive_any(&self) -> bool {
+        self.facts.values().any(|f| f.sensitive)
+    }
+}
+
+/// One fact. `Debug` never shows the value; `Serialize` shows it only when
+/// the fact is not sensitive, so `profile show` can list plain facts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fact {
+    pub value: SecretString,
+    pub sensitive: bool,
+    pub source: FactSource,
+}
+
+impl Serialize for Fact {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut out = s.serialize_struct("Fact", 3)?;
+        if self.sensitive {
+            out.serialize_field("value", &self.value)?;
+        } else {
+            out.serialize_field("value", self.value.expose())?;
+        }
+        out.serialize_field("sensitive", &self.sensitive)?;
+        out.serialize_field("source", &self.source)?;
+        out.end()
+    }
+}
+
+/// Where a fact's value came from. Paths are as the profile wrote them,
+/// relative to its directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FactSource {
+    /// `facts.values`.
+    Profile,
+    Env {
+        variable: String,
+    },
+    File {
+        path: PathBuf,
+        line: usize,
+    },
+    Terraform {
+        path: PathBuf,
+        output: String,
+    },
+}
+
+impl std::fmt::Display for FactSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FactSource::Profile => f.write_str("profile facts.values"),
+            FactSource::Env { variable } => write!(f, "env {variable}"),
+            FactSource::File { path, line } => write!(f, "{}:{line}", path.display()),
+            FactSource::Terraform { path, output } => {
+                write!(f, "{} output {output}", path.display())
+            }
+        }
+    }
+}
+
+impl Serialize for FactSource {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// A ConfigMap of Helm values (`facts.helmValues`). `${NAME}` in `values`
+/// is left as written: it is substituted when the ConfigMap is rendered.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HelmValuesSettings {
+    pub name: String,
+    pub namespace: String,
+    pub key: String,
+    pub values: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The key `valuesFrom` reads when it names none.
+pub const DEFAULT_HELM_VALUES_KEY: &str = "values.yaml";
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -523,6 +660,48 @@ pub fn validate_secret_name(name: &str) -> Result<(), String> {
         .find(|c| !(c.is_ascii_alphanumeric() || "/_+=.@-".contains(*c)))
     {
         return Err(format!("character `{bad}` is not allowed"));
+    }
+    Ok(())
+}
+
+/// A Kubernetes object name (RFC 1123 subdomain): ConfigMaps, Secrets.
+pub fn validate_dns_subdomain(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 253 {
+        return Err("must be 1 to 253 characters".into());
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '.'))
+    {
+        return Err(format!(
+            "character `{bad}` is not allowed (lowercase letters, digits, '-' and '.')"
+        ));
+    }
+    if name
+        .split('.')
+        .any(|part| part.is_empty() || part.starts_with('-') || part.ends_with('-'))
+    {
+        return Err("must start and end with a letter or digit, around each '.' too".into());
+    }
+    Ok(())
+}
+
+/// A Kubernetes label-like name (RFC 1123 label): namespaces, and names
+/// that become part of other names.
+pub fn validate_dns_label(name: &str, max: usize) -> Result<(), String> {
+    if name.is_empty() || name.len() > max {
+        return Err(format!("must be 1 to {max} characters"));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
+    {
+        return Err(format!(
+            "character `{bad}` is not allowed (lowercase letters, digits and '-')"
+        ));
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        return Err("must start and end with a letter or digit".into());
     }
     Ok(())
 }

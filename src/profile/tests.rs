@@ -881,3 +881,466 @@ fn eso_install_never_needs_a_cluster_that_runs_eso() {
             .contains("`auto`, `always`, `never`")
     );
 }
+
+// Facts and apps (`facts`, `gitops.apps`).
+
+/// A profile directory with the files a profile reads.
+struct ProfileDir(tempfile::TempDir);
+
+impl ProfileDir {
+    fn new(files: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        ProfileDir(dir)
+    }
+
+    fn resolve(&self, body: &str, env: &[(&str, &str)]) -> crate::Result<super::Settings> {
+        let text = format!("{HEADER}name: x\n{body}");
+        let loaded = super::load::parse_recovering("p.yaml", &text, self.0.path().to_path_buf())
+            .map_err(super::ProfileErrors::into_error)?;
+        let env: HashMap<&str, &str> = env.iter().copied().collect();
+        let lookup = |name: &str| env.get(name).map(|v| v.to_string());
+        resolve_with_env(loaded, &Overrides::default(), &lookup)
+    }
+
+    /// Each reported error as `origin:line:column: message`, with origins
+    /// inside the directory relative to it, and the hints.
+    fn errors(&self, body: &str, env: &[(&str, &str)]) -> (Vec<String>, Vec<String>) {
+        let err = match self.resolve(body, env) {
+            Err(err) => err,
+            Ok(_) => panic!("profile should be rejected:\n{body}"),
+        };
+        assert_eq!(err.kind(), crate::Kind::User);
+        let dir = format!("{}/", self.0.path().display());
+        let message = err.message().replace(&dir, "");
+        let mut errors = Vec::new();
+        let mut hints: Vec<String> = err.hint().map(str::to_string).into_iter().collect();
+        match message.strip_prefix("invalid profile ") {
+            Some(one) if !one.contains('\n') => errors.push(one.to_string()),
+            _ => {
+                for line in message.lines().skip(1) {
+                    match line.strip_prefix("  hint: ") {
+                        Some(hint) => hints.push(hint.to_string()),
+                        None => errors.push(line.to_string()),
+                    }
+                }
+            }
+        }
+        (errors, hints)
+    }
+
+    fn one_error(&self, body: &str, env: &[(&str, &str)]) -> (String, String) {
+        let (mut errors, mut hints) = self.errors(body, env);
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        (errors.remove(0), hints.pop().unwrap_or_default())
+    }
+}
+
+fn tf(outputs: &[(&str, &str, bool)]) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = outputs
+        .iter()
+        .map(|(name, value, sensitive)| {
+            let output =
+                serde_json::json!({"value": value, "type": "string", "sensitive": sensitive});
+            (name.to_string(), output)
+        })
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}
+
+#[test]
+fn facts_take_values_then_files_then_terraform_then_the_environment() {
+    let dir = ProfileDir::new(&[
+        ("env/one.env", "FILES=one\nLATER_FILE=one\nTERRAFORM=one\n"),
+        ("env/two.env", "# second\nLATER_FILE=two\n"),
+        (
+            "infra/a.json",
+            &tf(&[
+                ("TERRAFORM", "a", false),
+                ("ENV", "a", false),
+                ("LATER_TF", "a", false),
+            ]),
+        ),
+        ("infra/b.json", &tf(&[("LATER_TF", "b", false)])),
+    ]);
+    let body = "facts:\n  values:\n    VALUES: v\n    FILES: v\n    TERRAFORM: v\n    ENV: v\n    NUMBER: 3\n    FLAG: true\n  fromFiles: [env/one.env, env/two.env]\n  fromTerraform: [infra/a.json, infra/b.json]\n  fromEnv:\n    ENV: FROM_ENV\n";
+    let s = dir.resolve(body, &[("FROM_ENV", "env")]).unwrap();
+    let found: Vec<(&str, &str, String)> = s
+        .facts
+        .facts
+        .iter()
+        .map(|(name, fact)| (name.as_str(), fact.value.expose(), fact.source.to_string()))
+        .collect();
+    let expected = [
+        ("ENV", "env", "env FROM_ENV"),
+        ("FILES", "one", "env/one.env:1"),
+        ("FLAG", "true", "profile facts.values"),
+        ("LATER_FILE", "two", "env/two.env:2"),
+        ("LATER_TF", "b", "infra/b.json output LATER_TF"),
+        ("NUMBER", "3", "profile facts.values"),
+        ("TERRAFORM", "a", "infra/a.json output TERRAFORM"),
+        ("VALUES", "v", "profile facts.values"),
+    ];
+    assert_eq!(
+        found,
+        expected.map(|(n, v, s)| (n, v, s.to_string())),
+        "{:#?}",
+        s.facts
+    );
+    assert_eq!(
+        s.facts.facts["LATER_FILE"].source,
+        super::FactSource::File {
+            path: PathBuf::from("env/two.env"),
+            line: 2
+        }
+    );
+    assert_eq!(s.facts.secret, "devstack-stack-secrets");
+    assert!(s.facts.config_maps.is_empty());
+    assert!(!s.facts.sensitive_any());
+}
+
+#[test]
+fn no_facts_section_means_no_facts_and_the_default_secret() {
+    let s = ProfileDir::new(&[]).resolve("", &[]).unwrap();
+    assert_eq!(s.facts, super::FactsSettings::default());
+    assert_eq!(s.facts.secret, "devstack-stack-secrets");
+    assert!(s.gitops.apps.is_empty());
+}
+
+#[test]
+fn sensitive_facts_are_masked_everywhere_but_plain_ones_are_shown() {
+    let dir = ProfileDir::new(&[(
+        "out.json",
+        &tf(&[
+            ("TF_TOKEN", "tf-s3cr3t", true),
+            ("BUCKET", "plain-bucket", false),
+        ]),
+    )]);
+    let body = "facts:\n  secret: flux-runtime-secrets\n  configMaps: [flux-runtime-info]\n  values:\n    API_TOKEN: api-s3cr3t\n    OVERRIDDEN: first\n  fromTerraform: [out.json]\n  fromEnv:\n    OVERRIDDEN: OVERRIDE\n  sensitive: [API_TOKEN]\n";
+    let dir_with_override = ProfileDir::new(&[(
+        "out.json",
+        &tf(&[
+            ("TF_TOKEN", "tf-s3cr3t", true),
+            ("BUCKET", "plain-bucket", false),
+            ("OVERRIDDEN", "tf-s3cr3t-too", true),
+        ]),
+    )]);
+    for dir in [&dir, &dir_with_override] {
+        let s = dir.resolve(body, &[("OVERRIDE", "env-value")]).unwrap();
+        let facts = &s.facts;
+        assert!(facts.sensitive_any());
+        assert!(facts.facts["TF_TOKEN"].sensitive);
+        assert!(facts.facts["API_TOKEN"].sensitive);
+        assert!(!facts.facts["BUCKET"].sensitive);
+        assert_eq!(facts.facts["TF_TOKEN"].value.expose(), "tf-s3cr3t");
+        assert_eq!(facts.secret, "flux-runtime-secrets");
+        assert_eq!(facts.config_maps, ["flux-runtime-info"]);
+        let json = serde_json::to_string(&s).unwrap();
+        let debug = format!("{s:?}");
+        for output in [&json, &debug] {
+            assert!(
+                !output.contains("s3cr3t"),
+                "a sensitive fact leaked: {output}"
+            );
+            assert!(output.contains(super::secret::MASK));
+        }
+        assert!(json.contains(r#""value":"plain-bucket""#), "{json}");
+        assert!(
+            json.contains(r#""source":"out.json output BUCKET""#),
+            "{json}"
+        );
+        assert!(!debug.contains("plain-bucket"), "{debug}");
+    }
+    // Overridden from the environment, a sensitive output stays sensitive.
+    let s = dir_with_override
+        .resolve(body, &[("OVERRIDE", "env-s3cr3t")])
+        .unwrap();
+    let fact = &s.facts.facts["OVERRIDDEN"];
+    assert_eq!(fact.value.expose(), "env-s3cr3t");
+    assert!(fact.sensitive);
+    assert!(!serde_json::to_string(&s).unwrap().contains("s3cr3t"));
+    let s = dir.resolve(body, &[("OVERRIDE", "env-value")]).unwrap();
+    assert!(!s.facts.facts["OVERRIDDEN"].sensitive);
+}
+
+#[test]
+fn fact_names_follow_flux_and_devstack_keeps_its_own() {
+    let dir = ProfileDir::new(&[("env/dev.env", "# dev\nAPP=1\nAWS_REGION=eu-west-1\n")]);
+    let (error, hint) = dir.one_error("facts:\n  values:\n    bad-name: x\n", &[]);
+    assert!(
+        error.starts_with("p.yaml:6:5: invalid fact name `bad-name` from profile facts.values:"),
+        "{error}"
+    );
+    assert!(hint.contains("rename"), "{hint}");
+    let (error, hint) = dir.one_error("facts:\n  fromFiles: [env/dev.env]\n", &[]);
+    assert_eq!(
+        error,
+        "env/dev.env:3:1: fact `AWS_REGION` from env/dev.env:3 is devstack's own (its LocalStack region)"
+    );
+    assert!(hint.starts_with("rename it"), "{hint}");
+    let (errors, _) = dir.errors(
+        "facts:\n  values:\n    DEVSTACK_X: a\n    SECRET_DB_ARN: b\n  fromEnv:\n    STACK_NAME: NAME\n",
+        &[("NAME", "n")],
+    );
+    assert_eq!(
+        errors,
+        [
+            "p.yaml:6:5: fact `DEVSTACK_X` from profile facts.values is devstack's own (the prefix of its own facts)",
+            "p.yaml:7:5: fact `SECRET_DB_ARN` from profile facts.values is devstack's own (a seeded secret's ARN)",
+            "p.yaml:9:5: fact `STACK_NAME` from env NAME is devstack's own (the stack's name)",
+        ]
+    );
+}
+
+#[test]
+fn a_fact_written_twice_in_the_profile_is_refused_by_the_parser() {
+    let (error, _) = ProfileDir::new(&[]).one_error("facts:\n  values:\n    A: 1\n    A: 2\n", &[]);
+    assert!(error.starts_with("p.yaml:7:5: "), "{error}");
+    assert!(error.contains("duplicate"), "{error}");
+}
+
+#[test]
+fn unreadable_dotenv_lines_are_reported_at_their_file_line_and_column() {
+    let dir = ProfileDir::new(&[
+        ("bad.env", "OK=1\nno equals\n1X=2\n"),
+        ("quote.env", "\nA=\"open\n"),
+    ]);
+    let (errors, hints) = dir.errors("facts:\n  fromFiles: [bad.env, quote.env, gone.env]\n", &[]);
+    assert_eq!(errors.len(), 4, "{errors:#?}");
+    assert!(
+        errors[0].starts_with("p.yaml:5:35: cannot read dotenv file gone.env:"),
+        "{}",
+        errors[0]
+    );
+    assert_eq!(errors[1], "bad.env:2:1: line has no `=`");
+    assert!(
+        errors[2].starts_with("bad.env:3:1: invalid fact name `1X`"),
+        "{}",
+        errors[2]
+    );
+    assert_eq!(
+        errors[3],
+        "quote.env:2:3: `A`: unterminated \"-quoted value"
+    );
+    assert!(hints[1].contains("KEY=value"), "{hints:#?}");
+}
+
+#[test]
+fn terraform_files_must_be_terraform_outputs_with_values() {
+    let dir = ProfileDir::new(&[
+        ("plain.json", r#"{"bucket": "app-uploads"}"#),
+        (
+            "null.json",
+            r#"{"gone": {"value": null, "type": "string"}}"#,
+        ),
+        ("names.json", &tf(&[("app-bucket", "x", false)])),
+    ]);
+    let (error, hint) = dir.one_error("facts:\n  fromTerraform: [plain.json]\n", &[]);
+    assert_eq!(
+        error,
+        "p.yaml:5:19: plain.json is not `terraform output -json` output: output `bucket` is a string, not an object with `value`"
+    );
+    assert!(hint.contains("terraform output -json > FILE"), "{hint}");
+    let (error, _) = dir.one_error("facts:\n  fromTerraform: [null.json]\n", &[]);
+    assert_eq!(error, "p.yaml:5:19: null.json: output `gone` is null");
+    let (error, hint) = dir.one_error("facts:\n  fromTerraform: [names.json]\n", &[]);
+    assert!(
+        error.starts_with("p.yaml:5:19: output `app-bucket` of names.json is no valid fact name"),
+        "{error}"
+    );
+    assert!(hint.contains("rename the output"), "{hint}");
+}
+
+#[test]
+fn an_unset_environment_variable_or_an_unknown_sensitive_fact_is_named() {
+    let dir = ProfileDir::new(&[]);
+    let (error, hint) = dir.one_error("facts:\n  fromEnv:\n    DOMAIN: DEV_DOMAIN\n", &[]);
+    assert_eq!(
+        error,
+        "p.yaml:6:13: fact `DOMAIN`: environment variable DEV_DOMAIN is not set"
+    );
+    assert!(hint.starts_with("`export DEV_DOMAIN=…`"), "{hint}");
+    let (error, hint) = dir.one_error(
+        "facts:\n  values:\n    API_TOKEN: t\n  sensitive: [API_TOKNE]\n",
+        &[],
+    );
+    assert_eq!(
+        error,
+        "p.yaml:7:15: `facts.sensitive` names `API_TOKNE`, which is no fact"
+    );
+    assert_eq!(hint, "did you mean `API_TOKEN`?");
+}
+
+#[test]
+fn facts_objects_need_valid_distinct_names() {
+    let dir = ProfileDir::new(&[]);
+    let (errors, _) = dir.errors(
+        "facts:\n  secret: Bad_Secret\n  configMaps:\n    - devstack-stack-facts\n    - info\n    - info\n    - Upper\n",
+        &[],
+    );
+    assert_eq!(errors.len(), 4, "{errors:#?}");
+    assert!(
+        errors[0].starts_with("p.yaml:5:11: facts.secret `Bad_Secret`"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[1].starts_with("p.yaml:7:7: facts.configMaps lists `devstack-stack-facts`"),
+        "{}",
+        errors[1]
+    );
+    assert_eq!(errors[2], "p.yaml:9:7: facts.configMaps lists `info` twice");
+    assert!(
+        errors[3].starts_with("p.yaml:10:7: facts.configMaps `Upper`"),
+        "{}",
+        errors[3]
+    );
+    let (error, _) = dir.one_error("facts:\n  secret: same\n  configMaps: [same]\n", &[]);
+    assert!(error.contains("the name of facts.secret"), "{error}");
+}
+
+#[test]
+fn helm_values_are_kept_as_written_under_valid_distinct_names() {
+    let dir = ProfileDir::new(&[]);
+    let body = "facts:\n  helmValues:\n    - name: karpenter-values\n      namespace: karpenter\n      values:\n        settings: {clusterName: \"${CLUSTER_NAME}\"}\n    - {name: other, namespace: apps, key: custom.yaml, values: {}}\n";
+    let s = dir.resolve(body, &[]).unwrap();
+    let helm = &s.facts.helm_values;
+    assert_eq!(helm.len(), 2);
+    assert_eq!(
+        (
+            helm[0].name.as_str(),
+            helm[0].namespace.as_str(),
+            helm[0].key.as_str()
+        ),
+        ("karpenter-values", "karpenter", "values.yaml")
+    );
+    assert_eq!(
+        helm[0].values["settings"]["clusterName"],
+        serde_json::json!("${CLUSTER_NAME}")
+    );
+    assert_eq!(helm[1].key, "custom.yaml");
+
+    let (error, hint) = dir.one_error(
+        "facts:\n  helmValues:\n    - name: v\n      namespace: Karpenter_NS\n      values: {}\n",
+        &[],
+    );
+    assert!(
+        error.starts_with(
+            "p.yaml:7:18: helmValues `v`: invalid namespace `Karpenter_NS`: character `K`"
+        ),
+        "{error}"
+    );
+    assert!(hint.contains("e.g. `karpenter`"), "{hint}");
+    let (error, _) = dir.one_error(
+        "facts:\n  helmValues:\n    - {name: v, namespace: a, values: {}}\n    - {name: v, namespace: a, values: {x: 1}}\n    - {name: v, namespace: b, values: {}}\n",
+        &[],
+    );
+    assert_eq!(error, "p.yaml:7:7: helmValues `a/v` is declared twice");
+    let (error, _) = dir.one_error(
+        "facts:\n  helmValues:\n    - name: v\n      namespace: a\n      values: [1, 2]\n",
+        &[],
+    );
+    assert_eq!(
+        error,
+        "p.yaml:8:15: wrong type for `facts.helmValues[].values`: expected a mapping (`key: value` lines or `{...}`)"
+    );
+}
+
+#[test]
+fn apps_are_checked_and_ordered_dependencies_first() {
+    let dir = ProfileDir::new(&[
+        ("infrastructure/kustomization.yaml", ""),
+        ("apps/kustomization.yaml", ""),
+        ("monitoring/kustomization.yaml", ""),
+    ]);
+    let body = "gitops:\n  apps:\n    - {name: apps, path: ./apps/, dependsOn: [infrastructure, monitoring], wait: false}\n    - {name: monitoring, path: monitoring, timeout: 10m}\n    - {name: infrastructure, path: infrastructure}\n    - {name: everything, path: .}\n";
+    let s = dir.resolve(body, &[]).unwrap();
+    let apps: Vec<(&str, &str)> = s
+        .gitops
+        .apps
+        .iter()
+        .map(|a| (a.name.as_str(), a.path.as_str()))
+        .collect();
+    assert_eq!(
+        apps,
+        [
+            ("monitoring", "monitoring"),
+            ("infrastructure", "infrastructure"),
+            ("apps", "apps"),
+            ("everything", "."),
+        ]
+    );
+    let app = &s.gitops.apps[2];
+    assert_eq!(app.depends_on, ["infrastructure", "monitoring"]);
+    assert!(!app.wait);
+    assert_eq!(app.timeout, super::HumanDuration::secs(300));
+    assert!(s.gitops.apps[0].wait);
+    assert_eq!(s.gitops.apps[0].timeout, super::HumanDuration::secs(600));
+
+    // In a git repository the path is not this machine's to check.
+    let body = "gitops:\n  source: git\n  git: {url: 'https://example.com/r.git'}\n  apps:\n    - {name: apps, path: clusters/dev/apps}\n";
+    let s = dir.resolve(body, &[]).unwrap();
+    assert_eq!(s.gitops.apps[0].path, "clusters/dev/apps");
+}
+
+#[test]
+fn app_paths_are_normalized_and_kept_inside_their_root() {
+    use super::resolve::normalize_app_path;
+    assert_eq!(normalize_app_path("./apps/").unwrap(), "apps");
+    assert_eq!(normalize_app_path("a//./b").unwrap(), "a/b");
+    assert_eq!(normalize_app_path("./").unwrap(), ".");
+    assert!(normalize_app_path("/etc").is_err());
+    assert!(normalize_app_path("apps/../../x").is_err());
+    assert!(normalize_app_path("").is_err());
+}
+
+#[test]
+fn bad_apps_are_each_named() {
+    let dir = ProfileDir::new(&[("apps/k.yaml", ""), ("file", "")]);
+    let (errors, hints) = dir.errors(
+        "gitops:\n  apps:\n    - name: apps\n      path: missing\n    - name: apps\n      path: apps\n    - name: devstack\n      path: apps\n    - name: a\n      path: apps\n      dependsOn: [b]\n    - name: b\n      path: apps\n      dependsOn: [a, infra]\n    - name: c\n      path: ../outside\n    - name: d\n      path: file\n    - name: this-name-is-much-longer-than-forty-characters\n      path: apps\n",
+        &[],
+    );
+    // The directory's own path is cut from the messages.
+    let dir_path = "";
+    assert_eq!(
+        errors,
+        [
+            format!("p.yaml:7:13: app `apps`: path `missing` does not exist ({dir_path}missing)"),
+            "p.yaml:8:7: app `apps` is declared twice".into(),
+            "p.yaml:10:13: app name `devstack` is the name of one of devstack's own Kustomizations".into(),
+            "p.yaml:12:7: apps depend on each other in a cycle: a -> b -> a".into(),
+            "p.yaml:17:22: app `b` depends on `infra`, which is no app".into(),
+            "p.yaml:19:13: app `c`: path `../outside` has a `..` component: it must stay inside its root".into(),
+            "p.yaml:21:13: app `d`: path `file` is not a directory (file)".into(),
+            "p.yaml:22:13: invalid app name `this-name-is-much-longer-than-forty-characters`: must be 1 to 40 characters".into(),
+        ]
+    );
+    assert!(hints[4].starts_with("apps: apps, a, b, d"), "{hints:#?}");
+}
+
+#[test]
+fn facts_and_apps_errors_are_reported_with_the_rest() {
+    let dir = ProfileDir::new(&[("dev.env", "AWS_REGION=x\nbroken\n")]);
+    let (errors, _) = dir.errors(
+        "localstack:\n  prot: 1\nfacts:\n  values:\n    bad-name: x\n  fromFiles: [dev.env]\n  fromEnv:\n    DOMAIN: DEV_DOMAIN\n  sensitive: [NOPE]\ngitops:\n  apps:\n    - {name: apps, path: apps}\n",
+        &[],
+    );
+    assert_eq!(errors.len(), 7, "{errors:#?}");
+    assert!(
+        errors[0].starts_with("p.yaml:5:3: unknown key `prot`"),
+        "{}",
+        errors[0]
+    );
+    // The profile's errors come first, then those of the files it reads.
+    assert!(
+        errors[5].starts_with("dev.env:1:1: fact `AWS_REGION`"),
+        "{}",
+        errors[5]
+    );
+    assert_eq!(errors[6], "dev.env:2:1: line has no `=`");
+}

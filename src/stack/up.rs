@@ -768,6 +768,9 @@ async fn preflight(
     settings: &Settings,
     recreate: bool,
 ) -> Result<cluster::Plan, Error> {
+    // Flux 2.9 fails a Kustomization on a `${VAR}` no fact provides: found
+    // here, before anything is created.
+    crate::gitops::repository::preflight(settings)?;
     // An existing cluster's nodes may be anywhere: no engine is needed here.
     if settings.cluster.provider != Provider::Existing {
         docker::ping(docker)

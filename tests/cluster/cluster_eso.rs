@@ -235,14 +235,8 @@ fn an_eso_the_cluster_runs_serves_the_stack_and_stays_as_it_was() {
         serde_json::json!({"namespace": ESO_NAMESPACE, "deployment": "external-secrets"}),
         "{report}"
     );
-    let levels: Vec<&str> = report["gitops"]["chain"]["levels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["name"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        levels,
+        chain_level_names(&report["gitops"]),
         ["devstack", "localstack", "external-secrets-crs"],
         "{report}"
     );

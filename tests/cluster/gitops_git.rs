@@ -26,23 +26,6 @@ fn probe(commit: &str) -> String {
     )
 }
 
-fn get_json(
-    rt: &tokio::runtime::Runtime,
-    client: &kube::Client,
-    api_version: &str,
-    kind: &str,
-    ns: Option<&str>,
-    name: &str,
-) -> Option<serde_json::Value> {
-    rt.block_on(async {
-        devstack::k8s::dynamic_api(client, api_version, kind, ns)
-            .get_opt(name)
-            .await
-            .unwrap()
-            .map(|o| serde_json::to_value(o).unwrap())
-    })
-}
-
 /// The root Kustomization's Flux object.
 fn root_kustomization(rt: &tokio::runtime::Runtime, client: &kube::Client) -> serde_json::Value {
     get_json(

@@ -4,41 +4,11 @@
 
 use crate::common::*;
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 fn gitops_profile(stack: &TestStack, gitops: &str) -> std::path::PathBuf {
     stack.profile(&format!(
         "cluster:\n  provider: k3s\n  kubeconfig: {{merge: false}}\nimages:\n  bundle: {}\ngitops:\n{gitops}\n",
         bundle_dir().display()
     ))
-}
-
-fn get_json(
-    rt: &tokio::runtime::Runtime,
-    client: &kube::Client,
-    api_version: &str,
-    kind: &str,
-    ns: Option<&str>,
-    name: &str,
-) -> Option<serde_json::Value> {
-    rt.block_on(async {
-        devstack::k8s::dynamic_api(client, api_version, kind, ns)
-            .get_opt(name)
-            .await
-            .unwrap()
-            .map(|o| serde_json::to_value(o).unwrap())
-    })
 }
 
 /// The chain from a fresh cluster: Ready with zero failed reconciliations;

@@ -17,6 +17,7 @@ mod gitops_k3s;
 mod localstack_in_cluster;
 mod logs_k3s;
 mod providers;
+mod repository;
 mod restart_k3s;
 mod snapshot_k3s;
 mod stack_k3s;

@@ -29,6 +29,48 @@ pub fn kube_client(rt: &tokio::runtime::Runtime, stack: &TestStack) -> kube::Cli
         .unwrap()
 }
 
+/// An object of the test stack's cluster as JSON, `None` when absent.
+pub fn get_json(
+    rt: &tokio::runtime::Runtime,
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    ns: Option<&str>,
+    name: &str,
+) -> Option<serde_json::Value> {
+    rt.block_on(async {
+        devstack::k8s::dynamic_api(client, api_version, kind, ns)
+            .get_opt(name)
+            .await
+            .unwrap()
+            .map(|o| serde_json::to_value(o).unwrap())
+    })
+}
+
+/// Copies a directory tree (manifests, an example repository) for a test.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// The names of the levels an `up --json` or `sync --json` report followed.
+pub fn chain_level_names(gitops: &serde_json::Value) -> Vec<String> {
+    gitops["chain"]["levels"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no chain levels in {gitops}"))
+        .iter()
+        .map(|l| l["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// A tiny image with the tools pod probes use, made from the host's
 /// busybox, preloaded into test clusters.
 pub const BUSYBOX: &str = "devstack-test/busybox:1";

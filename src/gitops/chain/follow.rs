@@ -219,6 +219,7 @@ impl<'a> ChainFollower<'a> {
         let mut levels: Vec<Level> = std::iter::once(plan.root())
             .chain(localstack)
             .chain(plan.chain_levels())
+            .chain(plan.apps.iter().cloned())
             .map(Level::new)
             .collect();
         let release = plan.release().unwrap_or_else(|| plan.names.helm_release());
@@ -546,7 +547,10 @@ impl<'a> ChainFollower<'a> {
         let current = source_revision(self.client, &next).await;
         let requeued = dependency_requeued(&next, self.levels[i + 1].requested.as_deref());
         let leave_alone = not_reconciled_yet(&next)
-            || (!self.options.nudge_settled
+            || (!self
+                .options
+                .nudge_settled
+                .contains(&self.levels[i + 1].name)
                 && !requeued
                 && (settled(&next, current.as_deref())
                     || applying_current(&next, current.as_deref())));

@@ -78,12 +78,11 @@ pub struct WaitOptions {
     /// Stop at the first failure that retrying cannot fix (a manifest that
     /// does not build or apply for the current revision).
     pub fail_fast: bool,
-    /// Nudge levels that are already Ready for the current revision too:
-    /// needed when what they substitute (the stack facts) changed, which
-    /// no revision tells. Otherwise a settled level is left alone: after a
-    /// restart every level is, and re-applying the ESO CRDs alone costs
-    /// seconds.
-    pub nudge_settled: bool,
+    /// Levels to nudge even when already Ready for the current revision:
+    /// those that substitute a fact that changed, which no revision tells.
+    /// Any other settled level is left alone: after a restart every level
+    /// is, and re-applying the ESO CRDs alone costs seconds.
+    pub nudge_settled: std::collections::BTreeSet<String>,
 }
 
 /// Waits until the root Kustomization, each level of the chain and the

@@ -81,13 +81,17 @@ pub(super) fn resolve_eso(
 /// The GitOps source; `eso` is checked against the manifests devstack ships.
 pub(super) fn resolve_gitops(
     r: &mut Resolver,
-    spec: Option<GitopsSpec>,
+    mut spec: Option<GitopsSpec>,
     eso: &EsoSettings,
 ) -> GitopsSettings {
     let source = spec
         .as_ref()
         .and_then(|g| g.source)
         .unwrap_or(GitopsSourceKind::Local);
+    let apps = spec
+        .as_mut()
+        .map(|g| std::mem::take(&mut g.apps))
+        .unwrap_or_default();
     let git = spec.as_ref().and_then(|g| g.git.as_ref());
     if source == GitopsSourceKind::Git && git.is_none() {
         r.problems.at_path(
@@ -96,7 +100,7 @@ pub(super) fn resolve_gitops(
             Some("add gitops.git with url, branch and path, or use `gitops.source: local`".into()),
         );
     }
-    let gitops = GitopsSettings {
+    let mut gitops = GitopsSettings {
         source,
         path: spec
             .as_ref()
@@ -117,7 +121,9 @@ pub(super) fn resolve_gitops(
             .as_ref()
             .and_then(|g| g.interval)
             .unwrap_or(HumanDuration::secs(600)),
+        apps: Vec::new(),
     };
+    gitops.apps = super::apps::resolve(r, apps, source);
     if gitops.source == GitopsSourceKind::Local && gitops.path.is_none() {
         for (key, why) in renamed_or_dropped_eso_workloads(&eso.values) {
             r.problems.at_path(

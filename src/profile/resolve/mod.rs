@@ -2,7 +2,9 @@
 //! applied, in the order flag > environment variable > profile > built-in
 //! default, one resolver per section of the profile.
 
+mod apps;
 mod cluster;
+mod facts;
 mod gitops;
 mod images;
 mod localstack;
@@ -13,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde_saphyr::Spanned;
 
+pub use apps::{MAX_APP_NAME, normalize_app_path};
 pub use gitops::renamed_or_dropped_eso_workloads;
 pub use images::parse_mirror_list;
 
@@ -75,6 +78,7 @@ pub(crate) fn resolve_with_env(
     let gitops = gitops::resolve_gitops(&mut r, spec.gitops, &eso);
     let images = images::resolve(&mut r, spec.images, &mut cluster);
     let secrets = secrets::resolve(&mut r, spec.secrets);
+    let facts = facts::resolve(&mut r, spec.facts);
     let verify = verify(spec.verify);
     let timeouts = timeouts(spec.timeouts);
 
@@ -93,6 +97,7 @@ pub(crate) fn resolve_with_env(
         gitops,
         images,
         secrets,
+        facts,
         verify,
         timeouts,
         names: Default::default(),
@@ -157,6 +162,16 @@ impl Resolver<'_> {
             self.base_dir.join(path)
         }
     }
+
+    /// A path from the profile as errors name it: like the profile's own
+    /// origin, relative to where devstack runs, without a `./` to read past.
+    fn shown(&self, p: &str) -> String {
+        if self.base_dir == Path::new(".") {
+            p.to_string()
+        } else {
+            self.relative(p).display().to_string()
+        }
+    }
 }
 
 /// A profile's errors, collected so that one run reports all of them.
@@ -178,20 +193,34 @@ impl Problems<'_> {
     }
 
     fn push(&mut self, position: Option<Position>, message: String, hint: Option<String>) {
+        let origin = self.origin.to_string();
+        self.in_file(origin, position, message, hint);
+    }
+
+    /// An error in a file the profile reads (a dotenv file), at its own position.
+    fn in_file(
+        &mut self,
+        origin: String,
+        position: Option<Position>,
+        message: String,
+        hint: Option<String>,
+    ) {
         self.errors.push(ProfileError {
-            origin: self.origin.to_string(),
+            origin,
             position,
             message,
             hint,
         });
     }
 
-    fn finish(self) -> Result<(), Error> {
+    fn finish(mut self) -> Result<(), Error> {
         if self.errors.is_empty() {
-            Ok(())
-        } else {
-            Err(ProfileErrors(self.errors).into_error())
+            return Ok(());
         }
+        // The profile's own errors first, so the report is headed by the profile.
+        let origin = self.origin;
+        self.errors.sort_by_key(|e| e.origin != origin);
+        Err(ProfileErrors(self.errors).into_error())
     }
 }
 
