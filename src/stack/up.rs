@@ -94,6 +94,9 @@ impl Stack {
     /// is found (said through the ui, and in the report's `choice`).
     pub async fn up(&self, options: UpOptions) -> Result<UpReport, Error> {
         self.timeline.restart();
+        // Flux 2.9 fails a Kustomization on a `${VAR}` no fact provides:
+        // found before anything is reached or created.
+        crate::gitops::repository::preflight(&self.current())?;
         let docker = self.engine().await?;
         let settled = DeepThreadStack::new(choice::settle(&docker, &self.current())).await?;
         let (run, choice) = self.settled(settled);
@@ -130,6 +133,7 @@ impl Stack {
         options: UpOptions,
     ) -> Result<UpReport, Error> {
         self.timeline.restart();
+        crate::gitops::repository::preflight(&self.current())?;
         let (run, choice) = self.settled(choice::settle_for_restore(&self.current())?);
         let snapshot = snapshot::open(&run.settings, name)?;
         let docker = docker::connect().await?;
@@ -768,9 +772,6 @@ async fn preflight(
     settings: &Settings,
     recreate: bool,
 ) -> Result<cluster::Plan, Error> {
-    // Flux 2.9 fails a Kustomization on a `${VAR}` no fact provides: found
-    // here, before anything is created.
-    crate::gitops::repository::preflight(settings)?;
     // An existing cluster's nodes may be anywhere: no engine is needed here.
     if settings.cluster.provider != Provider::Existing {
         docker::ping(docker)

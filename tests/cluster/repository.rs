@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::common::gitserver::{GitServer, WorkTree, gitserver_kit};
 use crate::common::kind::{KindGuard, kind_kit};
 use crate::common::*;
 
@@ -262,6 +263,70 @@ fn example_repository_on_kind() {
     let _guard = KindGuard::new(kind, &stack);
     let profile = example_repository(&stack, "  provider: kind\n  servers: 1\n  agents: 0\n");
     example_repository_comes_up_unchanged(&stack, &profile);
+}
+
+/// The same repository from git: pushed to the kit's git server with the
+/// External Secrets manifests beside it, the apps read from the
+/// GitRepository, the HelmRelease's chart too.
+#[test]
+#[ignore = "needs Docker and the offline kit: make test-cluster"]
+fn example_repository_from_git() {
+    if !require_cluster_kit() || !gitserver_kit() {
+        return;
+    }
+    let stack = TestStack::new("repog");
+    let server = GitServer::start(&stack);
+    let profile = example_repository(&stack, "  provider: k3s\n");
+    let repo = WorkTree::init(profile.parent().unwrap(), &server.host_url("platform.git"));
+    repo.copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/external-secrets"),
+        "manifests/external-secrets",
+    );
+    let text = std::fs::read_to_string(&profile).unwrap().replace(
+        "gitops:\n  apps:\n",
+        &format!(
+            "gitops:\n  source: git\n  git: {{url: {}, branch: main, path: ./manifests/external-secrets}}\n  apps:\n",
+            server.cluster_url("platform.git")
+        ),
+    );
+    assert!(text.contains("source: git"), "{text}");
+    std::fs::write(&profile, text).unwrap();
+    repo.commit_and_push("a production-shaped repository");
+
+    let up = stack.run_env(&profile, &["up", "--json"], &[("SHOP_DOMAIN", "git.test")]);
+    let report = up.ok().json();
+    assert_eq!(report["verify"]["passed"], true, "{report}");
+    let levels = chain_level_names(&report["gitops"]);
+    assert_eq!(
+        &levels[levels.len() - 2..],
+        ["infrastructure", "apps"],
+        "{report}"
+    );
+    let rt = runtime();
+    let client = kube_client(&rt, &stack);
+    let apps = get_json(
+        &rt,
+        &client,
+        "kustomize.toolkit.fluxcd.io/v1",
+        "Kustomization",
+        Some("flux-system"),
+        "apps",
+    )
+    .unwrap();
+    assert_eq!(apps["spec"]["sourceRef"]["kind"], "GitRepository", "{apps}");
+    let config = get_json(&rt, &client, "v1", "ConfigMap", Some("shop"), "shop-config").unwrap();
+    assert_eq!(config["data"]["DOMAIN"], "git.test", "{config}");
+    let info = get_json(
+        &rt,
+        &client,
+        "v1",
+        "ConfigMap",
+        Some("platform"),
+        "platform-info",
+    )
+    .expect("the chart from the git repository");
+    assert_eq!(info["data"]["clusterName"], "shop-dev", "{info}");
+    stack.run(&profile, &["down"]).ok();
 }
 
 /// The kit's flux CLI renders the repository offline with the facts

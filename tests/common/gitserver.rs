@@ -182,19 +182,7 @@ impl WorkTree {
 
     /// Copies the directory `from` to `path` in the work tree.
     pub fn copy_dir(&self, from: &Path, path: &str) {
-        fn copy(from: &Path, to: &Path) {
-            std::fs::create_dir_all(to).unwrap();
-            for entry in std::fs::read_dir(from).unwrap() {
-                let entry = entry.unwrap();
-                let target = to.join(entry.file_name());
-                if entry.file_type().unwrap().is_dir() {
-                    copy(&entry.path(), &target);
-                } else {
-                    std::fs::copy(entry.path(), target).unwrap();
-                }
-            }
-        }
-        copy(from, &self.dir.join(path));
+        super::copy_dir(from, &self.dir.join(path));
     }
 
     /// Commits every change and pushes `main`; returns the commit's SHA-1.
