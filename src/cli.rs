@@ -272,8 +272,8 @@ devstack's own (LocalStack's endpoint, the region, each seeded secret's ARN, ...
 `facts` (values, dotenv files, Terraform outputs, environment variables), each with its source. \
 Sensitive facts are never printed: they are shown as <sensitive>, and on a running stack their \
 values are in the facts' Secret (`kubectl -n flux-system get secret <facts.secret> -o yaml`). \
-`--dotenv` prints KEY='value' lines that `flux envsubst --strict` and `flux build kustomization \
---dry-run` read from the environment, so the same values render the repository offline.",
+`--dotenv` prints KEY='value' lines for the environment of `flux envsubst --strict`, which renders \
+a file or the output of `flux build kustomization --dry-run` offline with the same values.",
         after_help = "Examples:
   devstack facts                        # every fact, its value and its source
   devstack facts --json                 # the same as JSON, for scripts

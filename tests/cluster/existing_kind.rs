@@ -246,13 +246,77 @@ fn existing_kind_cluster_is_left_as_it_was() {
         status.stdout
     );
     a_second_stack_shares_the_cluster(&rt, &client, &stack, (&profile, &context), &as_admin);
+    let profile = with_a_repository(&rt, &client, &stack, &profile, &as_admin);
 
     let down = stack.run_env(&profile, &["down", "--json"], &as_admin);
     let removed = down.ok().json()["stacks"][0]["uninstalled"].to_string();
     assert!(removed.contains("Flux"), "{removed}");
     assert!(removed.contains("Namespace localstack"), "{removed}");
+    for published in [
+        "Kustomization flux-system/app",
+        "ConfigMap flux-system/flux-runtime-info",
+        "ConfigMap values-ns/app-values",
+    ] {
+        assert!(removed.contains(published), "{published}: {removed}");
+    }
+    let config = get_json(
+        &rt,
+        &client,
+        "v1",
+        "ConfigMap",
+        Some("default"),
+        "app-config",
+    );
+    assert!(
+        config.is_none(),
+        "the app's objects outlived down: {config:?}"
+    );
     assert_same_inventory(&before, &inventory(&rt, &client), "down");
     assert!(!kind_nodes(&stack).is_empty(), "the cluster itself stays");
+}
+
+/// The stack synced with a repository (facts, a Helm values ConfigMap in a
+/// namespace devstack creates, one app substituting a fact): everything
+/// published, which `down` must then remove. Returns that profile.
+fn with_a_repository(
+    rt: &tokio::runtime::Runtime,
+    client: &kube::Client,
+    stack: &TestStack,
+    profile: &Path,
+    env: &[(&str, &str)],
+) -> PathBuf {
+    let repo = stack.dir.path().join("repo");
+    std::fs::create_dir_all(repo.join("app")).unwrap();
+    std::fs::write(
+        repo.join("app/config.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-config\n  namespace: default\ndata:\n  greeting: ${GREETING}\n",
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(profile).unwrap()
+        + "facts:\n  configMaps: [flux-runtime-info]\n  values: {GREETING: hello}\n  helmValues:\n    - {name: app-values, namespace: values-ns, values: {greeting: \"${GREETING}\"}}\ngitops:\n  apps:\n    - {name: app, path: app}\n";
+    let path = repo.join("devstack.yaml");
+    std::fs::write(&path, text).unwrap();
+    stack.run_env(&path, &["sync"], env).ok();
+    let config = get_json(rt, client, "v1", "ConfigMap", Some("default"), "app-config")
+        .expect("the app's ConfigMap");
+    assert_eq!(config["data"]["greeting"], "hello", "{config}");
+    let values = get_json(
+        rt,
+        client,
+        "v1",
+        "ConfigMap",
+        Some("values-ns"),
+        "app-values",
+    )
+    .expect("the values ConfigMap in a namespace devstack made");
+    assert!(
+        values["data"]["values.yaml"]
+            .as_str()
+            .unwrap()
+            .contains("hello"),
+        "{values}"
+    );
+    path
 }
 
 /// A second stack on the cluster: refused while its profile would sync a

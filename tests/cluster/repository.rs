@@ -396,6 +396,34 @@ fn flux_renders_the_example_offline_with_the_dotenv_facts() {
             assert!(text.contains("DOMAIN: shop.test"), "{text}");
         }
     }
+    // `flux build --dry-run` skips substituteFrom: its output, through
+    // `flux envsubst`, is what the cluster's Kustomization would apply.
+    let script = format!(
+        "set -a; . '{}'; set +a; \"$0\" build kustomization apps --path ./apps --kustomization-file clusters/dev/apps.yaml --dry-run | \"$0\" envsubst --strict",
+        facts.display()
+    );
+    let built = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .arg(&flux)
+        .current_dir(repo)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&built.stdout);
+    assert!(
+        built.status.success(),
+        "flux build | flux envsubst: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    for rendered in [
+        "CLUSTER_NAME: shop-dev",
+        "GREETING: Hello ${USER}",
+        "kind: ExternalSecret",
+    ] {
+        assert!(text.contains(rendered), "{rendered}:\n{text}");
+    }
+
     let without = render(false, "apps/config.yaml");
     assert!(
         !without.status.success(),

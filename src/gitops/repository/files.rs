@@ -13,8 +13,9 @@ const MAX_PUBLISHED_FILES: usize = 5_000;
 const MAX_PUBLISHED_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The repository's files a local source publishes: everything below the
-/// profile's directory but hidden entries and the files the facts are read
-/// from (a Terraform outputs file may hold sensitive values), so a
+/// profile's directory but hidden entries, devstack's state directory and
+/// the files the facts are read from (a Terraform outputs file may hold
+/// sensitive values), so a
 /// HelmRelease's chart or a base an app's kustomization names is there as
 /// it is in git. Nothing when the profile has no apps.
 pub fn repository_files(settings: &Settings) -> Result<Tree, Error> {
@@ -27,6 +28,7 @@ pub fn repository_files(settings: &Settings) -> Result<Tree, Error> {
         .into_iter()
         .filter_map(|p| p.canonicalize().ok())
         .collect();
+    let state_dir = settings.state_dir.canonicalize().ok();
     let mut bytes = 0u64;
     let mut stack = vec![root.clone()];
     let unreadable = |path: &Path, e: std::io::Error| {
@@ -48,7 +50,15 @@ pub fn repository_files(settings: &Settings) -> Result<Tree, Error> {
             let path = entry.path();
             let file_type = entry.file_type().map_err(|e| unreadable(&path, e))?;
             if file_type.is_dir() {
-                stack.push(path);
+                // devstack's own state (kubeconfigs, the artifact cache) when
+                // DEVSTACK_HOME lies inside the repository.
+                let is_state = state_dir.as_ref().is_some_and(|state| {
+                    path.canonicalize()
+                        .is_ok_and(|canonical| &canonical == state)
+                });
+                if !is_state {
+                    stack.push(path);
+                }
                 continue;
             }
             if !path.is_file()

@@ -64,8 +64,10 @@ pub async fn report(settings: &Settings) -> Result<FactsReport, Error> {
 }
 
 /// `KEY='value'` lines a POSIX shell sources (`set -a; . FILE`), which is
-/// how `flux envsubst` and `flux build kustomization --dry-run` read
-/// variables; a sensitive fact gets a stand-in so strict rendering passes.
+/// how `flux envsubst` reads variables (`flux build kustomization
+/// --dry-run` skips substitution, its output piped through `flux envsubst`
+/// renders the same); a sensitive fact gets a stand-in so strict rendering
+/// passes.
 pub fn dotenv(report: &FactsReport) -> String {
     let quote = |v: &str| format!("'{}'", v.replace('\'', r"'\''"));
     let mut out = format!(
