@@ -126,11 +126,6 @@ fn example_repository_comes_up_unchanged(stack: &TestStack, profile: &Path) {
         ("ENVIRONMENT", "dev"),
         ("DOMAIN", "shop.test"),
         ("BUCKET", "shop-uploads-dev"),
-        (
-            "QUEUES",
-            r#"{"orders":"http://sqs.us-east-1.localhost.localstack.cloud:4566/000000000000/orders"}"#,
-        ),
-        ("REPLICAS", "2"),
         ("LOG_LEVEL", "debug"),
         ("FEATURE_FLAGS", "checkout,search"),
         ("AWS_REGION", "us-east-1"),
@@ -178,6 +173,13 @@ fn example_repository_comes_up_unchanged(stack: &TestStack, profile: &Path) {
         runtime_info["data"]["api_token"].is_null(),
         "{runtime_info}"
     );
+
+    // `status` shows the apps as rows of their own.
+    let status = stack.run_env(profile, &["status", "--json"], &env);
+    let rows = status.ok().json()["rows"].to_string();
+    for app in ["flux-system/infrastructure", "flux-system/apps"] {
+        assert!(rows.contains(app), "{app} in status: {rows}");
+    }
 
     // `facts`: sources named, the sensitive value never shown.
     let facts = stack.run_env(profile, &["facts", "--json"], &env);
@@ -233,7 +235,7 @@ fn example_repository_comes_up_unchanged(stack: &TestStack, profile: &Path) {
         platform().and_then(|c| c["data"]["domain"].as_str().map(String::from))
     });
 
-    stack.run(profile, &["down"]).ok();
+    stack.run_env(profile, &["down"], &env).ok();
     assert!(
         stack.containers().is_empty(),
         "{:?} left",
@@ -326,7 +328,9 @@ fn example_repository_from_git() {
     )
     .expect("the chart from the git repository");
     assert_eq!(info["data"]["clusterName"], "shop-dev", "{info}");
-    stack.run(&profile, &["down"]).ok();
+    stack
+        .run_env(&profile, &["down"], &[("SHOP_DOMAIN", "git.test")])
+        .ok();
 }
 
 /// The kit's flux CLI renders the repository offline with the facts

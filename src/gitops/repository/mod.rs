@@ -699,7 +699,7 @@ mod tests {
         let err = preflight(&settings).unwrap_err();
         let message = err.message();
         assert!(message.contains("${NOBODY_SETS_THIS}"), "{message}");
-        assert!(message.contains("apps/config.yaml:19:"), "{message}");
+        assert!(message.contains("apps/config.yaml:17:"), "{message}");
         assert!(!message.contains("ALSO_UNSET"), "{message}");
         assert!(
             err.hint().unwrap().contains("`NOBODY_SETS_THIS`"),

@@ -31,7 +31,8 @@ pub struct FactsReport {
 /// The resolved facts of the profile, or of the running stack (the ARNs of
 /// the secrets its LocalStack holds), each with its source.
 pub async fn report(settings: &Settings) -> Result<FactsReport, Error> {
-    let offline = crate::gitops::source::offline_eso(settings)?;
+    // A bundle `up` would refuse still has facts to show; `up` says what is wrong with it.
+    let offline = crate::gitops::source::offline_eso(settings).ok().flatten();
     let arns = crate::gitops::source::secret_arns(settings).await;
     let own = crate::gitops::source::facts(settings, offline.as_ref(), &arns);
     let mut rows: Vec<FactRow> = own
