@@ -41,6 +41,8 @@ cleanup() {
 }
 trap cleanup EXIT
 ds() { DEVSTACK_HOME=$work/state CI=1 "$bin" --profile "$work/profile.yaml" -q "$@"; }
+# The commands that read no stack (`snapshot rm`) take no --profile.
+ds_store() { DEVSTACK_HOME=$work/state CI=1 "$bin" -q "$@"; }
 kept() { cp "$work/out.json" "$keep/$1.json"; }
 quietly() { "$@" >/dev/null 2>&1; }
 
@@ -150,7 +152,7 @@ if $have_k3s && jq -e '.artifacts[] | select(.kind=="eso-chart")' "$bundle/index
       if measure snap_save ds snapshot save bench; then
         quietly ds down
         measure up_restore ds up --from-snapshot bench --json && kept "up-restore-$bench_run"
-        quietly ds snapshot rm bench
+        quietly ds_store snapshot rm bench
       else
         missed "snapshot save failed" up_restore
       fi

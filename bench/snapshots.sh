@@ -16,7 +16,7 @@ h=$DEVSTACK_HOME
 cleanup() {
   for s in m1 m2; do "$bin" -p ci --name $s -q down >/dev/null 2>&1 || true; done
   # The snapshot and its shared volume (kept while a stack used it).
-  "$bin" -p ci -q snapshot rm base >/dev/null 2>&1 || true
+  "$bin" -q snapshot rm base >/dev/null 2>&1 || true
   rm -rf "$h"
 }
 trap cleanup EXIT
@@ -43,8 +43,8 @@ echo "restore (beside it): $last_ms ms, verified"
 jq -r '.timings[] | select(.parent == null) | "  \(.name): \(.startMs)-\(.endMs)"' "$h/beside.json"
 timed "$bin" -p ci --name m1 -q up
 echo "warm up on restored: $last_ms ms"
-timed "$bin" snapshot export base "$h/base.snap" -q -p ci
+timed "$bin" snapshot export base "$h/base.snap" -q
 echo "export: $last_ms ms"
-"$bin" -p ci -q snapshot rm base
-timed "$bin" snapshot import "$h/base.snap" -q -p ci
+"$bin" -q snapshot rm base
+timed "$bin" snapshot import "$h/base.snap" -q
 echo "import: $last_ms ms"

@@ -7,17 +7,22 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::error::Kind;
 use crate::profile::Provider;
 
+mod global;
+use crate::signals::Signal;
+pub use global::{command, documented_command, refuse_unused_options, unused_global_options};
+
 /// The examples of `devstack --help` and of the man page.
 pub const EXAMPLES: &str = "Examples:
   devstack up                      # a verified stack from ./devstack.yaml, or the default one
   devstack status                  # its health; exit 4 when a part is failing
   devstack -p ci --name job1 up    # a second stack beside it, from the shipped ci profile
-  devstack list                    # the stacks on this machine
+  devstack list                    # the stacks on this machine, and their state
   devstack down --all              # remove every devstack stack, and nothing else";
 
 /// Every exit code the binary uses, with what it means. Each error kind's
-/// code comes from [`Kind::exit_code`], and the match names every kind, so
-/// a new kind does not build until it is described here.
+/// code comes from [`Kind::exit_code`] (an interrupt's from its signal's,
+/// [`Signal::exit_code`]), and the match names every kind, so a new kind
+/// does not build until it is described here.
 pub fn exit_codes() -> Vec<(i32, &'static str)> {
     let kinds = [
         Kind::Internal,
@@ -27,7 +32,7 @@ pub fn exit_codes() -> Vec<(i32, &'static str)> {
         Kind::Timeout,
         Kind::Interrupted,
     ];
-    let described = kinds.into_iter().map(|kind| {
+    let described = kinds.into_iter().flat_map(|kind| {
         let meaning = match kind {
             Kind::Internal => "unexpected failure: an API failed, a bug",
             Kind::User => {
@@ -40,11 +45,27 @@ pub fn exit_codes() -> Vec<(i32, &'static str)> {
             Kind::Timeout => {
                 "timeout: a wait passed its deadline (`status --wait`: still reconciling)"
             }
-            Kind::Interrupted => "interrupted: Ctrl-C or SIGTERM; `up` rolls back what it created",
+            Kind::Interrupted => {
+                return Signal::ALL
+                    .into_iter()
+                    .map(|signal| (signal.exit_code(), interrupted_by(signal)))
+                    .collect();
+            }
         };
-        (kind.exit_code(), meaning)
+        vec![(kind.exit_code(), meaning)]
     });
     std::iter::once((0, "success")).chain(described).collect()
+}
+
+/// An interrupt's exit code is 128 + its signal's number.
+fn interrupted_by(signal: Signal) -> &'static str {
+    match signal {
+        Signal::Hangup => "interrupted by SIGHUP (the terminal closed), as by Ctrl-C",
+        Signal::Interrupt => {
+            "interrupted by Ctrl-C (SIGINT); `up` rolls back all it created, even on a second signal"
+        }
+        Signal::Terminate => "interrupted by SIGTERM (`timeout`, a cancelled CI job), as by Ctrl-C",
+    }
 }
 
 /// `devstack --help`'s last part: the examples and every exit code.
@@ -59,7 +80,7 @@ fn after_help() -> String {
 #[derive(Debug, Parser)]
 #[command(
     name = "devstack",
-    version,
+    version = crate::versions::build::LONG,
     about = "A complete local GitOps secrets stack with one command",
     long_about = "devstack brings up a Kubernetes cluster in Docker (K3s or Kind), LocalStack, Flux and \
 the External Secrets Operator delivered through a race-free Flux chain, seeds AWS Secrets Manager \
@@ -76,30 +97,34 @@ pub struct Cli {
 #[derive(Debug, Args, Clone)]
 pub struct GlobalArgs {
     /// Profile file, or a shipped profile name (dev, ci, demo) [env: DEVSTACK_PROFILE]
-    #[arg(long, short = 'p', global = true, value_name = "PROFILE")]
+    #[arg(long, short = 'p', global = true, help_heading = GLOBAL_OPTIONS, value_name = "PROFILE")]
     pub profile: Option<String>,
     /// Stack name, overriding the profile's `name` [env: DEVSTACK_NAME]
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, help_heading = GLOBAL_OPTIONS, value_name = "NAME")]
     pub name: Option<String>,
     /// Cluster provider, overriding the profile [env: DEVSTACK_PROVIDER]
-    #[arg(long, global = true, value_enum)]
+    #[arg(long, global = true, help_heading = GLOBAL_OPTIONS, value_enum)]
     pub provider: Option<ProviderArg>,
     /// Kubeconfig context of an existing cluster to run the stack on (implies `--provider existing`) [env: DEVSTACK_CONTEXT]
-    #[arg(long, global = true, value_name = "CONTEXT")]
+    #[arg(long, global = true, help_heading = GLOBAL_OPTIONS, value_name = "CONTEXT")]
     pub context: Option<String>,
     /// Offline bundle directory, overriding the profile [env: DEVSTACK_BUNDLE]
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, global = true, help_heading = GLOBAL_OPTIONS, value_name = "DIR")]
     pub bundle: Option<PathBuf>,
     /// Machine-readable output on stdout
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL_OPTIONS)]
     pub json: bool,
     /// Only errors on stderr
-    #[arg(long, short = 'q', global = true, conflicts_with = "verbose")]
+    #[arg(long, short = 'q', global = true, help_heading = GLOBAL_OPTIONS, conflicts_with = "verbose")]
     pub quiet: bool,
     /// More detail (-v, -vv); RUST_LOG gives full control
-    #[arg(long, short = 'v', global = true, action = clap::ArgAction::Count)]
+    #[arg(long, short = 'v', global = true, help_heading = GLOBAL_OPTIONS, action = clap::ArgAction::Count)]
     pub verbose: u8,
 }
+
+/// The heading of the options every command takes, listed after the
+/// command's own.
+pub const GLOBAL_OPTIONS: &str = "Global options";
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ProviderArg {
@@ -126,7 +151,10 @@ pub enum Command {
 trip: preflight, LocalStack (then seeding) and the cluster concurrently, the in-cluster LocalStack \
 route, Flux, the External Secrets chain and the round trip, each step printed with its time. On an \
 existing stack it repairs what drifted and says what. A stack this run created is rolled back on \
-failure or Ctrl-C unless --retain.",
+failure, Ctrl-C, SIGTERM or SIGHUP unless --retain, to the end: a second signal does not stop it. \
+Exit 0 once the stack is verified, 2 for a bad profile or a change only --recreate makes, 3 when \
+Docker, a binary, a free port or an artifact is missing, 4 when the round trip fails, 5 when a wait \
+passes its deadline, 130 after Ctrl-C, 143 after SIGTERM, 129 after SIGHUP (128 + the signal).",
         after_help = "Examples:
   devstack up                                # the stack of ./devstack.yaml, or the built-in default
   devstack -p ci --name job1 up --no-verify  # another stack, from the shipped ci profile
@@ -141,35 +169,45 @@ digest or checksum devstack pins; a mismatch is refused and nothing of it is kep
 by itself before it creates anything; run `pull` ahead of time (a CI cache step) or with \
 `--bundle DIR` to write a portable bundle (with the kind CLI) for a machine without network, which \
 uses it through DEVSTACK_BUNDLE. Mirrors: `images.mirrors` / DEVSTACK_MIRRORS for images, \
-DEVSTACK_DOWNLOAD_MIRROR for downloads.",
+DEVSTACK_DOWNLOAD_MIRROR for downloads. Exit 3 when an artifact cannot be fetched or does not \
+match its pin.",
         after_help = "Examples:
   devstack pull                          # the cache for ./devstack.yaml's stack (a CI cache step)
   devstack -p ci pull --bundle ./bundle  # a portable bundle, for a machine without network
   DEVSTACK_BUNDLE=./bundle devstack -p ci up"
     )]
     Pull,
-    /// Remove the stack: cluster, LocalStack, network, volumes, kubeconfig context
-    #[command(after_help = "Examples:
+    /// Remove the stack: its cluster, LocalStack, network, volumes, kubeconfig context and files
+    #[command(
+        long_about = "Remove the stack: its cluster, LocalStack, network, volumes, kubeconfig context \
+and files, by devstack's labels. On an existing cluster (`--provider existing`) the cluster stays \
+and what the stack put there is removed. Exit 0 also when there was nothing to remove, 3 when the \
+Docker engine does not answer.",
+        after_help = "Examples:
   devstack down                   # the stack of ./devstack.yaml, or the built-in default
   devstack -p ci --name job1 down # the stack `job1`, made from the ci profile
-  devstack down --all             # every devstack stack on this machine, and nothing else")]
+  devstack down --all             # every devstack stack on this machine, and nothing else"
+    )]
     Down(DownArgs),
-    /// List the stacks on this machine, one name a line
+    /// List the stacks on this machine and the state of their containers
     #[command(
         visible_alias = "ls",
-        long_about = "List the stacks on this machine, one name a line, from the records devstack \
-keeps for each in its state directory (DEVSTACK_HOME), whatever their profile. `--json` adds each \
-stack's provider, host ports and kubeconfig file. Nothing on stdout, and exit 0, when there is \
-none. `down --all` also finds stacks whose record was lost, by their Docker labels.",
+        long_about = "List the stacks on this machine: those devstack keeps a record of in its \
+state directory (DEVSTACK_HOME), whatever their profile, and those whose containers carry its \
+labels though their record was lost. For each, the Docker engine is asked for its containers: \
+running, partial (some stopped), stopped, missing (recorded, no container) or unknown (the engine \
+does not answer, which is a warning, not a failure). `--json` adds each stack's provider, host \
+ports and kubeconfig file. Nothing on stdout, and exit 0, when there is none.",
         after_help = "Examples:
-  devstack list                                  # e.g. `dev` and `job1`
-  devstack ls --json                             # with provider, ports and kubeconfig path
-  for s in $(devstack ls); do devstack --name \"$s\" status; done"
+  devstack list                                  # NAME, STATE, PROVIDER and a note
+  devstack ls --json                             # with ports and the kubeconfig path
+  devstack ls --json | jq -r '.stacks[] | select(.state == \"running\") | .name'"
     )]
     List,
     /// Check that this machine can run the profile
     #[command(after_help = "Examples:
-  devstack doctor                 # for ./devstack.yaml's stack; exit 3 when it cannot run here
+  devstack doctor                 # for ./devstack.yaml's stack; exit 3 when it cannot run here,
+                                  # 2 when `up` would refuse its input (pins, bundle, profile)
   devstack -p ci doctor --json    # every check as JSON, for a CI step")]
     Doctor,
     /// Validate, show and list profiles
@@ -190,7 +228,7 @@ none. `down --all` also finds stacks whose record was lost, by their Docker labe
   devstack localstack up --port 4566"
     )]
     Localstack(LocalstackCommand),
-    /// Manage the stack's Kubernetes cluster (K3s in Docker or Kind)
+    /// Manage the stack's Kubernetes cluster in Docker (K3s or Kind)
     #[command(
         subcommand,
         after_help = "Examples:
@@ -200,10 +238,16 @@ none. `down --all` also finds stacks whose record was lost, by their Docker labe
     )]
     Cluster(ClusterCommand),
     /// Create or update the profile's secrets in LocalStack's Secrets Manager
-    #[command(after_help = "Examples:
+    #[command(
+        long_about = "Create or update the profile's secrets in LocalStack's Secrets Manager; \
+unchanged secrets are left alone. Every source is read before anything is written. Exit 2 when a \
+secret's source cannot be read or a value is over Secrets Manager's limits, 4 when the stack's \
+LocalStack is not there.",
+        after_help = "Examples:
   devstack seed --dry-run           # what would be created or updated, writing nothing
   devstack seed                     # create or update the profile's secrets
-  devstack seed --rotate            # new values for the `generate` secrets")]
+  devstack seed --rotate            # new values for the `generate` secrets"
+    )]
     Seed(SeedArgs),
     /// Prove the secret path end to end with a fresh random probe
     #[command(
@@ -225,7 +269,8 @@ ClusterSecretStore and every ExternalSecret. A Flux object re-applying a revisio
 applied is shown as reconciling: healthy, but not settled. Exit 4 when anything is unhealthy. \
 `--wait` waits until the stack is settled (everything Ready, nothing reconciling), for scripts: \
 exit 0 when settled, 4 when something is still failing at the deadline, 5 when it is healthy \
-but still reconciling at the deadline.",
+but still reconciling at the deadline, 128 + the signal's number when Ctrl-C, SIGTERM or SIGHUP \
+stops the wait.",
         after_help = "Examples:
   devstack status                           # one table; exit 4 when anything is unhealthy
   devstack status --wait 2m                 # in a script: until settled, at most 2 minutes
@@ -252,7 +297,8 @@ Secrets Operator's controller, webhook and cert-controller pods, each Flux contr
 cluster's node containers, read through the Docker and Kubernetes APIs (no kubectl). Without a \
 COMPONENT every component's logs are merged in the order they were written, each line prefixed by \
 its source (`eso/webhook | ...`); a component with one source prints its lines bare. With -f every \
-source is followed at once and lines are printed as they arrive, until Ctrl-C (exit 0).",
+source is followed at once and lines are printed as they arrive, until Ctrl-C, SIGTERM or SIGHUP \
+(exit 0).",
         after_help = "Examples:
   devstack logs eso --since 10m        # what the operator said in the last 10 minutes
   devstack logs -f                     # every component, as it happens, until Ctrl-C
@@ -260,10 +306,17 @@ source is followed at once and lines are printed as they arrive, until Ctrl-C (e
     )]
     Logs(LogsArgs),
     /// Print shell exports for using the stack from other tools
-    #[command(after_help = "Examples:
+    #[command(
+        long_about = "Print shell exports for using the stack from other tools: AWS_ENDPOINT_URL \
+(on the port the stack was given), the region, test credentials, DEVSTACK_STACK and, once the \
+stack has a cluster, KUBECONFIG. Exit 4 before the stack's LocalStack exists (its `auto` port is \
+not known yet), 2 with `localstack.mode: in-cluster`, which has no host port (`devstack \
+localstack forward` prints the same lines).",
+        after_help = "Examples:
   eval \"$(devstack env)\"            # AWS_ENDPOINT_URL and friends for this shell
   devstack env --shell fish | source
-  devstack env --json               # the same as one JSON object")]
+  devstack env --json               # the same as one JSON object"
+    )]
     Env(EnvArgs),
     /// Print the facts Flux substitutes in the stack's manifests, with where each comes from
     #[command(
@@ -273,7 +326,9 @@ devstack's own (LocalStack's endpoint, the region, each seeded secret's ARN, ...
 Sensitive facts are never printed: they are shown as <sensitive>, and on a running stack their \
 values are in the facts' Secret (`kubectl -n flux-system get secret <facts.secret> -o yaml`). \
 `--dotenv` prints KEY='value' lines for the environment of `flux envsubst --strict`, which renders \
-a file or the output of `flux build kustomization --dry-run` offline with the same values.",
+a file or the output of `flux build kustomization --dry-run` offline with the same values. Works \
+before the stack exists. Exit 2 when a fact's source (a file, a Terraform output, a variable) \
+cannot be read.",
         after_help = "Examples:
   devstack facts                        # every fact, its value and its source
   devstack facts --json                 # the same as JSON, for scripts
@@ -281,14 +336,24 @@ a file or the output of `flux build kustomization --dry-run` offline with the sa
     )]
     Facts(FactsArgs),
     /// Print the stack's kubeconfig, or with --path its file's path
-    #[command(after_help = "Examples:
+    #[command(
+        long_about = "Print the stack's kubeconfig (context devstack-NAME), or with --path its \
+file's path. Exit 4 when the stack has no cluster.",
+        after_help = "Examples:
   export KUBECONFIG=\"$(devstack kubeconfig --path)\"
-  devstack kubeconfig > stack.kubeconfig   # the file's contents: credentials, keep it private")]
+  devstack kubeconfig > stack.kubeconfig   # the file's contents: credentials, keep it private"
+    )]
     Kubeconfig(KubeconfigArgs),
     /// Install Flux if needed, publish the GitOps manifests and wait until the External Secrets chain is Ready
-    #[command(after_help = "Examples:
+    #[command(
+        long_about = "Install Flux if needed, publish the GitOps manifests to the stack's source and \
+wait until the External Secrets chain is Ready again, with each level's time. Exit 2 when a \
+manifest does not build or apply, 4 when the stack has no cluster or LocalStack or a level fails, \
+5 when the chain is not Ready within its timeout.",
+        after_help = "Examples:
   devstack sync                     # after editing the GitOps manifests
-  devstack sync --no-nudge          # leave the timing to Flux, for comparison")]
+  devstack sync --no-nudge          # leave the timing to Flux, for comparison"
+    )]
     Sync(SyncArgs),
     /// Show devstack's version and the version matrix (defaults, tested here, newest upstream, support)
     #[command(after_help = "Examples:
@@ -305,9 +370,9 @@ and the round trip proven. A snapshot is refused when it was made from another p
 versions or another snapshot format, or when a file fails its checksum. Snapshots hold the \
 cluster's credentials and synced Secrets: keep exported files private.",
         after_help = "Examples:
-  devstack -p ci snapshot save base                   # keep the verified ci stack's cluster
-  devstack -p ci --name job2 up --from-snapshot base  # a second stack from it, in seconds
-  devstack snapshot export base base.tar              # one file for a CI cache, for `import`"
+  devstack -p ci snapshot save base                     # keep the verified ci stack's cluster
+  devstack -p ci --name job2 up --from-snapshot base    # a second stack from it, in seconds
+  devstack snapshot export base base.devstack-snapshot  # one file for a CI cache, for `import`"
     )]
     Snapshot(SnapshotCommand),
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish)
@@ -345,9 +410,14 @@ For every user: /usr/share/bash-completion/completions/devstack, \
 #[derive(Debug, Subcommand)]
 pub enum SnapshotCommand {
     /// Verify the stack, then save its cluster as snapshot NAME (default: the stack's name), replacing one of that name
-    #[command(after_help = "Examples:
+    #[command(
+        long_about = "Verify the stack, then save its cluster as snapshot NAME (default: the \
+stack's name), replacing one of that name; the stack keeps running. Exit 2 for a stack that is not \
+K3s or a bad NAME, 4 when the stack does not exist or fails the round trip.",
+        after_help = "Examples:
   devstack -p ci snapshot save base  # the verified ci stack's cluster, as `base`
-  devstack snapshot save             # the stack's, named after the stack")]
+  devstack snapshot save             # the stack's, named after the stack"
+    )]
     Save {
         /// Snapshot name (lowercase letters, digits, `.`, `_`, `-`)
         #[arg(value_name = "NAME")]
@@ -362,25 +432,30 @@ pub enum SnapshotCommand {
     #[command(after_help = "Examples:
   devstack snapshot rm base          # a volume in use stays until its stack's `down`")]
     Rm {
+        /// The snapshot to remove (`devstack snapshot list` names them)
         #[arg(value_name = "NAME")]
         snapshot: String,
     },
     /// Pack a snapshot into one file (for a CI cache), checking every checksum
     #[command(after_help = "Examples:
-  devstack snapshot export base base.tar   # holds credentials: keep the file private")]
+  devstack snapshot export base base.devstack-snapshot   # holds credentials: keep it private")]
     Export {
+        /// The snapshot to pack (`devstack snapshot list` names them)
         #[arg(value_name = "NAME")]
         snapshot: String,
+        /// The file to write, replaced if it exists
         #[arg(value_name = "FILE")]
         file: PathBuf,
     },
     /// Add the snapshot packed in FILE, as NAME (default: its saved name), checking every checksum
     #[command(after_help = "Examples:
-  devstack snapshot import base.tar        # as the name it was saved under
-  devstack snapshot import base.tar base2  # under another name")]
+  devstack snapshot import base.devstack-snapshot        # as the name it was saved under
+  devstack snapshot import base.devstack-snapshot base2  # under another name")]
     Import {
+        /// A file `devstack snapshot export` wrote
         #[arg(value_name = "FILE")]
         file: PathBuf,
+        /// The name to add it under; refused when a snapshot has it (default: its saved name)
         #[arg(value_name = "NAME")]
         snapshot: Option<String>,
     },
@@ -399,9 +474,13 @@ pub enum ProfileCommand {
         files: Vec<PathBuf>,
     },
     /// Show the fully resolved settings (defaults filled in, secrets masked)
-    #[command(after_help = "Examples:
+    #[command(
+        long_about = "Show the fully resolved settings (defaults filled in, secrets masked), as a \
+run on the stack uses them. Exit 2 for a bad profile.",
+        after_help = "Examples:
   devstack profile show                     # ./devstack.yaml's, or the built-in default's
-  devstack -p ci --name job1 profile show --origins")]
+  devstack -p ci --name job1 profile show --origins"
+    )]
     Show {
         /// Also show where each overridable value came from
         #[arg(long)]
@@ -417,9 +496,14 @@ pub enum ProfileCommand {
 #[derive(Debug, Subcommand)]
 pub enum LocalstackCommand {
     /// Start LocalStack (reuse, restart or recreate as needed) and wait until healthy
-    #[command(after_help = "Examples:
+    #[command(
+        long_about = "Start LocalStack (reuse, restart or recreate as needed) and wait until \
+healthy. Exit 3 when Docker does not answer or the port is taken, 5 when LocalStack is not healthy \
+within `timeouts.localstack`.",
+        after_help = "Examples:
   devstack localstack up                 # on the stack's port (`auto`: the one it was given)
-  devstack localstack up --port 4566   # on a fixed port instead")]
+  devstack localstack up --port 4566     # on a fixed port instead"
+    )]
     Up {
         /// LocalStack host port (a number, or `auto` for a free one), overriding the profile [env: DEVSTACK_LOCALSTACK_PORT]
         #[arg(long)]
@@ -429,21 +513,25 @@ pub enum LocalstackCommand {
         image: Option<String>,
     },
     /// Remove the LocalStack container (and the network when nothing else uses it)
-    #[command(after_help = "Examples:
-  devstack localstack down          # `devstack up` brings it back, seeded")]
+    #[command(
+        long_about = "Remove the LocalStack container (and the network when nothing else uses it). \
+Exit 0 also when it was not there, 2 with `localstack.mode: in-cluster` (Flux would bring it back: \
+`devstack down` removes the whole stack).",
+        after_help = "Examples:
+  devstack localstack down          # `devstack up` brings it back, seeded"
+    )]
     Down,
-    /// Print LocalStack's logs (its container's, or its pod's in the cluster)
-    #[command(after_help = "Examples:
+    /// Print LocalStack's logs (its container's, or its pod's in the cluster), as `devstack logs localstack`
+    #[command(
+        long_about = "Print LocalStack's logs: its container's, or its pod's in the cluster \
+(`localstack.mode: in-cluster`); the same as `devstack logs localstack`. Exit 4 when the stack has \
+no LocalStack.",
+        after_help = "Examples:
   devstack localstack logs --tail 50
-  devstack localstack logs -f")]
-    Logs {
-        /// Only the last N lines
-        #[arg(long, default_value_t = 200)]
-        tail: usize,
-        /// Keep streaming new lines
-        #[arg(long, short = 'f')]
-        follow: bool,
-    },
+  devstack localstack logs --since 10m   # what it said in the last 10 minutes
+  devstack localstack logs -f"
+    )]
+    Logs(LogLines),
     /// Show where LocalStack runs and its services' health
     #[command(after_help = "Examples:
   devstack localstack status        # exit 4 when a service is not available
@@ -453,7 +541,9 @@ pub enum LocalstackCommand {
     #[command(
         long_about = "Keep a port-forward to LocalStack in the cluster (`localstack.mode: in-cluster`) open \
 in the foreground, through the Kubernetes API (no kubectl), and print the `devstack env` lines for it, \
-so that other tools on this machine reach it. Ctrl-C closes it.",
+so that other tools on this machine reach it. Ctrl-C, SIGTERM or SIGHUP closes it, with exit 0. Exit \
+2 when LocalStack \
+is a container (there is nothing to forward), 4 when it does not answer through the forward.",
         after_help = "Examples:
   devstack localstack forward --port 4566      # then, in another shell:
   AWS_ENDPOINT_URL=http://127.0.0.1:4566 aws secretsmanager list-secrets"
@@ -471,20 +561,30 @@ so that other tools on this machine reach it. Ctrl-C closes it.",
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// Create the cluster (or converge an existing one) and wait for every node Ready
-    #[command(after_help = "Examples:
+    #[command(
+        long_about = "Create the cluster (or converge an existing one) and wait for every node \
+Ready. Exit 2 for a change only --recreate makes, 3 when Docker, kind or an artifact is missing, 5 \
+when a node is not Ready within `timeouts.cluster`, 128 + the signal's number when Ctrl-C, SIGTERM \
+or SIGHUP interrupts it (a cluster this run created is then removed).",
+        after_help = "Examples:
   devstack cluster up
-  devstack cluster up --retain      # keep what a failed create left, to look at it")]
+  devstack cluster up --retain      # keep what a failed create left, to look at it"
+    )]
     Up {
-        /// Keep a half-created cluster on failure or Ctrl-C, for debugging
+        /// Keep a half-created cluster on failure or a signal (Ctrl-C, SIGTERM, SIGHUP), for debugging
         #[arg(long)]
         retain: bool,
-        /// Recreate the cluster when it differs from the profile in what cannot change in place
+        /// Recreate the cluster when it differs from the profile in what cannot change in place (node image or Kubernetes version, K3s's `k3sArgs`, a fixed API server port, `cluster.ports`, Kind's node count)
         #[arg(long)]
         recreate: bool,
     },
     /// Remove the cluster, its volumes and its kubeconfig context
-    #[command(after_help = "Examples:
-  devstack cluster down             # LocalStack and its secrets stay")]
+    #[command(
+        long_about = "Remove the cluster, its volumes and its kubeconfig context; LocalStack and \
+its secrets stay. Exit 0 also when there was nothing to remove, 3 when Docker does not answer.",
+        after_help = "Examples:
+  devstack cluster down             # LocalStack and its secrets stay"
+    )]
     Down,
 }
 
@@ -496,20 +596,20 @@ pub struct SeedArgs {
     /// Report what would change without writing
     #[arg(long)]
     pub dry_run: bool,
-    /// Concurrent requests to Secrets Manager
+    /// Concurrent requests to Secrets Manager, from 1 to 64
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub concurrency: u16,
 }
 
 #[derive(Debug, Args)]
 pub struct UpArgs {
-    /// Keep a half-created stack on failure or Ctrl-C, for debugging
+    /// Keep a half-created stack on failure or a signal (Ctrl-C, SIGTERM, SIGHUP), for debugging
     #[arg(long)]
     pub retain: bool,
     /// Skip the round trip at the end (default: the profile's `verify.onUp`)
     #[arg(long)]
     pub no_verify: bool,
-    /// Recreate the cluster when it differs from the profile in what cannot change in place (node image, Kubernetes version, Kind node count, ports); LocalStack and its secrets are kept
+    /// Recreate the cluster when it differs from the profile in what cannot change in place (node image or Kubernetes version, K3s's `k3sArgs`, a fixed API server port, `cluster.ports`, Kind's node count); LocalStack and its secrets are kept
     #[arg(long)]
     pub recreate: bool,
     /// Write a waterfall of every step's and sub-step's start and end to FILE (a self-contained HTML page), also when `up` fails
@@ -532,10 +632,17 @@ pub struct LogsArgs {
     /// Only this component's logs (default: every component's, merged)
     #[arg(value_enum, value_name = "COMPONENT")]
     pub component: Option<LogComponent>,
+    #[command(flatten)]
+    pub lines: LogLines,
+}
+
+/// Which lines `logs` and `localstack logs` print.
+#[derive(Debug, Args)]
+pub struct LogLines {
     /// Only the last N lines of each source (default: 200, or every line with --since)
     #[arg(long, value_name = "N")]
     pub tail: Option<u64>,
-    /// Keep printing new lines of every source until Ctrl-C
+    /// Keep printing new lines of every source until Ctrl-C, SIGTERM or SIGHUP
     #[arg(long, short = 'f')]
     pub follow: bool,
     /// Only lines written in the last DURATION (e.g. 90s, 10m, 1h)

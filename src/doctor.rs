@@ -6,8 +6,12 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::cluster::choice::{Choice, Reason};
 use crate::docker;
+use crate::envvars;
+use crate::error::{Error, Kind};
 use crate::hostinfo;
+use crate::profile::settings::Origin;
 use crate::profile::{Provider, Settings};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -65,26 +69,61 @@ const INOTIFY_INSTANCES: u64 = 512;
 /// The checks for the provider `up` would use (an existing stack's, or the
 /// K3s fallback); without Docker, for the profile's.
 #[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct DoctorReport {
     pub ok: bool,
+    /// `devstack doctor`'s exit code: 0, or the class `up` would fail
+    /// with: 2 for what the user gave (pins, bundle, profile), else 3.
+    pub exit_code: i32,
     pub profile: String,
     pub stack: String,
     pub provider: Provider,
     pub checks: Vec<Check>,
 }
 
+impl DoctorReport {
+    /// What was assessed: ``stack `ci` (the shipped profile ci, provider k3s)``.
+    pub fn subject(&self) -> String {
+        let profile = match self
+            .profile
+            .strip_prefix('<')
+            .and_then(|p| p.strip_suffix('>'))
+        {
+            Some("built-in default") => "the built-in default profile".to_string(),
+            Some(described) => format!("the {described}"),
+            None => format!("profile {}", self.profile),
+        };
+        format!(
+            "stack `{}` ({profile}, provider {})",
+            self.stack,
+            self.provider.as_str()
+        )
+    }
+}
+
 pub async fn examine(settings: &Settings) -> DoctorReport {
-    let settings = match docker::connect().await {
+    let engine = docker::connect().await.ok();
+    let (settings, choice) = match &engine {
         // Predicted, not settled: doctor fetches nothing and writes nothing.
-        Ok(docker) => crate::cluster::choice::predict(&docker, settings)
-            .await
-            .map(|(settled, _)| settled)
-            .unwrap_or_else(|_| settings.clone()),
-        Err(_) => settings.clone(),
+        Some(docker) => match crate::cluster::choice::predict(docker, settings).await {
+            Ok((settled, choice)) => (settled, Some(choice)),
+            Err(_) => (settings.clone(), None),
+        },
+        None => (settings.clone(), None),
     };
-    let checks = checks(&settings).await;
+    let mut checks = vec![provider_check(&settings, choice.as_ref(), engine.is_some())];
+    let input = input_checks(&settings, engine.as_ref()).await;
+    let refused_input = input.iter().any(|c| c.status == Status::Fail);
+    checks.extend(input);
+    checks.extend(machine_checks(&settings, choice.as_ref()).await);
+    let ok = checks.iter().all(|c| c.status != Status::Fail);
     DoctorReport {
-        ok: checks.iter().all(|c| c.status != Status::Fail),
+        ok,
+        exit_code: match (ok, refused_input) {
+            (true, _) => 0,
+            (false, true) => Kind::User.exit_code(),
+            (false, false) => Kind::Prerequisite.exit_code(),
+        },
         profile: settings.profile.clone(),
         stack: settings.name.clone(),
         provider: settings.cluster.provider,
@@ -92,11 +131,106 @@ pub async fn examine(settings: &Settings) -> DoctorReport {
     }
 }
 
-/// Every check for the profile; never fails as a whole.
-pub async fn checks(settings: &Settings) -> Vec<Check> {
+/// Which provider the checks are for, and why that one.
+fn provider_check(settings: &Settings, choice: Option<&Choice>, engine: bool) -> Check {
+    let provider = settings.cluster.provider.as_str();
+    let detail = match choice.map(|c| &c.reason) {
+        Some(Reason::KindMissing(_)) => {
+            format!("{provider} instead of Kind, the default: no usable kind CLI (see kind)")
+        }
+        Some(Reason::Recorded) => {
+            format!("{provider}, the provider the stack's cluster was made with")
+        }
+        Some(Reason::Default) => format!("{provider}, the default, with a usable kind CLI"),
+        _ if settings.provider_pinned() => {
+            // `--context` (DEVSTACK_CONTEXT) names the existing provider too.
+            let context = settings.cluster.provider == Provider::Existing
+                && settings.origins.get("cluster.context")
+                    == settings.origins.get("cluster.provider");
+            match (settings.origins.get("cluster.provider"), context) {
+                (Some(Origin::Flag), true) => format!("{provider}, implied by --context"),
+                (Some(Origin::Env), true) => {
+                    format!("{provider}, implied by {}", envvars::DEVSTACK_CONTEXT)
+                }
+                (Some(Origin::Flag), false) => format!("{provider}, named by --provider"),
+                (Some(Origin::Env), false) => {
+                    format!("{provider}, named by {}", envvars::DEVSTACK_PROVIDER)
+                }
+                _ => format!("{provider}, named by the profile"),
+            }
+        }
+        _ if !engine => format!(
+            "{provider}, the default (no Docker engine answers to tell an existing stack's provider)"
+        ),
+        _ => format!("{provider}, the default"),
+    };
+    Check::pass("provider", detail)
+}
+
+/// What `up` refuses before it reaches anything, of what the user gave:
+/// the pins file, `cluster.version`, the offline bundle and the values
+/// Flux substitutes. Each is a check only when the profile uses it.
+async fn input_checks(settings: &Settings, engine: Option<&bollard::Docker>) -> Vec<Check> {
+    let mut out = Vec::new();
+    let failed = |name: &str, err: Error| {
+        Check::fail(
+            name,
+            err.message(),
+            err.hint().unwrap_or("fix it as the message says"),
+        )
+    };
+    let pins = match crate::artifacts::Pins::load(settings.images.pins_file.as_deref()) {
+        Ok(pins) => {
+            if let Some(path) = &pins.replaced_by {
+                out.push(Check::pass(
+                    "pins",
+                    format!("{} replaces the built-in pins", path.display()),
+                ));
+            }
+            Some(pins)
+        }
+        Err(err) => {
+            out.push(failed("pins", err));
+            None
+        }
+    };
+    if let (Some(version), Some(pins)) = (&settings.cluster.version, &pins) {
+        out.push(match crate::artifacts::check_version(settings, pins) {
+            Ok(()) => Check::pass(
+                "cluster version",
+                format!("{version}: node image {}", settings.cluster.image),
+            ),
+            Err(err) => failed("cluster version", err),
+        });
+    }
+    if let Some(dir) = &settings.images.bundle {
+        // Without an engine, what it already holds cannot stand in for the
+        // bundle's images: only the bundle itself is judged.
+        let checked = match engine {
+            Some(docker) => crate::bundle::open_checked(settings, docker::shared(docker).as_ref())
+                .await
+                .map(|_| ()),
+            None => crate::bundle::Bundle::open(dir).map(|_| ()),
+        };
+        out.push(match checked {
+            Ok(()) => Check::pass(
+                "bundle",
+                format!("{}: holds what the profile asks for", dir.display()),
+            ),
+            Err(err) => failed("bundle", err),
+        });
+    }
+    if let Err(err) = crate::gitops::repository::preflight(settings) {
+        out.push(failed("gitops", err));
+    }
+    out
+}
+
+/// Every check of the machine for the profile; never fails as a whole.
+async fn machine_checks(settings: &Settings, choice: Option<&Choice>) -> Vec<Check> {
     let mut checks = Vec::new();
     let engine = docker_checks(&mut checks, settings).await;
-    checks.extend(binary_checks(settings).await);
+    checks.extend(binary_checks(settings, choice).await);
     checks.extend(port_checks(settings, engine.as_ref()).await);
     if settings.cluster.provider == Provider::Existing {
         checks.push(existing_cluster_check(settings).await);
@@ -140,7 +274,13 @@ async fn docker_checks(checks: &mut Vec<Check>, settings: &Settings) -> Option<b
         Ok(host) => {
             checks.push(Check::pass(
                 "docker",
-                format!("{} at {}", host.summary(), docker::engine_address()),
+                // Which engine, and why that one: `... at unix:///x.sock
+                // (context `colima` from ~/.docker/config.json)`.
+                format!(
+                    "{} at {}",
+                    host.summary(),
+                    docker::endpoint().map(|e| e.describe()).unwrap_or_default()
+                ),
             ));
             if settings.cluster.provider != Provider::Existing {
                 checks.push(cgroup_check(&host));
@@ -245,8 +385,8 @@ fn disk_check(root: &Path) -> Check {
     }
 }
 
-async fn binary_checks(settings: &Settings) -> Vec<Check> {
-    let mut out = vec![kind_check(settings).await];
+async fn binary_checks(settings: &Settings, choice: Option<&Choice>) -> Vec<Check> {
+    let mut out = vec![kind_check(settings, choice).await];
     // Optional: devstack installs Flux and charts itself; these only help
     // inspecting the stack by hand.
     let tools: [(&str, &[&str]); 3] = [
@@ -377,8 +517,25 @@ fn k3s_support_check(settings: &Settings) -> Check {
 
 /// kind as the Kind provider finds it (DEVSTACK_KIND, PATH, the bundle or
 /// devstack's cache). Without one, `up` fetches the pinned release, so only
-/// a broken DEVSTACK_KIND (which is used alone) fails.
-async fn kind_check(settings: &Settings) -> Check {
+/// a broken DEVSTACK_KIND (which is used alone) fails. A profile that lets
+/// `up` choose gets K3s instead: a warning, as `up`'s notice is.
+async fn kind_check(settings: &Settings, choice: Option<&Choice>) -> Check {
+    if let Some(Reason::KindMissing(why)) = choice.map(|c| &c.reason) {
+        let fix = match crate::cluster::kind::find_installed_kind(settings).await {
+            Err(err) if envvars::is_set(envvars::DEVSTACK_KIND) => err
+                .hint()
+                .unwrap_or(crate::cluster::kind::INSTALL_HINT)
+                .to_string(),
+            _ => crate::cluster::kind::INSTALL_HINT.to_string(),
+        };
+        return Check::warn(
+            "kind",
+            format!("{why}: a new stack uses K3s instead of Kind, the default provider"),
+            format!(
+                "{fix}; `--provider k3s` (or `cluster.provider: k3s`) chooses K3s without this warning"
+            ),
+        );
+    }
     let wanted = settings.cluster.provider == Provider::Kind;
     match crate::cluster::kind::find_installed_kind(settings).await {
         Ok(cli) => Check::pass(

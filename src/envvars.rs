@@ -1,4 +1,5 @@
-//! Every environment variable devstack reads, in one place. The README's
+//! Every environment variable devstack reads, in one place, with those
+//! its libraries read for it (`PATH`, the proxy variables). The README's
 //! "Environment variables" table lists the same names; a unit test keeps
 //! the two in step.
 
@@ -11,13 +12,14 @@ pub const DEVSTACK_PROVIDER: &str = "DEVSTACK_PROVIDER";
 /// Kubeconfig context of an existing cluster, overriding the profile's;
 /// like `--context`, it implies the provider `existing`.
 pub const DEVSTACK_CONTEXT: &str = "DEVSTACK_CONTEXT";
-/// LocalStack host port, overriding the profile.
+/// LocalStack host port (a number, or `auto` for a free one), overriding the profile.
 pub const DEVSTACK_LOCALSTACK_PORT: &str = "DEVSTACK_LOCALSTACK_PORT";
 /// LocalStack image, overriding the profile.
 pub const DEVSTACK_LOCALSTACK_IMAGE: &str = "DEVSTACK_LOCALSTACK_IMAGE";
 /// Offline bundle directory (the kit's format), overriding the profile.
 pub const DEVSTACK_BUNDLE: &str = "DEVSTACK_BUNDLE";
-/// The kind CLI to drive (a path); else `kind` on `PATH`, else the bundle's.
+/// The kind CLI to drive (a path); else `kind` on `PATH`, else the bundle's,
+/// else the pinned release, fetched into the cache.
 pub const DEVSTACK_KIND: &str = "DEVSTACK_KIND";
 /// Registry mirrors for image pulls: `docker.io=URL,ghcr.io=URL`.
 pub const DEVSTACK_MIRRORS: &str = "DEVSTACK_MIRRORS";
@@ -29,8 +31,16 @@ pub const DEVSTACK_PINS: &str = "DEVSTACK_PINS";
 pub const DEVSTACK_HOME: &str = "DEVSTACK_HOME";
 /// LocalStack auth token, passed through to the container when set.
 pub const LOCALSTACK_AUTH_TOKEN: &str = "LOCALSTACK_AUTH_TOKEN";
-/// Docker engine address, as the Docker CLI reads it.
+/// Docker engine address, as the Docker CLI reads it; beats any context.
 pub const DOCKER_HOST: &str = "DOCKER_HOST";
+/// Docker CLI context naming the engine, beating config.json's `currentContext`.
+pub const DOCKER_CONTEXT: &str = "DOCKER_CONTEXT";
+/// The Docker CLI's configuration directory (config.json, the context store).
+pub const DOCKER_CONFIG: &str = "DOCKER_CONFIG";
+/// With `DOCKER_HOST`: TLS to the engine, verified with `DOCKER_CERT_PATH`'s CA.
+pub const DOCKER_TLS_VERIFY: &str = "DOCKER_TLS_VERIFY";
+/// Directory of ca.pem, cert.pem and key.pem for `DOCKER_TLS_VERIFY`.
+pub const DOCKER_CERT_PATH: &str = "DOCKER_CERT_PATH";
 /// Kubeconfig search path, as kubectl reads it.
 pub const KUBECONFIG: &str = "KUBECONFIG";
 /// Set in CI systems: progress is printed as plain lines.
@@ -43,6 +53,14 @@ pub const RUST_LOG: &str = "RUST_LOG";
 pub const XDG_STATE_HOME: &str = "XDG_STATE_HOME";
 /// The user's home directory.
 pub const HOME: &str = "HOME";
+/// Where the `kind` and `docker` CLIs are looked up.
+pub const PATH: &str = "PATH";
+/// Proxies for devstack's own downloads, honoured by its HTTP client
+/// (reqwest's system proxy); image pulls go through the Docker engine,
+/// which has proxy settings of its own.
+pub const HTTPS_PROXY: &str = "HTTPS_PROXY";
+pub const HTTP_PROXY: &str = "HTTP_PROXY";
+pub const NO_PROXY: &str = "NO_PROXY";
 
 /// All of the above with a one-line description, for the man page's
 /// ENVIRONMENT section and the README test.
@@ -62,7 +80,7 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     (
         DEVSTACK_LOCALSTACK_PORT,
-        "LocalStack host port (overrides the profile)",
+        "LocalStack host port, a number or `auto` for a free one (overrides the profile)",
     ),
     (
         DEVSTACK_LOCALSTACK_IMAGE,
@@ -70,11 +88,11 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     (
         DEVSTACK_BUNDLE,
-        "offline bundle directory (overrides the profile's `bundle`)",
+        "offline bundle directory (overrides `images.bundle`)",
     ),
     (
         DEVSTACK_KIND,
-        "path of the kind CLI (default: `kind` on PATH, else the offline bundle's `bin/kind`)",
+        "path of the kind CLI (default: `kind` on PATH, else the offline bundle's `bin/kind`, else the pinned kind release, fetched into the cache)",
     ),
     (
         DEVSTACK_MIRRORS,
@@ -98,7 +116,23 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     (
         DOCKER_HOST,
-        "Docker engine address (default: the local socket)",
+        "Docker engine address; beats any Docker context",
+    ),
+    (
+        DOCKER_CONTEXT,
+        "Docker context naming the engine (default: `currentContext` in $DOCKER_CONFIG/config.json, else the local socket)",
+    ),
+    (
+        DOCKER_CONFIG,
+        "the Docker CLI's configuration directory, holding config.json and the contexts (default: ~/.docker)",
+    ),
+    (
+        DOCKER_TLS_VERIFY,
+        "with DOCKER_HOST: TLS to the engine, verified with the CA in DOCKER_CERT_PATH",
+    ),
+    (
+        DOCKER_CERT_PATH,
+        "ca.pem, cert.pem and key.pem for DOCKER_TLS_VERIFY (default: DOCKER_CONFIG)",
     ),
     (
         KUBECONFIG,
@@ -112,6 +146,19 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     (XDG_STATE_HOME, "base of the default state directory"),
     (HOME, "home directory (state directory, default kubeconfig)"),
+    (
+        PATH,
+        "where the `kind` and `docker` CLIs are found (kind runs `docker`)",
+    ),
+    (
+        HTTPS_PROXY,
+        "proxy for devstack's HTTPS downloads (Flux's manifests, ESO's chart and CRDs, kind); image pulls use the Docker engine's own proxy settings",
+    ),
+    (
+        HTTP_PROXY,
+        "proxy for plain-HTTP downloads (a `DEVSTACK_DOWNLOAD_MIRROR` on http://)",
+    ),
+    (NO_PROXY, "hosts reached without the proxy, comma-separated"),
 ];
 
 /// Reads a variable, treating an empty value as unset.

@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use crate::signals::Signal;
+
 /// What class of failure this is; maps one-to-one to an exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -17,13 +19,17 @@ pub enum Kind {
     Unhealthy,
     /// Something devstack waited for did not happen within its deadline.
     Timeout,
-    /// Interrupted by Ctrl-C / SIGTERM.
+    /// Interrupted by a signal: Ctrl-C (SIGINT), SIGTERM or SIGHUP.
     Interrupted,
     /// Anything unexpected: an API failed, a bug.
     Internal,
 }
 
 impl Kind {
+    /// The exit code of an error of this kind. An interrupt exits with its
+    /// signal's code, 128 plus its number ([`Error::exit_code`]); 130,
+    /// Ctrl-C's, is the code of one no signal caused (a library caller
+    /// cancelled the run).
     pub fn exit_code(self) -> i32 {
         match self {
             Kind::Internal => 1,
@@ -31,7 +37,7 @@ impl Kind {
             Kind::Prerequisite => 3,
             Kind::Unhealthy => 4,
             Kind::Timeout => 5,
-            Kind::Interrupted => 130,
+            Kind::Interrupted => Signal::Interrupt.exit_code(),
         }
     }
 }
@@ -41,6 +47,8 @@ pub struct Error {
     message: String,
     hint: Option<String>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    /// The signal that interrupted the run, which decides its exit code.
+    signal: Option<Signal>,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -52,6 +60,7 @@ impl Error {
             message: message.into(),
             hint: None,
             source: None,
+            signal: None,
         }
     }
     pub fn user(message: impl Into<String>) -> Self {
@@ -73,6 +82,17 @@ impl Error {
         Self::new(Kind::Interrupted, "interrupted").with_hint(
             "run the same command again to converge, or `devstack down` to remove what was created",
         )
+    }
+
+    /// Says which signal interrupted the run (an [`Kind::Interrupted`]
+    /// error only: another error keeps its own code).
+    pub fn interrupted_by(self, signal: Signal) -> Self {
+        if self.kind != Kind::Interrupted {
+            return self;
+        }
+        let mut err = self.context(signal);
+        err.signal = Some(signal);
+        err
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
@@ -105,6 +125,17 @@ impl Error {
 
     pub fn kind(&self) -> Kind {
         self.kind
+    }
+    /// The process's exit code for this error: its kind's, or 128 + the
+    /// number of the signal that interrupted it.
+    pub fn exit_code(&self) -> i32 {
+        match self.signal {
+            Some(signal) => signal.exit_code(),
+            None => self.kind.exit_code(),
+        }
+    }
+    pub fn signal(&self) -> Option<Signal> {
+        self.signal
     }
     pub fn message(&self) -> &str {
         &self.message
@@ -168,5 +199,24 @@ where
     }
     fn internal(self, what: impl FnOnce() -> String) -> Result<T> {
         self.or_kind(Kind::Internal, what)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interrupt_exits_with_its_signals_code_and_names_it() {
+        assert_eq!(Error::interrupted().exit_code(), 130, "no signal: Ctrl-C's");
+        let err = Error::interrupted()
+            .context("rolled back")
+            .interrupted_by(Signal::Terminate);
+        assert_eq!(err.exit_code(), 143);
+        assert_eq!(err.message(), "SIGTERM: rolled back: interrupted");
+        assert_eq!(err.kind(), Kind::Interrupted);
+        let other = Error::timeout("slow").interrupted_by(Signal::Hangup);
+        assert_eq!(other.exit_code(), 5, "an error a signal did not cause");
+        assert_eq!(other.message(), "slow");
     }
 }

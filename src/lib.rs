@@ -26,6 +26,7 @@ pub mod logs;
 pub mod pipeline;
 pub mod profile;
 pub mod seed;
+pub mod signals;
 pub mod snapshot;
 pub mod stack;
 pub mod state;

@@ -231,10 +231,13 @@ impl StackLogs {
         }
         let name = localstack::container_name(settings);
         if docker::inspect(&self.docker, &name).await?.is_none() {
-            return Err(
-                Error::user(format!("LocalStack container {name} does not exist"))
-                    .with_hint("start it with `devstack localstack up`"),
-            );
+            return Err(Error::unhealthy(format!(
+                "stack `{}` has no LocalStack (no container {name})",
+                settings.name
+            ))
+            .with_hint(
+                "start it with `devstack localstack up`, or the whole stack with `devstack up`",
+            ));
         }
         Ok(vec![Source {
             label: Component::Localstack.as_str().into(),

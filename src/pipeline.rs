@@ -3,56 +3,87 @@
 //! owner of rollback: steps tell it what they create and how to remove it,
 //! and on an error or a cancellation it undoes exactly that, in reverse.
 //!
-//! Cancellation (Ctrl-C) is a token passed down: a step that must clean up
-//! after itself (the round trip's probes) watches the token and finishes
-//! its cleanup; other steps are abandoned at their next await point and
-//! what they created is undone by the rollback.
+//! Cancellation (Ctrl-C, SIGTERM or SIGHUP: [`crate::signals`]) is a token
+//! passed down: a step that must clean up after itself (the round trip's
+//! probes) watches the token and finishes its cleanup; other steps are
+//! abandoned at their next await point and what they created is undone by
+//! the rollback, which no signal stops: that would leave half a stack
+//! behind.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use serde::Serialize;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
+use crate::signals::{Signal, Signals};
 use crate::timeline::Timeline;
 use crate::ui::{Step, Ui};
 
 /// Removes one thing a step created.
 pub type Undo = Box<dyn FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send>;
 
-/// Ctrl-C as cancellation, for a run with a rollback: the first cancels
-/// the run (which then rolls back), a second one stops the rollback. The
-/// watcher ends with this value.
+/// The stopping signals as cancellation, for a run with a rollback: the
+/// first one cancels the run (which then rolls back); every one is also
+/// [`Interrupts::received`], where the rollback tells of those it ignores.
 pub struct Interrupts {
     pub cancel: CancellationToken,
-    pub stop: CancellationToken,
+    pub received: Received,
+    first: Arc<OnceLock<Signal>>,
     watcher: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Interrupts {
-    /// Watches for Ctrl-C when `enabled` (a library caller may handle
-    /// signals itself); otherwise the tokens are only cancelled by hand.
+    /// Listens for the signals when `enabled` (a library caller may handle
+    /// them itself); otherwise the token is only cancelled by hand.
     pub fn watch(enabled: bool) -> Self {
         let cancel = CancellationToken::new();
-        let stop = CancellationToken::new();
-        let watcher = enabled.then(|| {
-            let (cancel, stop) = (cancel.clone(), stop.clone());
+        let first = Arc::new(OnceLock::new());
+        let (received_tx, received_rx) = watch::channel((0, None));
+        // Listening starts here, not when the task first runs: a signal
+        // right after this call is already the run's.
+        let signals = enabled.then(Signals::listen).and_then(|listened| {
+            listened
+                .map_err(|e| tracing::warn!("cannot listen for signals: {e}"))
+                .ok()
+        });
+        let watcher = signals.map(|mut signals| {
+            let (cancel, first) = (cancel.clone(), first.clone());
             tokio::spawn(async move {
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    cancel.cancel();
-                    if tokio::signal::ctrl_c().await.is_ok() {
-                        stop.cancel();
+                for count in 1.. {
+                    let signal = signals.next().await;
+                    if first.set(signal).is_ok() {
+                        cancel.cancel();
+                    }
+                    if received_tx.send((count, Some(signal))).is_err() {
+                        return;
                     }
                 }
             })
         });
         Interrupts {
             cancel,
-            stop,
+            received: Received(received_rx),
+            first,
             watcher,
+        }
+    }
+
+    /// The signal that cancelled the run, if one did.
+    pub fn signal(&self) -> Option<Signal> {
+        self.first.get().copied()
+    }
+
+    /// `err` with the signal that cancelled the run, which decides its exit
+    /// code (an error a signal did not cause is returned as it is).
+    pub fn attribute(&self, err: Error) -> Error {
+        match self.signal() {
+            Some(signal) => err.interrupted_by(signal),
+            None => err,
         }
     }
 }
@@ -65,6 +96,31 @@ impl Drop for Interrupts {
     }
 }
 
+/// The signals a run has received: how many so far, and the last one.
+#[derive(Clone)]
+pub struct Received(watch::Receiver<(u64, Option<Signal>)>);
+
+impl Default for Received {
+    /// None ever arrives (a run no signal can cancel).
+    fn default() -> Self {
+        Received(watch::channel((0, None)).1)
+    }
+}
+
+impl Received {
+    /// The next signal to arrive.
+    async fn next(&mut self) -> Signal {
+        loop {
+            if self.0.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            if let (_, Some(signal)) = *self.0.borrow_and_update() {
+                return signal;
+            }
+        }
+    }
+}
+
 /// What a rollback did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -73,22 +129,16 @@ pub struct Rollback {
     pub undone: Vec<String>,
     /// Could not be removed: (what, why).
     pub failed: Vec<(String, String)>,
-    /// Not attempted: the rollback itself was stopped (a second Ctrl-C).
-    pub left: Vec<String>,
 }
 
 impl Rollback {
     pub fn complete(&self) -> bool {
-        self.failed.is_empty() && self.left.is_empty()
+        self.failed.is_empty()
     }
 
     /// Everything still there, for the user to remove.
     pub fn remaining(&self) -> Vec<String> {
-        self.failed
-            .iter()
-            .map(|(what, _)| what.clone())
-            .chain(self.left.iter().cloned())
-            .collect()
+        self.failed.iter().map(|(what, _)| what.clone()).collect()
     }
 }
 
@@ -162,26 +212,41 @@ impl Runner {
             .unwrap_or_default()
     }
 
-    /// Undoes everything recorded, newest first. `stop` (a second Ctrl-C)
-    /// abandons the rest, which is then reported as left.
-    pub async fn rollback(&self, stop: &CancellationToken) -> Rollback {
-        let created = self
+    /// Undoes everything recorded, newest first, to the end: a signal is
+    /// answered with a line saying what is still being removed (as are
+    /// those after the first, which stopped the run, before it starts).
+    pub async fn rollback(&self, received: &Received) -> Rollback {
+        let mut created = self
             .created
             .lock()
             .map(|mut c| std::mem::take(&mut *c))
             .unwrap_or_default();
+        created.reverse();
+        let names: Vec<String> = created.iter().map(|(what, _)| what.clone()).collect();
+        let ignored = |signal: Signal, at: usize| {
+            self.ui.warn(format!(
+                "{signal} ignored: finishing the rollback so that nothing is left; removing {}",
+                names[at..].join(", ")
+            ))
+        };
+        let mut received = received.clone();
+        let (count, last) = *received.0.borrow_and_update();
+        if let (2.., Some(signal)) = (count, last) {
+            ignored(signal, 0);
+        }
         let mut report = Rollback::default();
-        for (what, undo) in created.into_iter().rev() {
-            if stop.is_cancelled() {
-                report.left.push(what);
-                continue;
-            }
-            tokio::select! {
-                result = undo() => match result {
-                    Ok(()) => report.undone.push(what),
-                    Err(e) => report.failed.push((what, e.message().to_string())),
-                },
-                _ = stop.cancelled() => report.left.push(what),
+        for (at, (what, undo)) in created.into_iter().enumerate() {
+            let undo = undo();
+            tokio::pin!(undo);
+            let result = loop {
+                tokio::select! {
+                    result = &mut undo => break result,
+                    signal = received.next() => ignored(signal, at),
+                }
+            };
+            match result {
+                Ok(()) => report.undone.push(what),
+                Err(e) => report.failed.push((what, e.message().to_string())),
             }
         }
         report
@@ -200,7 +265,7 @@ impl Runner {
         err: Error,
         existed: bool,
         retain: bool,
-        stop: &CancellationToken,
+        received: &Received,
     ) -> Error {
         let created = self.created_names();
         if created.is_empty() {
@@ -218,7 +283,7 @@ impl Runner {
         }
         let step = self.ui.step("Rolling back");
         let span = self.timeline.span("Rolling back", None);
-        let rollback = self.rollback(stop).await;
+        let rollback = self.rollback(received).await;
         let _ = span.finish(if rollback.complete() { Ok(()) } else { Err(()) });
         if rollback.complete() {
             step.done(format!("removed {}", rollback.undone.join(", ")));
@@ -229,12 +294,7 @@ impl Runner {
         for (what, why) in &rollback.failed {
             self.ui.warn(format!("could not remove {what}: {why}"));
         }
-        let what = if rollback.left.is_empty() {
-            "rollback also failed"
-        } else {
-            "rollback stopped (second interrupt)"
-        };
-        err.context(format!("{what}; left behind: {remaining}"))
+        err.context(format!("rollback also failed; left behind: {remaining}"))
             .with_hint("`devstack down` removes the rest")
     }
 
@@ -480,7 +540,7 @@ mod tests {
             }
         }
         assert!(result.is_err() || (fail_at.is_none() && cancel_at.is_none()));
-        let rollback = runner.rollback(&CancellationToken::new()).await;
+        let rollback = runner.rollback(&Received::default()).await;
         let left = world.lock().unwrap().clone();
         (left, rollback)
     }
@@ -502,30 +562,45 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_cancelled_runner_starts_no_step_and_a_stopped_rollback_reports_what_is_left() {
+    async fn a_cancelled_runner_starts_no_step_and_later_signals_do_not_stop_its_rollback() {
         let cancel = CancellationToken::new();
         let runner = Runner::with_cancel(&Ui::silent(), cancel.clone());
+        let removed = Arc::new(Mutex::new(Vec::new()));
+        let (received_tx, received_rx) = watch::channel((0, None));
         for what in ["network", "localstack", "cluster"] {
-            runner.created(what, || Box::pin(async { Ok(()) }));
+            let (removed, received_tx) = (removed.clone(), received_tx.clone());
+            runner.created(what, move || {
+                Box::pin(async move {
+                    // A signal while this is being removed, and a pause in
+                    // which the rollback sees it.
+                    received_tx.send_modify(|(count, last)| {
+                        *count += 1;
+                        *last = Some(Signal::Terminate);
+                    });
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    removed.lock().unwrap().push(what);
+                    Ok(())
+                })
+            });
         }
         cancel.cancel();
         let ran = runner
             .step("after cancel", None, |_| async { Ok(((), String::new())) })
             .await;
         assert_eq!(ran.unwrap_err().kind(), crate::error::Kind::Interrupted);
-        let stop = CancellationToken::new();
-        stop.cancel();
-        let rollback = runner.rollback(&stop).await;
-        assert!(rollback.undone.is_empty());
-        assert_eq!(rollback.left, ["cluster", "localstack", "network"]);
-        assert_eq!(rollback.remaining(), ["cluster", "localstack", "network"]);
+        // The signal that stopped the run, and one after it.
+        received_tx.send((2, Some(Signal::Hangup))).unwrap();
+        let rollback = runner.rollback(&Received(received_rx)).await;
+        assert_eq!(rollback.undone, ["cluster", "localstack", "network"]);
+        assert_eq!(*removed.lock().unwrap(), rollback.undone);
+        assert!(rollback.complete() && rollback.remaining().is_empty());
 
         let runner = Runner::new(&Ui::silent());
         runner.created("a", || {
             Box::pin(async { Err(Error::internal("engine gone")) })
         });
         runner.created("b", || Box::pin(async { Ok(()) }));
-        let rollback = runner.rollback(&CancellationToken::new()).await;
+        let rollback = runner.rollback(&Received::default()).await;
         assert_eq!(rollback.undone, ["b"]);
         assert_eq!(
             rollback.failed,

@@ -8,8 +8,8 @@
 
 use std::fmt::Display;
 use std::io::Write;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use console::{Style, Term};
@@ -176,13 +176,10 @@ impl Ui {
     }
 
     /// Writes `text` to stdout as it is, `--json` or not (raw output: a
-    /// kubeconfig, exports); see `write_stdout` for a reader gone away.
-    /// Any other error is one of the output itself (a full disk), told on
-    /// stderr rather than a panic.
+    /// kubeconfig, exports); see [`write_stdout`] for a reader gone away
+    /// and for a write that fails.
     pub fn print(&self, text: impl Display) {
-        if let Err(e) = write_stdout(text.to_string().as_bytes()) {
-            self.warn(format!("cannot write to stdout: {e}"));
-        }
+        write_stdout(text.to_string().as_bytes());
     }
 
     /// Renders an error with its causes and hint to stderr.
@@ -323,10 +320,15 @@ impl Drop for Step {
     }
 }
 
-/// Set once stdout's reader has gone away.
-static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+/// Set once stdout's output has ended: its reader went away, or a write failed.
+static STDOUT_ENDED: AtomicBool = AtomicBool::new(false);
+/// Why a write to stdout failed (other than a reader gone away), for
+/// [`stdout_failure`].
+static STDOUT_FAILED: OnceLock<String> = OnceLock::new();
 
-/// Everything the commands print on stdout is written here.
+/// Everything the commands print on stdout is written here; `false` once
+/// the output has ended, so that a writer that would go on forever (`logs
+/// -f`) stops.
 ///
 /// A reader that closes its end early (`devstack completions bash | head
 /// -1`) has read all it wanted: that ends the output, not the command. The
@@ -338,22 +340,42 @@ static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 /// command's code; exiting at the first EPIPE would stop a command half-way
 /// just the same. So from the first EPIPE on, output is dropped as if
 /// written: the command finishes and exits with its own code (0 for one
-/// that only prints). Any other write error is returned. (`logs -f`, which
-/// would print forever, writes on its own and ends at the EPIPE.)
-fn write_stdout(text: &[u8]) -> std::io::Result<()> {
-    if STDOUT_CLOSED.load(Ordering::Relaxed) {
-        return Ok(());
+/// that only prints).
+///
+/// Any other failure (a full disk, `> /dev/full`) loses output the user
+/// asked for: the command still finishes, so that `up` is not stopped
+/// half-way, its later output is dropped, and the binary reports the
+/// failure once and exits non-zero ([`stdout_failure`]).
+pub fn write_stdout(text: &[u8]) -> bool {
+    if STDOUT_ENDED.load(Ordering::Relaxed) {
+        return false;
     }
     // One lock for the whole text, so that lines printed by concurrent
     // tasks do not interleave.
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(text).and_then(|()| stdout.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            STDOUT_CLOSED.store(true, Ordering::Relaxed);
-            Ok(())
+        Ok(()) => true,
+        Err(e) => {
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                let _ = STDOUT_FAILED.set(e.to_string());
+            }
+            STDOUT_ENDED.store(true, Ordering::Relaxed);
+            false
         }
-        other => other,
     }
+}
+
+/// The failed write to stdout, if one failed other than by its reader
+/// going away: the run lost output, and must not exit 0.
+pub fn stdout_failure() -> Option<Error> {
+    STDOUT_FAILED.get().map(stdout_error)
+}
+
+/// The error of a failed write to stdout (not a reader gone away).
+pub fn stdout_error(why: impl Display) -> Error {
+    Error::internal(format!("cannot write to stdout: {why}")).with_hint(
+        "the output is incomplete: free space where stdout goes (`df`), or send it elsewhere",
+    )
 }
 
 /// One line to stderr. Unlike `eprintln!`, a closed stderr (`2>&1 | head`)

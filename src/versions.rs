@@ -7,6 +7,27 @@
 
 use serde::Serialize;
 
+/// devstack's own build, from build.rs: the commit (short sha, `-dirty`
+/// when tracked files differed from it, `unknown` without git), the build
+/// day (UTC) and the target triple. A bug report names the exact build.
+pub mod build {
+    pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+    pub const COMMIT: &str = env!("DEVSTACK_BUILD_COMMIT");
+    pub const DATE: &str = env!("DEVSTACK_BUILD_DATE");
+    pub const TARGET: &str = env!("DEVSTACK_BUILD_TARGET");
+    /// What follows `devstack ` in `--version` and `devstack version`.
+    pub const LONG: &str = concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (commit ",
+        env!("DEVSTACK_BUILD_COMMIT"),
+        ", built ",
+        env!("DEVSTACK_BUILD_DATE"),
+        ", ",
+        env!("DEVSTACK_BUILD_TARGET"),
+        ")"
+    );
+}
+
 /// K3s node image: Kubernetes 1.32, out of upstream support and below Flux
 /// 2.9's minimum (see [`MATRIX`]); Kind is the default provider.
 pub const K3S_IMAGE: &str = "rancher/k3s:v1.32.0-k3s1";
@@ -304,7 +325,9 @@ pub struct Component {
     pub default: &'static str,
     /// What this release of devstack is tested with.
     pub tested_with: &'static str,
-    /// Newest upstream release known to devstack (late 2026).
+    /// Newest upstream release as of 2026-11-23, when the matrix was last
+    /// checked (ESO 2.14.0:
+    /// <https://github.com/external-secrets/external-secrets/releases/tag/v2.14.0>).
     pub newest_upstream: &'static str,
     pub support: Support,
     /// Why, in one line.
@@ -386,9 +409,9 @@ pub const MATRIX: &[Component] = &[
         name: "External Secrets Operator chart",
         default: ESO_CHART_VERSION,
         tested_with: ESO_CHART_VERSION,
-        newest_upstream: "2.14.0 (reported)",
+        newest_upstream: "2.14.0",
         support: Support::OutOfSupport,
-        support_note: "ESO supports only its current minor (2.14 reported); devstack is tested with 2.9.0, which upstream tests on Kubernetes 1.36; 0.19.x reached end of life on 2025-09-22",
+        support_note: "ESO supports only its current minor (2.14); devstack is tested with 2.9.0, which upstream tests on Kubernetes 1.36; 0.19.x reached end of life on 2025-09-22",
         kubernetes: Some(ESO_KUBERNETES),
     },
     Component {
@@ -396,7 +419,7 @@ pub const MATRIX: &[Component] = &[
         name: "External Secrets Operator image",
         default: ESO_IMAGE,
         tested_with: "v2.9.0",
-        newest_upstream: "v2.14.0 (reported)",
+        newest_upstream: "v2.14.0",
         support: Support::OutOfSupport,
         support_note: "the chart's default image",
         kubernetes: None,

@@ -43,19 +43,42 @@ impl Fetcher<'_> {
                 envvars::DEVSTACK_PINS
             ))
         })?;
+        // The index's digest says what was checked when the file came in,
+        // not what is on disk now: the file is hashed again before every
+        // use (the kind CLI devstack runs included). A file damaged or
+        // replaced since is fetched again; offline that fails, naming it.
+        let mut damaged = None;
         if let Some(found) = cache.find(wanted.kind, name, None, &wanted.version)
             && found.digest.as_deref() == Some(pin)
         {
-            return Ok(fetched(
-                wanted,
-                name,
-                Some(pin),
-                found.size.unwrap_or(0),
-                0,
-                Outcome::Cached,
-                None,
+            let path = cache.dir().join(&found.file);
+            let size = found.size.unwrap_or(0);
+            match sha256_file(&path) {
+                Ok(digest) if digest == pin => {
+                    return Ok(fetched(
+                        wanted,
+                        name,
+                        Some(pin),
+                        size,
+                        0,
+                        Outcome::Cached,
+                        None,
+                    ));
+                }
+                Ok(digest) => damaged = Some((path, digest)),
+                Err(e) => damaged = Some((path, format!("unreadable ({e})"))),
+            }
+        }
+        if let Some((path, _)) = &damaged {
+            (self.progress)(format!(
+                "the cached {name} at {} does not match its pin: fetching it again",
+                path.display()
             ));
         }
+        let refuse_damaged = |err: Error| match &damaged {
+            Some((path, digest)) => damaged_entry(name, path, pin, digest, Some(&err)),
+            None => err,
+        };
         let from = mirrors::download_url(self.download_mirror, url);
         let partial = cache.partial(file)?;
         let result = self.download(&from, &partial, name).await;
@@ -63,12 +86,14 @@ impl Fetcher<'_> {
             Ok(got) => got,
             Err(err) => {
                 let _ = std::fs::remove_file(&partial);
-                return Err(err);
+                return Err(refuse_damaged(err));
             }
         };
         if digest != pin {
             let _ = std::fs::remove_file(&partial);
-            return Err(mismatch(name, &from, pin, &digest, "download"));
+            return Err(refuse_damaged(mismatch(
+                name, &from, pin, &digest, "download",
+            )));
         }
         cache.commit(&partial, file)?;
         cache.record(Artifact {
@@ -96,7 +121,9 @@ impl Fetcher<'_> {
     async fn download(&self, url: &str, dest: &Path, name: &str) -> Result<(u64, String), Error> {
         let unreachable = |e: String| {
             Error::prerequisite(format!("cannot download {name} from {url}: {e}")).with_hint(format!(
-                "check network access; behind a proxy or mirror set {} (files are fetched from `<url>/<host>/<path>`); or use an offline bundle (--bundle, `devstack pull --bundle DIR` on a machine with access)",
+                "check network access; behind a proxy set {} (and {} for hosts it must not serve); with a mirror set {} (files are fetched from `<url>/<host>/<path>`); or use an offline bundle (--bundle, `devstack pull --bundle DIR` on a machine with access)",
+                envvars::HTTPS_PROXY,
+                envvars::NO_PROXY,
                 envvars::DEVSTACK_DOWNLOAD_MIRROR
             ))
         };
@@ -138,31 +165,69 @@ impl Fetcher<'_> {
         cache: &mut Cache,
         wanted: &Wanted,
     ) -> Result<Fetched, Error> {
-        let Origin::Image(reference) = &wanted.origin else {
-            unreachable!("image() is given images");
-        };
-        let name = ImageName::parse(reference);
-        let repository = name.local_repository();
-        let local = format!("{repository}:{}", name.tag);
+        let (reference, name, repository, local) = image_names(wanted);
         // A digest the profile writes into the reference is its own pin.
         let pin = reference
             .split_once('@')
             .map(|(_, digest)| digest)
             .filter(|digest| super::pins::is_sha256(digest))
             .or_else(|| self.pins.image(reference));
+        // Hashing every tarball (GiBs) would cost a warm `up` seconds, so
+        // a cached tarball is checked for its size here, which catches a
+        // truncated or partly overwritten file, and for its content when it
+        // is loaded: `docker load` checks each layer against the image's
+        // content-addressed config, and a node's containerd checks each
+        // blob against its digest, so damaged bytes fail the import.
+        let mut damaged = None;
         if let Some(found) = cache.find("image", &repository, Some(&name.tag), &name.tag)
             && (pin.is_none() || found.digest.as_deref() == pin)
         {
-            return Ok(fetched(
-                wanted,
-                &local,
-                pin,
-                found.size.unwrap_or(0),
-                0,
-                Outcome::Cached,
-                None,
+            let path = cache.dir().join(&found.file);
+            let on_disk = std::fs::metadata(&path).map(|m| m.len()).ok();
+            match found.size {
+                Some(size) if on_disk != Some(size) => {
+                    let now = on_disk.map_or("unreadable".to_string(), |n| format!("{n} bytes"));
+                    damaged = Some((path, format!("{size} bytes"), now));
+                }
+                size => {
+                    return Ok(fetched(
+                        wanted,
+                        &local,
+                        pin,
+                        size.unwrap_or(0),
+                        0,
+                        Outcome::Cached,
+                        None,
+                    ));
+                }
+            }
+        }
+        if let Some((path, _, _)) = &damaged {
+            (self.progress)(format!(
+                "the cached {local} at {} is not the size it was saved with: fetching it again",
+                path.display()
             ));
         }
+        self.image_into_cache(docker, cache, wanted, pin)
+            .await
+            .map_err(|err| match &damaged {
+                Some((path, expected, found)) => {
+                    damaged_entry(&local, path, expected, found, Some(&err))
+                }
+                None => err,
+            })
+    }
+
+    /// An image not (or no longer) in the cache: saved from the Docker
+    /// engine when it holds `pin`, else pulled and checked, then saved.
+    async fn image_into_cache(
+        &self,
+        docker: &bollard::Docker,
+        cache: &mut Cache,
+        wanted: &Wanted,
+        pin: Option<&str>,
+    ) -> Result<Fetched, Error> {
+        let (reference, name, repository, local) = image_names(wanted);
         let mirror = mirrors::pull_reference(self.mirrors, reference);
         let (outcome, downloaded, digest) = match self
             .held_digest(docker, &local, &repository, mirror.as_deref(), pin)
@@ -267,7 +332,7 @@ impl Fetcher<'_> {
                     docker::docker_message(&e)
                 ))
                 .with_hint(format!(
-                    "check network access to the registry; behind a registry mirror set `images.mirrors` or {} (e.g. `docker.io=https://mirror.example.com`); or use an offline bundle (--bundle)",
+                    "check network access to the registry (the Docker engine pulls: behind a proxy, set the engine's proxy, not devstack's); behind a registry mirror set `images.mirrors` or {} (e.g. `docker.io=https://mirror.example.com`); or use an offline bundle (--bundle)",
                     envvars::DEVSTACK_MIRRORS
                 ))
             })?;
@@ -375,6 +440,49 @@ fn fetched(
     }
 }
 
+/// The sha256 of a file, as pins write it (`sha256:<hex>`), read in
+/// blocks: a warm `up` hashes every cached file it uses (measured in
+/// docs/offline.md, "Cache verification").
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1024 * 1024];
+    loop {
+        let read = file.read(&mut buffer)?;
+        if read == 0 {
+            break;
+        }
+        hasher.update(&buffer[..read]);
+    }
+    Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
+}
+
+/// The refusal of a cache entry whose file is no longer what was checked
+/// when it entered the cache (`found`: its digest now, or why it cannot be
+/// read), with why fetching it again failed (`refetch`).
+pub fn damaged_entry(
+    name: &str,
+    path: &Path,
+    expected: &str,
+    found: &str,
+    refetch: Option<&Error>,
+) -> Error {
+    let refetch = refetch
+        .map(|e| format!("; fetching it again failed: {}", e.message()))
+        .unwrap_or_default();
+    Error::prerequisite(format!(
+        "the cached {name} at {} is damaged or was replaced since it was fetched: it is {found}, \
+         not {expected}, and devstack does not use it{refetch}",
+        path.display()
+    ))
+    .with_hint(format!(
+        "run `devstack pull` where its source answers (or with {} set to a mirror): it fetches \
+         {name} again and replaces the file; offline, use an offline bundle (--bundle)",
+        envvars::DEVSTACK_DOWNLOAD_MIRROR
+    ))
+}
+
 /// The refusal of an artifact whose bytes are not the ones pinned.
 fn mismatch(name: &str, from: &str, expected: &str, received: &str, what: &str) -> Error {
     Error::prerequisite(format!(
@@ -417,4 +525,15 @@ impl Shown {
         };
         progress(format!("{name}: {size}"));
     }
+}
+/// An image's reference as the profile gives it, parsed, and the
+/// repository and `repository:tag` it has in the engine and the cache.
+fn image_names(wanted: &Wanted) -> (&str, ImageName, String, String) {
+    let Origin::Image(reference) = &wanted.origin else {
+        unreachable!("image() is given images");
+    };
+    let name = ImageName::parse(reference);
+    let repository = name.local_repository();
+    let local = format!("{repository}:{}", name.tag);
+    (reference, name, repository, local)
 }

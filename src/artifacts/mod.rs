@@ -421,6 +421,78 @@ async fn fetch_file(settings: &Settings, wanted: &Wanted) -> Result<PathBuf, Err
     Ok(dir.join(file_of(wanted)))
 }
 
+/// The bytes of a file of `bundle` (an offline bundle, or devstack's cache
+/// read as one), checked against the sha256 its index records: read once
+/// and hashed in memory, what the reader would read anyway, so the check
+/// costs a few milliseconds. An entry without a digest is read as it is.
+pub fn read_checked(
+    settings: &Settings,
+    bundle: &crate::bundle::Bundle,
+    artifact: &crate::bundle::Artifact,
+) -> Result<Vec<u8>, Error> {
+    use sha2::Digest;
+    let path = bundle.path_of(artifact);
+    let bytes = std::fs::read(&path).map_err(|e| {
+        Error::user(format!("cannot read {}: {e}", path.display()))
+            .with_hint("rebuild the bundle with `make kit`, or fill the cache with `devstack pull`")
+    })?;
+    let found = format!("sha256:{}", hex::encode(sha2::Sha256::digest(&bytes)));
+    match artifact.digest.as_deref() {
+        Some(expected) if expected != found => Err(damaged(settings, bundle, artifact, &found)),
+        _ => Ok(bytes),
+    }
+}
+
+/// Hashes a file of `bundle` (or the cache) against the sha256 its index
+/// records, for a file used by its path (an executable about to run).
+pub fn check_file(
+    settings: &Settings,
+    bundle: &crate::bundle::Bundle,
+    artifact: &crate::bundle::Artifact,
+) -> Result<(), Error> {
+    let Some(expected) = artifact.digest.as_deref() else {
+        return Ok(());
+    };
+    let found = fetch::sha256_file(&bundle.path_of(artifact))
+        .unwrap_or_else(|e| format!("unreadable ({e})"));
+    if found == expected {
+        return Ok(());
+    }
+    Err(damaged(settings, bundle, artifact, &found))
+}
+
+/// The refusal of a file that is not what its index says: the cache's
+/// hint re-fetches, a bundle's has it copied or rebuilt.
+fn damaged(
+    settings: &Settings,
+    bundle: &crate::bundle::Bundle,
+    artifact: &crate::bundle::Artifact,
+    found: &str,
+) -> Error {
+    let path = bundle.path_of(artifact);
+    let expected = artifact.digest.as_deref().unwrap_or_default();
+    if bundle.dir == settings.artifact_cache() {
+        fetch::damaged_entry(&artifact.name, &path, expected, found, None)
+    } else {
+        damaged_in_bundle(&artifact.name, &path, &bundle.dir, expected, found)
+    }
+}
+
+/// The refusal of an offline bundle's file that is not what the bundle's
+/// index says (`found`: its digest now).
+fn damaged_in_bundle(name: &str, path: &Path, bundle: &Path, expected: &str, found: &str) -> Error {
+    Error::prerequisite(format!(
+        "the offline bundle's {name} at {} is damaged or was replaced: it is {found}, not \
+         {expected} as the bundle's index says, and devstack does not use it",
+        path.display()
+    ))
+    .with_hint(format!(
+        "copy the bundle {} again, or rebuild it (`devstack pull --bundle DIR` where the network \
+         answers, or `make kit`)",
+        bundle.display()
+    ))
+}
+
 /// Whether the kind CLI could be fetched now (its URL, through the download
 /// mirror, answers within a few seconds): `Err` says where it was asked and why not.
 pub async fn kind_reachable(settings: &Settings) -> Result<String, String> {
@@ -509,6 +581,7 @@ fn lock_path(settings: &Settings, dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::Digest;
 
     #[test]
     fn the_default_profile_needs_pinned_artifacts_only() {
@@ -566,6 +639,186 @@ spec: {template: {spec: {containers: [{name: manager, image: ghcr.io/fluxcd/noti
         );
         settings.cluster.version = None;
         check_version(&settings, &pins).expect("an explicit image stays free");
+    }
+
+    /// Serves `body` to every request on a local port, as a download
+    /// mirror does; the port.
+    async fn serve(body: &'static [u8]) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(body).await;
+            }
+        });
+        port
+    }
+
+    /// The kind CLI in a cache under a temporary DEVSTACK_HOME, damaged on
+    /// disk after its download: offline it is refused naming its path and
+    /// the command that fetches it again; online it is fetched again.
+    #[tokio::test]
+    async fn a_damaged_cached_kind_is_refused_offline_and_fetched_again_online() {
+        const KIND: &[u8] = b"#!/bin/sh\necho kind v0.33.0\n";
+        let home = tempfile::tempdir().unwrap();
+        let pin = kind_cli_pin().unwrap();
+        let pins = home.path().join("pins.json");
+        let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(KIND)));
+        let pins_file = serde_json::json!({
+            "apiVersion": "devstack.dev/v1alpha1", "kind": "Pins",
+            "files": {pin.url: digest},
+        });
+        std::fs::write(&pins, pins_file.to_string()).unwrap();
+        let mut settings = Settings::builtin(&Default::default()).unwrap();
+        settings.state_dir = home.path().join("state");
+        settings.images.pins_file = Some(pins);
+        let online = format!("http://127.0.0.1:{}", serve(KIND).await);
+        let offline = "http://127.0.0.1:9".to_string();
+
+        settings.images.download_mirror = Some(online.clone());
+        let path = fetch_kind(&settings).await.unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), KIND);
+        // Cached now: fetched from nowhere.
+        settings.images.download_mirror = Some(offline.clone());
+        assert_eq!(fetch_kind(&settings).await.unwrap(), path);
+
+        std::fs::write(&path, b"#!/bin/sh\necho replaced\n").unwrap();
+        let err = fetch_kind(&settings).await.unwrap_err();
+        assert_eq!(err.kind(), crate::Kind::Prerequisite);
+        let message = err.message();
+        assert!(
+            message.contains(&format!("the cached kind at {}", path.display()))
+                && message.contains("damaged")
+                && message.contains(&digest)
+                && message.contains("fetching it again failed"),
+            "{message}"
+        );
+        let hint = err.hint().unwrap();
+        assert!(hint.contains("`devstack pull`"), "{hint}");
+        assert_ne!(std::fs::read(&path).unwrap(), KIND, "nothing was fetched");
+
+        settings.images.download_mirror = Some(online);
+        assert_eq!(fetch_kind(&settings).await.unwrap(), path);
+        assert_eq!(std::fs::read(&path).unwrap(), KIND, "fetched again");
+    }
+
+    /// An image tarball in the cache no longer the size it was saved with
+    /// is not used: with no engine to save or pull it again from, the
+    /// error names the file and the fix.
+    #[tokio::test]
+    async fn a_truncated_cached_image_is_refused_naming_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cache = cache::Cache::open(dir.path()).unwrap();
+        let file = "images/devstack-test-1.tar";
+        let partial = cache.partial(file).unwrap();
+        std::fs::write(&partial, vec![7u8; 4096]).unwrap();
+        let path = cache.commit(&partial, file).unwrap();
+        cache
+            .record(crate::bundle::Artifact {
+                kind: "image".into(),
+                role: None,
+                name: "example.invalid/devstack-test".into(),
+                tag: Some("1".into()),
+                version: Some("1".into()),
+                digest: None,
+                size: Some(4096),
+                file: file.into(),
+            })
+            .unwrap();
+        let pins = Pins::default();
+        let mirrors = Default::default();
+        let fetcher = fetch::Fetcher {
+            pins: &pins,
+            mirrors: &mirrors,
+            download_mirror: None,
+            progress: &|_| {},
+        };
+        let wanted = Wanted {
+            kind: "image",
+            role: None,
+            version: "1".into(),
+            origin: Origin::Image("example.invalid/devstack-test:1".into()),
+        };
+        let absent = crate::docker::absent();
+        let got = fetcher.image(&absent, &mut cache, &wanted).await.unwrap();
+        assert_eq!(got.outcome, Outcome::Cached);
+
+        std::fs::write(&path, vec![7u8; 1000]).unwrap();
+        let err = fetcher
+            .image(&absent, &mut cache, &wanted)
+            .await
+            .unwrap_err();
+        let message = err.message();
+        assert!(
+            message.contains(&format!("at {} is damaged", path.display()))
+                && message.contains("1000 bytes, not 4096 bytes"),
+            "{message}"
+        );
+        assert!(err.hint().unwrap().contains("`devstack pull`"));
+    }
+
+    /// A bundle's files are checked against its index before use: a
+    /// damaged one is refused naming it, with the fix for where it lives
+    /// (a bundle is copied again, devstack's cache pulled again).
+    #[test]
+    fn damaged_files_of_a_bundle_or_the_cache_are_refused_with_their_fix() {
+        let home = tempfile::tempdir().unwrap();
+        let mut settings = Settings::builtin(&Default::default()).unwrap();
+        settings.state_dir = home.path().join("state");
+        let user_bundle = home.path().join("bundle");
+        for dir in [user_bundle, settings.artifact_cache()] {
+            let mut cache = cache::Cache::open(&dir).unwrap();
+            let partial = cache.partial("bin/kind").unwrap();
+            std::fs::write(&partial, b"kind").unwrap();
+            let path = cache.commit(&partial, "bin/kind").unwrap();
+            cache
+                .record(crate::bundle::Artifact {
+                    kind: "binary".into(),
+                    role: None,
+                    name: "kind".into(),
+                    tag: None,
+                    version: Some("v0.33.0".into()),
+                    digest: Some(fetch::sha256_file(&path).unwrap()),
+                    size: Some(4),
+                    file: "bin/kind".into(),
+                })
+                .unwrap();
+            let bundle = crate::bundle::Bundle::open(&dir).unwrap();
+            let artifact = bundle.artifact("binary").unwrap();
+            check_file(&settings, &bundle, artifact).unwrap();
+            assert_eq!(read_checked(&settings, &bundle, artifact).unwrap(), b"kind");
+
+            std::fs::write(&path, b"kinD").unwrap();
+            let errors = [
+                check_file(&settings, &bundle, artifact).unwrap_err(),
+                read_checked(&settings, &bundle, artifact).unwrap_err(),
+            ];
+            for err in errors {
+                assert!(
+                    err.message()
+                        .contains(&format!("kind at {} is damaged", path.display())),
+                    "{}",
+                    err.message()
+                );
+                let hint = err.hint().unwrap();
+                if dir == settings.artifact_cache() {
+                    assert!(hint.contains("`devstack pull`"), "{hint}");
+                } else {
+                    assert!(
+                        hint.contains(&format!("copy the bundle {}", dir.display())),
+                        "{hint}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -139,8 +139,8 @@ engine_provider!(
 );
 
 engine_provider!(
-    /// Kind clusters, created and deleted with the `kind` CLI, their node
-    /// containers on the engine it is given.
+    /// Kind clusters, created with the `kind` CLI and deleted through the
+    /// engine it is given, which runs their node containers.
     Kind,
     Provider::Kind,
     exists: kind::any_node,

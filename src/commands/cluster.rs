@@ -70,12 +70,14 @@ pub async fn up(
     let interrupts = Interrupts::watch(true);
     let runner = Runner::with_cancel(&ctx.ui, interrupts.cancel.clone());
     let existed = cluster::exists(engine, settings).await?;
+    crate::stack::record_new_state_dir(&runner, settings);
     let provisioned = match cluster::provision_step(&runner, engine, settings, options).await {
         Ok(provisioned) => provisioned,
         Err(err) => {
-            return Err(runner
-                .roll_back_after(err, existed, retain, &interrupts.stop)
-                .await);
+            let err = runner
+                .roll_back_after(err, existed, retain, &interrupts.received)
+                .await;
+            return Err(interrupts.attribute(err));
         }
     };
     let info = &provisioned.info;

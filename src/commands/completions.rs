@@ -1,14 +1,11 @@
 //! `devstack completions SHELL`: a shell completion script, from the CLI's
 //! own definition.
 
-use clap::CommandFactory;
-
-use crate::cli::Cli;
 use crate::commands::Context;
 use crate::error::Error;
 
 pub fn run(ctx: &Context, shell: clap_complete::Shell) -> Result<i32, Error> {
-    let mut command = Cli::command();
+    let mut command = crate::cli::command();
     // clap_complete panics when a write fails: it writes to memory, which
     // cannot fail, and the UI's stdout deals with a reader gone away.
     let mut script = Vec::new();

@@ -12,6 +12,13 @@ pub async fn run(ctx: &Context) -> Result<i32, Error> {
         Ok(read) => read,
         Err(err) => {
             step.fail("cannot read it");
+            // `--json` prints a list of findings whatever the stack, as
+            // `status --json` prints its rows: here, that it does not exist.
+            if ctx.ui.json() && err.kind() == Kind::Unhealthy {
+                let findings = [diagnose::stack_missing(&settings)];
+                ctx.ui
+                    .emit_json(&serde_json::to_value(findings).expect("findings serialize"));
+            }
             return Err(err);
         }
     };

@@ -2,7 +2,7 @@
 
 use crate::commands::Context;
 use crate::doctor::{self, Status};
-use crate::error::{Error, Kind};
+use crate::error::Error;
 
 pub async fn run(ctx: &Context) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
@@ -29,17 +29,13 @@ pub async fn run(ctx: &Context) -> Result<i32, Error> {
             .filter(|c| c.status == Status::Fail)
             .count();
         ctx.ui.out(if report.ok {
-            format!("profile `{}` can run here", report.stack)
+            format!("{} can run here", report.subject())
         } else {
             format!(
-                "profile `{}` cannot run here: {failed} check(s) failed",
-                report.stack
+                "{} cannot run here: {failed} check(s) failed",
+                report.subject()
             )
         });
     }
-    Ok(if report.ok {
-        0
-    } else {
-        Kind::Prerequisite.exit_code()
-    })
+    Ok(report.exit_code)
 }

@@ -70,13 +70,9 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
             }
             Ok(0)
         }
-        LocalstackCommand::Logs { tail, follow } => {
+        LocalstackCommand::Logs(lines) => {
             let settings = ctx.settings(|_| {})?;
-            let options = crate::logs::Options {
-                tail: Some(tail as u64),
-                follow,
-                since: None,
-            };
+            let options = super::logs::options(&lines);
             let component = Some(crate::logs::Component::Localstack);
             super::logs::show(ctx, &settings, component, options).await
         }
@@ -133,7 +129,8 @@ async fn up_in_cluster(ctx: &Context, settings: &Settings) -> Result<i32, Error>
 }
 
 /// Holds a port-forward to LocalStack in the cluster open until Ctrl-C,
-/// after one health check through it, with the variables that reach it.
+/// SIGTERM or SIGHUP, after one health check through it, with the
+/// variables that reach it.
 async fn forward(
     ctx: &Context,
     settings: &Settings,

@@ -2,32 +2,39 @@
 //! stack's components ([`crate::logs`]), merged, each line prefixed by its
 //! source when there are several.
 
-use std::io::Write;
-
 use futures::StreamExt;
 
-use crate::cli::LogsArgs;
+use crate::cli::{LogLines, LogsArgs};
 use crate::commands::Context;
 use crate::docker;
 use crate::error::Error;
 use crate::logs::{Component, Failure, Line, Options, StackLogs, in_written_order};
 use crate::profile::Settings;
+use crate::signals::Signals;
 
 /// Lines of each source printed when neither --tail nor --since says.
 pub const DEFAULT_TAIL: u64 = 200;
 
 pub async fn run(ctx: &Context, args: LogsArgs) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
-    let options = Options {
-        tail: args.tail.or((args.since.is_none()).then_some(DEFAULT_TAIL)),
-        follow: args.follow,
-        since: args.since.map(|d| d.get()),
-    };
+    let options = options(&args.lines);
     show(ctx, &settings, args.component.map(Into::into), options).await
 }
 
+/// What `--tail`, `-f` and `--since` ask for, of `logs` and `localstack logs` alike.
+pub fn options(lines: &LogLines) -> Options {
+    Options {
+        tail: lines
+            .tail
+            .or((lines.since.is_none()).then_some(DEFAULT_TAIL)),
+        follow: lines.follow,
+        since: lines.since.map(|d| d.get()),
+    }
+}
+
 /// Prints the logs of `component` (`None`: every component's) until they
-/// end, or with `follow` until Ctrl-C, which ends it with exit 0.
+/// end, or with `follow` until Ctrl-C, SIGTERM or SIGHUP: the way a follow
+/// is meant to end, so with exit 0.
 pub async fn show(
     ctx: &Context,
     settings: &Settings,
@@ -51,19 +58,20 @@ pub async fn show(
     let mut lines = logs.stream(options);
     let mut failures = Vec::new();
     if options.follow {
-        let interrupted = tokio::signal::ctrl_c();
-        tokio::pin!(interrupted);
+        // Listening before the first line is read: a signal after it ends
+        // the follow instead of the process.
+        let mut signals = Signals::listen()
+            .map_err(|e| Error::internal(format!("cannot listen for signals: {e}")))?;
         loop {
-            // Ctrl-C polled first: its handler is in place before the first line.
             let next = tokio::select! {
                 biased;
-                _ = &mut interrupted => break,
+                _ = signals.next() => break,
                 next = lines.next() => next,
             };
             match next {
                 None => break,
                 Some(Ok(line)) => {
-                    if out.write(&line).is_err() {
+                    if !out.write(&line) {
                         break;
                     }
                 }
@@ -79,7 +87,7 @@ pub async fn show(
             }
         }
         for line in in_written_order(read) {
-            if out.write(&line).is_err() {
+            if !out.write(&line) {
                 break;
             }
         }
@@ -155,11 +163,10 @@ impl Output {
         }
     }
 
-    /// Fails when stdout is closed (`| head`): the reader has seen enough.
-    fn write(&mut self, line: &Line) -> std::io::Result<()> {
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "{}", self.render(line))?;
-        stdout.flush()
+    /// `false` once stdout's output has ended: its reader closed (`| head`)
+    /// and has seen enough, or a write failed (the binary reports that).
+    fn write(&mut self, line: &Line) -> bool {
+        crate::ui::write_stdout(format!("{}\n", self.render(line)).as_bytes())
     }
 }
 

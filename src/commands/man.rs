@@ -3,11 +3,9 @@
 
 use std::path::Path;
 
-use clap::CommandFactory;
-
 use clap_mangen::roff::{Roff, bold, italic, roman};
 
-use crate::cli::{Cli, ManArgs};
+use crate::cli::ManArgs;
 use crate::commands::Context;
 use crate::envvars;
 use crate::error::{Error, ResultExt};
@@ -27,17 +25,12 @@ pub fn run(ctx: &Context, args: ManArgs) -> Result<i32, Error> {
 /// The page of the command at `path` (`[]`: devstack itself; `["snapshot",
 /// "save"]`), named `devstack-snapshot-save` as its file would be.
 pub fn render(path: &[String]) -> Result<Vec<u8>, Error> {
-    let mut command = Cli::command();
-    // Building names each subcommand `devstack-...` and gives it the global options.
-    command.build();
+    // Built: each subcommand is named `devstack-...` and has the global options.
+    let command = crate::cli::documented_command();
     let mut found = &command;
     for (depth, name) in path.iter().enumerate() {
         found = found.find_subcommand(name).ok_or_else(|| {
-            let known: Vec<&str> = found
-                .get_subcommands()
-                .map(|c| c.get_name())
-                .filter(|n| *n != "help")
-                .collect();
+            let known: Vec<&str> = found.get_subcommands().map(|c| c.get_name()).collect();
             Error::user(format!(
                 "`devstack {}` is not a command",
                 path[..=depth].join(" ")
@@ -69,9 +62,7 @@ pub fn write_all(dir: &Path) -> Result<usize, Error> {
         render_page(command, root, &mut std::fs::File::create(file)?)?;
         Ok(written + 1)
     }
-    let mut command = Cli::command().disable_help_subcommand(true);
-    command.build();
-    write(&command, true, dir).map_err(unwritable)
+    write(&crate::cli::documented_command(), true, dir).map_err(unwritable)
 }
 
 /// Renders `command`'s page. devstack's own (`root`) also has the sections
@@ -145,7 +136,7 @@ fn program_sections() -> Roff {
 const FILES: &[(&str, &str)] = &[
     (
         "$DEVSTACK_HOME",
-        "the state directory: $XDG_STATE_HOME/devstack when DEVSTACK_HOME is unset, else \
+        "the state directory: DEVSTACK_HOME when it is set, else $XDG_STATE_HOME/devstack, else \
          ~/.local/state/devstack",
     ),
     (

@@ -28,6 +28,19 @@ fn validate(ctx: &Context, files: &[std::path::PathBuf]) -> Result<i32, Error> {
             .and_then(|loaded| profile::Settings::resolve(loaded, &profile::Overrides::default()))
             .and_then(|settings| {
                 crate::gitops::repository::preflight(&settings)?;
+                // As `up` refuses it in preflight: a version no node image is pinned for.
+                let pins = crate::artifacts::Pins::load(settings.images.pins_file.as_deref())?;
+                crate::artifacts::check_version(&settings, &pins).map_err(|err| {
+                    let named = Error::user(format!(
+                        "invalid profile {}: {}",
+                        settings.profile,
+                        err.message()
+                    ));
+                    match err.hint() {
+                        Some(hint) => named.with_hint(hint),
+                        None => named,
+                    }
+                })?;
                 Ok(settings)
             });
         match outcome {
@@ -39,7 +52,13 @@ fn validate(ctx: &Context, files: &[std::path::PathBuf]) -> Result<i32, Error> {
                     settings.name,
                     settings.cluster.provider.as_str()
                 ));
-                results.push(json!({"file": file, "valid": true, "name": settings.name}));
+                for notice in &settings.notices {
+                    ctx.ui.warn(format!("{}: {notice}", file.display()));
+                }
+                results.push(json!({
+                    "file": file, "valid": true, "name": settings.name,
+                    "notices": settings.notices,
+                }));
             }
             Err(err) => {
                 failed += 1;

@@ -1,10 +1,12 @@
 //! `devstack status`: renders the health model ([`crate::health`]) as a
-//! table or JSON; `--wait` polls it until the stack is settled.
+//! table or JSON; `--wait` polls it until the stack is settled, or a
+//! signal stops the wait.
 
 use crate::cli::StatusArgs;
 use crate::commands::Context;
-use crate::error::Error;
+use crate::error::{Error, Kind};
 use crate::health::{self, StatusRow};
+use crate::signals::Signals;
 use crate::ui::Table;
 
 pub async fn run(ctx: &Context, args: StatusArgs) -> Result<i32, Error> {
@@ -12,10 +14,21 @@ pub async fn run(ctx: &Context, args: StatusArgs) -> Result<i32, Error> {
     let report = match args.wait {
         None => health::collect(&settings).await,
         Some(limit) => {
-            health::wait_settled(&settings, limit.get(), &|what| {
-                ctx.ui.info(format!("waiting for {what}"))
-            })
-            .await
+            let mut signals = Signals::listen()
+                .map_err(|e| Error::internal(format!("cannot listen for signals: {e}")))?;
+            let progress = |what: &str| ctx.ui.info(format!("waiting for {what}"));
+            let waited = health::wait_settled(&settings, limit.get(), &progress);
+            tokio::select! {
+                report = waited => report,
+                signal = signals.next() => {
+                    return Err(Error::new(
+                        Kind::Interrupted,
+                        format!("stopped waiting for stack `{}` to settle", settings.name),
+                    )
+                    .with_hint("nothing was changed; `devstack status` shows where it stands")
+                    .interrupted_by(signal));
+                }
+            }
         }
     };
     if ctx.ui.json() {

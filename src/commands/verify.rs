@@ -1,4 +1,5 @@
-//! `devstack verify`: the round trip, cancellable with Ctrl-C.
+//! `devstack verify`: the round trip, cancellable with Ctrl-C, SIGTERM or
+//! SIGHUP.
 
 use crate::cli::VerifyArgs;
 use crate::commands::Context;
@@ -12,15 +13,17 @@ pub async fn run(ctx: &Context, args: VerifyArgs) -> Result<i32, Error> {
     let reached = crate::localstack::in_cluster::reach(&settings).await?;
     let settings = &reached.settings;
     let client = crate::k8s::stack_client(settings).await?;
-    // Ctrl-C stops the checks; the probe objects are still removed. The
-    // round trip's cleanup is bounded, so it watches only the first Ctrl-C.
+    // A signal stops the checks; the probe objects are still removed. The
+    // round trip's cleanup is bounded, so it watches only the first signal.
     let interrupts = Interrupts::watch(true);
     let options = VerifyOptions {
         push_secret: args.push_secret,
         timeout: None,
         cancel: Some(interrupts.cancel.clone()),
     };
-    let result = verify::run(settings, &client, options, &ctx.ui).await;
+    let result = verify::run(settings, &client, options, &ctx.ui)
+        .await
+        .map_err(|e| interrupts.attribute(e));
     drop(interrupts);
     let report = match result {
         Ok(report) => report,

@@ -8,14 +8,19 @@ use crate::commands::Context;
 use crate::envvars;
 use crate::error::Error;
 use crate::ui::Table;
-use crate::versions::{self, MATRIX};
+use crate::versions::{self, MATRIX, build};
 
 pub fn run(ctx: &Context) -> Result<i32, Error> {
     let pins_file = envvars::get(envvars::DEVSTACK_PINS).map(std::path::PathBuf::from);
     let pins = Pins::load(pins_file.as_deref())?;
     if ctx.ui.json() {
         ctx.ui.emit_json(&json!({
-            "devstack": env!("CARGO_PKG_VERSION"),
+            "devstack": build::VERSION,
+            "build": {
+                "commit": build::COMMIT,
+                "date": build::DATE,
+                "target": build::TARGET,
+            },
             "components": MATRIX,
             "kubernetes": {
                 "flux": versions::FLUX_KUBERNETES,
@@ -25,8 +30,7 @@ pub fn run(ctx: &Context) -> Result<i32, Error> {
         }));
         return Ok(0);
     }
-    ctx.ui
-        .out(format!("devstack {}", env!("CARGO_PKG_VERSION")));
+    ctx.ui.out(format!("devstack {}", build::LONG));
     for c in MATRIX {
         ctx.ui.out(format!("\n{} ({})", c.name, c.support.as_str()));
         let default = versions::pinned(c.default).unwrap_or_else(|| c.default.to_string());

@@ -162,6 +162,29 @@ pub fn detectors(settings: &Settings) -> Vec<Detector> {
         .collect()
 }
 
+/// What `diagnose --json` reports for a stack that does not exist (the
+/// error [`diagnose`] returns then): a list of findings, as for any stack,
+/// holding this one, whose fix creates the stack.
+pub fn stack_missing(settings: &Settings) -> Finding {
+    Finding::new(
+        "stack-missing",
+        format!("stack {}", settings.name),
+        format!("stack `{}` does not exist", settings.name),
+    )
+    .evidence([
+        format!(
+            "no kubeconfig at {}",
+            crate::state::kubeconfig_path(settings).display()
+        ),
+        "no node container and no LocalStack container with its labels".to_string(),
+    ])
+    .cause("it was never created, or `devstack down` removed it")
+    .fix(
+        Some(devstack(settings, "up")),
+        "creates the stack and proves the round trip",
+    )
+}
+
 /// Every finding in `evidence`.
 pub fn detect(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
     detectors(settings)
@@ -170,7 +193,9 @@ pub fn detect(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
         .collect()
 }
 
-/// Reads the stack and runs every detector.
+/// Reads the stack and runs every detector on it. A stack that does not
+/// exist is an error of kind `Unhealthy` ([`stack_missing`] is its finding);
+/// an engine that does not answer, `Prerequisite`.
 pub async fn diagnose(settings: &Settings) -> Result<(Evidence, Vec<Finding>), crate::Error> {
     let evidence = gather(settings).await?;
     let findings = detect(&evidence, settings);

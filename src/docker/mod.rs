@@ -11,11 +11,13 @@ use futures::stream::BoxStream;
 use crate::envvars;
 use crate::error::{Error, Kind};
 
+pub mod endpoint;
 pub mod engine;
 #[cfg(test)]
 pub mod fake;
 pub mod host;
 
+pub use endpoint::{Endpoint, Source};
 pub use engine::{Engine, EngineResult};
 pub use host::{Cgroup, EngineHost, ImageStore};
 
@@ -33,42 +35,84 @@ pub const LABEL_SPEC_HASH: &str = "dev.devstack.spec-hash";
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Where the engine is expected, for messages.
-pub fn engine_address() -> String {
-    envvars::get(envvars::DOCKER_HOST).unwrap_or_else(|| "unix:///var/run/docker.sock".into())
+/// The engine devstack talks to, and why: [`endpoint::resolve`].
+pub fn endpoint() -> Result<Endpoint, Error> {
+    endpoint::resolve()
 }
 
-fn unreachable(detail: impl std::fmt::Display) -> Error {
-    let address = engine_address();
-    let hint = if envvars::is_set(envvars::DOCKER_HOST) {
-        format!(
-            "start the Docker engine at {address}, or unset DOCKER_HOST to use the local socket"
-        )
-    } else {
-        "start the Docker engine (e.g. `sudo systemctl start docker`, or `sudo dockerd &`), \
-         or set DOCKER_HOST to its address"
-            .to_string()
+/// The environment for a `docker` or `kind` process, so that it reaches
+/// the engine devstack does ([`Endpoint::cli_env`]); empty when devstack
+/// itself cannot tell which engine (it has failed by then).
+pub fn cli_env() -> Vec<(&'static str, String)> {
+    endpoint().map(|e| e.cli_env()).unwrap_or_default()
+}
+
+fn unreachable(endpoint: &Endpoint, detail: impl std::fmt::Display) -> Error {
+    let address = &endpoint.host;
+    let env = endpoint::Environment::current();
+    let (message, hint) = match &endpoint.source {
+        Source::DockerHost => (
+            format!("cannot reach the Docker engine at {address}: {detail}"),
+            format!(
+                "start the Docker engine at {address}, or unset DOCKER_HOST to use {}",
+                endpoint::without(&env, envvars::DOCKER_HOST)
+            ),
+        ),
+        Source::DefaultSocket => (
+            format!("cannot reach the Docker engine at {address}: {detail}"),
+            "start the Docker engine (e.g. `sudo systemctl start docker`, or `sudo dockerd &`), \
+             or set DOCKER_HOST to its address (or DOCKER_CONTEXT to its Docker context)"
+                .to_string(),
+        ),
+        Source::EnvContext(name) => (
+            format!(
+                "cannot reach the Docker engine at {address} (context `{name}` from DOCKER_CONTEXT): {detail}"
+            ),
+            format!(
+                "start the engine of context `{name}` (Colima: `colima start`; Docker Desktop, Rancher Desktop, OrbStack: open the app), \
+                 or set DOCKER_CONTEXT to another context (`docker context ls` lists them), or unset it to use {}",
+                endpoint::without(&env, envvars::DOCKER_CONTEXT)
+            ),
+        ),
+        Source::ConfigContext { name, .. } => (
+            format!(
+                "cannot reach the Docker engine at {address} ({}): {detail}",
+                endpoint.source.describe()
+            ),
+            format!(
+                "start the engine of context `{name}` (Colima: `colima start`; Docker Desktop, Rancher Desktop, OrbStack: open the app), \
+                 or switch with `docker context use default` (the local socket) or `docker context use NAME` (`docker context ls` lists them), \
+                 or choose one for a single run with `DOCKER_CONTEXT=NAME`"
+            ),
+        ),
     };
-    Error::prerequisite(format!(
-        "cannot reach the Docker engine at {address}: {detail}"
-    ))
-    .with_hint(hint)
+    Error::prerequisite(message).with_hint(hint)
+}
+
+/// [`unreachable`] for the engine this process resolves to, where the
+/// caller holds only a client.
+fn unreachable_now(detail: impl std::fmt::Display) -> Error {
+    match endpoint() {
+        Ok(endpoint) => unreachable(&endpoint, detail),
+        Err(err) => err,
+    }
 }
 
 /// Connects, negotiates the API version with the engine and asks its version.
 pub async fn connect() -> Result<Docker, Error> {
-    let docker = Docker::connect_with_defaults().map_err(unreachable)?;
+    let endpoint = endpoint()?;
+    let docker = endpoint.client().map_err(|e| unreachable(&endpoint, e))?;
     let docker = tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version())
         .await
-        .map_err(|_| unreachable("no answer within 10s"))?
-        .map_err(unreachable)?;
+        .map_err(|_| unreachable(&endpoint, "no answer within 10s"))?
+        .map_err(|e| unreachable(&endpoint, e))?;
     // The version's answer proves the engine answers (as a ping would) and
     // names the product, within the same bound.
     let version = tokio::time::timeout(CONNECT_TIMEOUT, docker.version())
         .await
-        .map_err(|_| unreachable("no answer within 10s"))?
-        .map_err(unreachable)?;
-    refuse_unsupported(&version)?;
+        .map_err(|_| unreachable(&endpoint, "no answer within 10s"))?
+        .map_err(|e| unreachable(&endpoint, e))?;
+    refuse_unsupported(&version, &endpoint.describe())?;
     Ok(docker)
 }
 
@@ -78,7 +122,10 @@ pub async fn connect() -> Result<Docker, Error> {
 /// from tarballs `localhost/<name>` (nodes miss their preloaded images, and
 /// every later `up` sees the node image drift), ignores
 /// `HostConfig.CgroupnsMode`, and answers name conflicts with 500, not 409.
-pub fn refuse_unsupported(version: &bollard::models::SystemVersion) -> Result<(), Error> {
+pub fn refuse_unsupported(
+    version: &bollard::models::SystemVersion,
+    address: &str,
+) -> Result<(), Error> {
     let Some(podman) = version
         .components
         .as_deref()
@@ -93,7 +140,7 @@ pub fn refuse_unsupported(version: &bollard::models::SystemVersion) -> Result<()
          it names images loaded from tarballs `localhost/<name>`, so nodes would not find their images and every later `up` would see the node image drift; \
          it ignores the private cgroup namespace devstack's nodes ask for (`HostConfig.CgroupnsMode`); \
          and it answers name conflicts with 500 instead of 409",
-        engine_address(),
+        address,
         podman.name,
         podman.version
     ))
@@ -192,7 +239,7 @@ pub fn engine_error(what: impl std::fmt::Display, err: bollard::errors::Error) -
         | E::HyperLegacyError { .. }
         | E::IOError { .. }
         | E::RequestTimeoutError
-        | E::SocketNotFoundError(_) => unreachable(format!("{what}: {err}")),
+        | E::SocketNotFoundError(_) => unreachable_now(format!("{what}: {err}")),
         _ => Error::new(Kind::Internal, format!("{what}: {}", docker_message(&err))),
     }
 }
@@ -583,7 +630,9 @@ mod tests {
 
     #[test]
     fn podman_is_refused_naming_what_it_lacks_and_docker_is_not() {
-        let err = super::refuse_unsupported(&version_of("Podman Engine", "4.3.1")).unwrap_err();
+        let err =
+            super::refuse_unsupported(&version_of("Podman Engine", "4.3.1"), "unix:///p.sock")
+                .unwrap_err();
         assert_eq!(err.kind(), Kind::Prerequisite);
         for gap in [
             "Podman Engine 4.3.1",
@@ -594,8 +643,8 @@ mod tests {
             assert!(err.message().contains(gap), "{gap}: {}", err.message());
         }
         assert!(err.hint().unwrap().contains("--provider existing"));
-        assert!(super::refuse_unsupported(&version_of("Engine", "28.5.2")).is_ok());
-        assert!(super::refuse_unsupported(&SystemVersion::default()).is_ok());
+        assert!(super::refuse_unsupported(&version_of("Engine", "28.5.2"), "a").is_ok());
+        assert!(super::refuse_unsupported(&SystemVersion::default(), "a").is_ok());
     }
 
     use super::*;

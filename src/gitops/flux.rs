@@ -137,7 +137,8 @@ pub async fn manifests(settings: &Settings) -> Result<(String, ManifestSource), 
         match bundle.artifact_version("flux-install", version) {
             Some(artifact) => {
                 let path = bundle.path_of(artifact);
-                let text = std::fs::read_to_string(&path).map_err(|e| {
+                let bytes = crate::artifacts::read_checked(settings, &bundle, artifact)?;
+                let text = String::from_utf8(bytes).map_err(|e| {
                     Error::user(format!("cannot read {}: {e}", path.display()))
                         .with_hint("rebuild the bundle with `make kit`")
                 })?;

@@ -90,17 +90,9 @@ pub fn offline_eso(settings: &Settings) -> Result<Option<OfflineEso>, Error> {
             held.first().map(String::as_str).unwrap_or("?")
         )));
     };
-    let read = |path: std::path::PathBuf| {
-        std::fs::read(&path).map_err(|e| {
-            Error::user(format!("cannot read {}: {e}", path.display()))
-                .with_hint("rebuild the bundle with `make kit`")
-        })
-    };
+    let read = |artifact| crate::artifacts::read_checked(settings, &bundle, artifact);
     let mut objects = Tree::new();
-    objects.insert(
-        format!("{ESO_CRDS_PREFIX}/{ESO_CRDS_FILE}"),
-        read(bundle.path_of(crds))?,
-    );
+    objects.insert(format!("{ESO_CRDS_PREFIX}/{ESO_CRDS_FILE}"), read(crds)?);
     // Spares kustomize-controller generating one from ESO's 1.9 MB of CRDs on each reconcile.
     objects.insert(
         format!("{ESO_CRDS_PREFIX}/kustomization.yaml"),
@@ -110,7 +102,7 @@ pub fn offline_eso(settings: &Settings) -> Result<Option<OfflineEso>, Error> {
         .into_bytes(),
     );
     let tgz = bundle.path_of(chart);
-    let (files, chart_dir) = unpack_chart(&read(tgz.clone())?)
+    let (files, chart_dir) = unpack_chart(&read(chart)?)
         .map_err(|e| Error::user(format!("cannot unpack the chart {}: {e}", tgz.display())))?;
     for (path, bytes) in files {
         objects.insert(format!("{ESO_CHART_PREFIX}/{path}"), bytes);

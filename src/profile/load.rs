@@ -9,12 +9,28 @@ use serde::de::DeserializeOwned;
 use super::schema::{
     API_VERSION_V1ALPHA1, Envelope, KIND_PROFILE, ProfileV1Alpha1, SUPPORTED_API_VERSIONS,
 };
+pub use super::text::{Position, position_of_path};
+use super::text::{entries, extent_end, flow_key, indent_of, is_content, key_at, parent_path};
 use crate::error::Error;
+
+/// Who wrote a profile, which decides what a run that asks for something
+/// else may set aside (devstack's own words) and what it must refuse (the
+/// user's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Provenance {
+    /// A file the user wrote: `--profile FILE`, `./devstack.yaml`.
+    File,
+    /// A profile shipped with devstack, by its name.
+    Shipped(String),
+    /// The built-in default, used where no profile is given at all.
+    BuiltIn,
+}
 
 /// A parsed profile plus where it came from (for relative paths and errors).
 #[derive(Debug)]
 pub struct LoadedProfile {
     pub origin: String,
+    pub provenance: Provenance,
     /// Directory relative paths in the profile resolve against.
     pub base_dir: std::path::PathBuf,
     pub spec: ProfileV1Alpha1,
@@ -25,12 +41,6 @@ pub struct LoadedProfile {
     /// Errors found while deserializing. Resolution reports them together with
     /// its own and fails when there are any.
     pub structural_errors: Vec<ProfileError>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Position {
-    pub line: u64,
-    pub column: u64,
 }
 
 /// A profile error with its position, for tests and rendering.
@@ -52,11 +62,16 @@ impl ProfileError {
     }
 
     pub fn into_error(self) -> Error {
-        let mut err = Error::user(format!("invalid profile {}: {}", self.at(), self.message));
-        if let Some(hint) = self.hint {
-            err = err.with_hint(hint);
-        }
-        err
+        let message = format!("invalid profile {}: {}", self.at(), self.message);
+        Error::user(message).with_hint(self.hint_or_reference())
+    }
+
+    /// The error's hint. Every error is given one (a test walks them); the
+    /// reference stands in should one ever be missed.
+    fn hint_or_reference(&self) -> String {
+        self.hint
+            .clone()
+            .unwrap_or_else(|| "see the profile reference in README.md".into())
     }
 }
 
@@ -94,9 +109,7 @@ impl ProfileErrors {
                 let mut message = format!("invalid profile {}: {count} errors", errors[0].origin);
                 for err in &errors {
                     message.push_str(&format!("\n{}: {}", err.at(), err.message));
-                    if let Some(hint) = &err.hint {
-                        message.push_str(&format!("\n  hint: {hint}"));
-                    }
+                    message.push_str(&format!("\n  hint: {}", err.hint_or_reference()));
                 }
                 Error::user(message)
             }
@@ -199,6 +212,7 @@ pub fn parse_recovering(
     match recovered {
         Some((spec, text)) => Ok(LoadedProfile {
             origin: origin.to_string(),
+            provenance: Provenance::File,
             base_dir,
             spec,
             text,
@@ -236,6 +250,24 @@ fn read_spec(origin: &str, text: &str) -> (Option<(ProfileV1Alpha1, String)>, Pr
         let column = position.column.saturating_sub(1) as usize;
         let raw = raw_message(&err);
         let parent = parent_path(&current, line + 1).unwrap_or_default();
+        // Inside a one-line flow collection (`{port: 99999, servics: [s3]}`)
+        // only the entry at fault goes, so that its neighbours are read too.
+        if !raw.starts_with("missing field ")
+            && !is_syntax_error(&err)
+            && let Some(range) = scratch.flow_entry(line, column)
+        {
+            if let Some(rest) = raw.strip_prefix("unknown field ") {
+                let (found, expected) = split_expected(rest);
+                if let Some(close) = closest_match(&found, &expected) {
+                    misspelt.push((parent, close.to_string()));
+                }
+            }
+            if !errors.contains(&translated) {
+                errors.push(translated);
+            }
+            scratch.blank_flow(line, range);
+            continue;
+        }
         let (target, consequence) = if let Some(field) = raw.strip_prefix("missing field ") {
             let field = field.trim_matches('`').to_string();
             let target = scratch.enclosing(line, column);
@@ -251,8 +283,11 @@ fn read_spec(origin: &str, text: &str) -> (Option<(ProfileV1Alpha1, String)>, Pr
                     misspelt.push((parent, close.to_string()));
                 }
             }
-            // A mapping given for a scalar is reported at its first key; its holder is at fault.
-            let on_key = scratch.entry_start(line, column) == Some((line, column));
+            // A mapping given for a scalar is reported at its first key; its
+            // holder is at fault. A value refused by its own reader (a port
+            // of 99999) is reported at its key too: that entry is.
+            let on_key = scratch.entry_start(line, column) == Some((line, column))
+                && !raw.starts_with("invalid value");
             let target = if about_key || !on_key {
                 scratch.entry_at(line, column)
             } else {
@@ -323,10 +358,25 @@ pub fn raw_message(err: &serde_saphyr::Error) -> String {
 fn translate(origin: &str, text: &str, err: &serde_saphyr::Error) -> ProfileError {
     let position = err.location().map(|l| position_of(&l));
     let message = raw_message(err);
-    let parent = position
+    let mut parent = position
         .as_ref()
         .and_then(|p| parent_path(text, p.line as usize))
         .unwrap_or_default();
+    let mut key = key_at(text, position.as_ref());
+    // Inside `key: {a: 1, b: 2}` the key at fault is the flow entry's, in `key`.
+    if let Some(p) = &position
+        && let Some(line) = text.lines().nth(p.line.saturating_sub(1) as usize)
+        && let Some(inner) = flow_key(line, p.column.saturating_sub(1) as usize)
+    {
+        if let Some(outer) = key.take() {
+            parent = if parent.is_empty() {
+                outer
+            } else {
+                format!("{parent}.{outer}")
+            };
+        }
+        key = Some(inner);
+    }
     let within = if parent.is_empty() {
         "at the top level".to_string()
     } else {
@@ -348,7 +398,6 @@ fn translate(origin: &str, text: &str, err: &serde_saphyr::Error) -> ProfileErro
             Some(format!("add `{field}:` {within}")),
         )
     } else if message.starts_with("invalid") || expected_node(&message).is_some() {
-        let key = key_at(text, position.as_ref());
         let what = match &key {
             Some(k) if parent.is_empty() => format!("`{k}`"),
             Some(k) => format!("`{parent}.{k}`"),
@@ -363,18 +412,33 @@ fn translate(origin: &str, text: &str, err: &serde_saphyr::Error) -> ProfileErro
             Some("see the profile reference in README.md for each key's type".into()),
         )
     } else {
-        let key = key_at(text, position.as_ref());
+        let hint = syntax_hint(&message);
         let msg = match key {
             Some(k) => format!("`{k}` {within}: {message}"),
             None => message,
         };
-        (msg, None)
+        (msg, Some(hint))
     };
     ProfileError {
         origin: origin.to_string(),
         position,
         message,
         hint,
+    }
+}
+
+/// The fix for what the YAML parser found, in the user's words.
+fn syntax_hint(message: &str) -> String {
+    if message.starts_with("duplicate mapping key") {
+        "remove one of the two, or merge them: a key appears once in a mapping".into()
+    } else if message.contains("mapping values are not allowed") {
+        "quote a value that holds `: ` (e.g. `\"a: b\"`), or indent the line under its key".into()
+    } else if message.contains("unclosed") {
+        "close the bracket or quote opened there, or quote the whole value if it is part of the text".into()
+    } else if message.contains("tab") {
+        "indent with spaces: YAML does not allow tabs there".into()
+    } else {
+        "check the YAML there: indentation with spaces, one `key: value` per line, quotes around a value that holds `: ` or ` #`, every `[` and `{` closed".into()
     }
 }
 
@@ -413,7 +477,9 @@ fn split_expected(rest: &str) -> (String, Vec<String>) {
 
 fn suggestion(found: &str, expected: &[String], noun: &str) -> Option<String> {
     if expected.is_empty() {
-        return None;
+        return Some(format!(
+            "remove `{found}`: see the profile reference in README.md for the {noun}s allowed here"
+        ));
     }
     let closest = closest_match(found, expected);
     let valid = format!(
@@ -444,84 +510,6 @@ pub fn closest_match<'a>(found: &str, candidates: &'a [String]) -> Option<&'a st
         .map(|(_, c)| c.as_str())
 }
 
-/// The key written on `line` (1-based), if that line is a `key:` line.
-fn key_at(text: &str, position: Option<&Position>) -> Option<String> {
-    let line = text.lines().nth(position?.line.checked_sub(1)? as usize)?;
-    line_key(line).map(|(_, k)| k)
-}
-
-fn line_key(line: &str) -> Option<(usize, String)> {
-    entries(line)
-        .into_iter()
-        .rev()
-        .find_map(|(column, key)| Some((column, key?)))
-}
-
-/// The block entries that start on a line, left to right, with their 0-based
-/// columns: a list item's dash (`None`) or a mapping key.
-fn entries(line: &str) -> Vec<(usize, Option<String>)> {
-    let mut out = Vec::new();
-    let mut rest = line.trim_start();
-    let mut column = line.len() - rest.len();
-    while let Some(after) = rest
-        .strip_prefix('-')
-        .filter(|a| a.is_empty() || a.starts_with(' '))
-    {
-        out.push((column, None));
-        let body = after.trim_start();
-        column += rest.len() - body.len();
-        rest = body;
-    }
-    if rest.starts_with(['#', '{', '[']) {
-        return out;
-    }
-    // A key ends at `: ` or at a `:` closing the line (`http://x` is no key).
-    let colon = rest
-        .find(": ")
-        .or_else(|| rest.strip_suffix(':').map(str::len));
-    if let Some(colon) = colon {
-        let key = rest[..colon].trim().trim_matches(|c| c == '"' || c == '\'');
-        if !key.is_empty() && !key.contains(' ') {
-            out.push((column, Some(key.to_string())));
-        }
-    }
-    out
-}
-
-fn indent_of(line: &str) -> usize {
-    line.len() - line.trim_start().len()
-}
-
-/// Whether a line holds YAML content (not blank, not only a comment).
-fn is_content(line: &str) -> bool {
-    let trimmed = line.trim_start();
-    !trimmed.is_empty() && !trimmed.starts_with('#')
-}
-
-/// The last line (0-based) of the block entry starting at `line`, `column`:
-/// the following lines indented deeper, and for a key also an indentless
-/// sequence (`ports:` followed by `- ...` at the key's own indentation).
-fn extent_end(lines: &[impl AsRef<str>], line: usize, column: usize) -> usize {
-    let is_key = entries(lines[line].as_ref())
-        .iter()
-        .any(|(c, key)| *c == column && key.is_some());
-    let mut end = line;
-    for (index, candidate) in lines.iter().enumerate().skip(line + 1) {
-        let candidate = candidate.as_ref();
-        if !is_content(candidate) {
-            continue;
-        }
-        let own = indent_of(candidate);
-        let indentless_item = is_key && own == column && candidate.trim_start().starts_with('-');
-        if own > column || indentless_item {
-            end = index;
-        } else {
-            break;
-        }
-    }
-    end
-}
-
 /// A working copy of the profile text in which block entries are blanked out
 /// without moving any line, so positions found in it hold for the original.
 struct Scratch {
@@ -529,6 +517,8 @@ struct Scratch {
     touched: Vec<bool>,
     /// The text as written, for what blanked lines held.
     original: Vec<String>,
+    /// Entries blanked inside flow collections: line and what they held.
+    flow_blanked: Vec<(usize, String)>,
 }
 
 impl Scratch {
@@ -539,7 +529,66 @@ impl Scratch {
             original: lines.clone(),
             lines,
             touched,
+            flow_blanked: Vec::new(),
         }
+    }
+
+    /// The characters to blank for the entry at `column` of the innermost
+    /// flow collection that holds it on `line`: the entry and one comma
+    /// beside it, so the collection stays well-formed. `None` when the
+    /// column is in no flow collection closed on the same line.
+    fn flow_entry(&self, line: usize, column: usize) -> Option<std::ops::Range<usize>> {
+        let chars: Vec<char> = self.lines.get(line)?.chars().collect();
+        // Brackets and the commas directly inside each, outside quotes.
+        let mut open: Vec<(usize, Vec<usize>)> = Vec::new();
+        let mut holder: Option<(usize, usize, Vec<usize>)> = None;
+        let mut quote: Option<char> = None;
+        for (i, &c) in chars.iter().enumerate() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '\'' | '"') => quote = Some(c),
+                (None, '#') if i == 0 || chars[i - 1] == ' ' => break,
+                (None, '{' | '[') => open.push((i, Vec::new())),
+                (None, ',') => {
+                    if let Some((_, commas)) = open.last_mut() {
+                        commas.push(i);
+                    }
+                }
+                (None, '}' | ']') => {
+                    let (start, commas) = open.pop()?;
+                    // The innermost closed collection around the column.
+                    if start < column && column < i && holder.as_ref().is_none_or(|h| h.0 < start) {
+                        holder = Some((start, i, commas));
+                    }
+                }
+                (None, _) => {}
+            }
+        }
+        let (start, end, commas) = holder?;
+        let before = commas.iter().rev().find(|&&c| c < column).copied();
+        let after = commas.iter().find(|&&c| c >= column).copied();
+        let entry_start = before.map_or(start + 1, |c| c + 1);
+        let entry_end = after.unwrap_or(end);
+        let range = match (before, after) {
+            (_, Some(comma)) => entry_start..comma + 1,
+            (Some(comma), None) => comma..entry_end,
+            (None, None) => entry_start..entry_end,
+        };
+        let blank = chars[range.clone()].iter().all(|c| c.is_whitespace());
+        (!blank).then_some(range)
+    }
+
+    /// Blanks the characters of `range` on `line` (see [`Self::flow_entry`]).
+    fn blank_flow(&mut self, line: usize, range: std::ops::Range<usize>) {
+        let mut chars: Vec<char> = self.lines[line].chars().collect();
+        let held: String = chars[range.clone()].iter().collect();
+        self.flow_blanked
+            .push((line, held.trim_matches([',', ' ']).to_string()));
+        for c in &mut chars[range] {
+            *c = ' ';
+        }
+        self.lines[line] = chars.into_iter().collect();
     }
 
     fn text(&self) -> String {
@@ -608,12 +657,20 @@ impl Scratch {
 
     /// Whether a line blanked within the entry at `line`, `column` held the key `key`.
     fn blanked_key(&self, line: usize, column: usize, key: &str) -> bool {
-        (line..=self.extent_end_with_blanked(line, column)).any(|l| {
-            self.is_touched(l)
-                && entries(&self.original[l])
-                    .iter()
-                    .any(|(_, k)| k.as_deref() == Some(key))
-        })
+        let extent = line..=self.extent_end_with_blanked(line, column);
+        let in_flow = self.flow_blanked.iter().any(|(l, held)| {
+            extent.contains(l)
+                && held
+                    .strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with(':'))
+        });
+        in_flow
+            || extent.clone().any(|l| {
+                self.is_touched(l)
+                    && entries(&self.original[l])
+                        .iter()
+                        .any(|(_, k)| k.as_deref() == Some(key))
+            })
     }
 
     /// Blanks the entry at `line`, `column` and its block. A key after a
@@ -636,143 +693,6 @@ impl Scratch {
         }
         changed
     }
-}
-
-/// Where the node at a dotted key path (`localstack.bindAddress`,
-/// `cluster.ports[1].protocol`, `secrets[2]`) is written in block-style YAML:
-/// its value when written on the key's line, else the key. A path that leads
-/// into flow style (`{...}`, `[...]`) or to an absent key stops at the
-/// deepest node found; `None` when not even the first key is there.
-pub fn position_of_path(text: &str, path: &str) -> Option<Position> {
-    let lines: Vec<&str> = text.lines().collect();
-    let position = |line: usize, column: usize| Position {
-        line: line as u64 + 1,
-        column: column as u64 + 1,
-    };
-    // The block being searched: its lines, and the column of its entries.
-    let mut block = 0..lines.len();
-    let mut column = lines.iter().find(|l| is_content(l)).map(|l| indent_of(l))?;
-    let mut found = None;
-    for segment in path_segments(path) {
-        let has_entry = |line: &usize, key: Option<&str>| {
-            entries(lines[*line])
-                .iter()
-                .any(|(c, k)| *c == column && k.as_deref() == key)
-        };
-        let located = match segment {
-            Segment::Key(name) => block.clone().find(|line| has_entry(line, Some(name))),
-            Segment::Index(index) => block
-                .clone()
-                .filter(|line| has_entry(line, None))
-                .nth(index),
-        };
-        let Some(line) = located else { break };
-        let start = column;
-        let end = extent_end(&lines, line, start);
-        let rest = &lines[line][start..];
-        // What follows the key's colon or the item's dash on the same line.
-        let inline = match &segment {
-            Segment::Key(_) => rest.find(':').map(|i| i + 1),
-            Segment::Index(_) => Some(1),
-        }
-        .map(|offset| {
-            let after = &rest[offset..];
-            (
-                start + offset + after.len() - after.trim_start().len(),
-                after.trim(),
-            )
-        });
-        match inline {
-            Some((value_column, value)) if !value.is_empty() && !value.starts_with('#') => {
-                found = Some(position(line, value_column));
-                if value.starts_with(['{', '[']) || matches!(segment, Segment::Key(_)) {
-                    // A scalar or flow value: nothing below it in block style.
-                    block = line + 1..line + 1;
-                } else {
-                    // `- key: v`: the item's keys start on the dash line.
-                    block = line..end + 1;
-                    column = value_column;
-                }
-            }
-            _ => {
-                found = Some(position(line, start));
-                block = line + 1..end + 1;
-                column = block
-                    .clone()
-                    .find(|&l| is_content(lines[l]))
-                    .map_or(usize::MAX, |l| indent_of(lines[l]));
-            }
-        }
-    }
-    found
-}
-
-enum Segment<'a> {
-    Key(&'a str),
-    Index(usize),
-}
-
-/// `cluster.ports[1].protocol` -> cluster, ports, 1, protocol.
-fn path_segments(path: &str) -> Vec<Segment<'_>> {
-    let mut out = Vec::new();
-    for part in path.split('.') {
-        let mut pieces = part.split('[');
-        if let Some(key) = pieces.next().filter(|k| !k.is_empty()) {
-            out.push(Segment::Key(key));
-        }
-        for index in pieces {
-            if let Ok(index) = index.trim_end_matches(']').parse() {
-                out.push(Segment::Index(index));
-            }
-        }
-    }
-    out
-}
-
-/// Dotted path of the mapping that contains `line` (block-style YAML),
-/// e.g. `localstack` or `secrets[].generate`.
-fn parent_path(text: &str, line: usize) -> Option<String> {
-    let lines: Vec<&str> = text.lines().collect();
-    let current = lines.get(line.checked_sub(1)?)?;
-    let (mut indent, _) =
-        line_key(current).unwrap_or((current.len() - current.trim_start().len(), String::new()));
-    let mut path = Vec::new();
-    // `- key: v`: the key's mapping is the list item begun on its own line.
-    if let Some((dash, _)) = entries(current)
-        .into_iter()
-        .find(|(c, key)| key.is_none() && *c < indent)
-    {
-        path.push("[]".to_string());
-        indent = dash;
-    }
-    for candidate in lines[..line - 1].iter().rev() {
-        if !is_content(candidate) || indent_of(candidate) >= indent {
-            continue;
-        }
-        // Right to left: in `- generate:` the key is inside the list item.
-        for (column, key) in entries(candidate).into_iter().rev() {
-            if column < indent {
-                path.push(key.unwrap_or_else(|| "[]".to_string()));
-                indent = column;
-            }
-        }
-        if indent == 0 {
-            break;
-        }
-    }
-    path.reverse();
-    let mut out = String::new();
-    for part in path {
-        if part == "[]" {
-            out.push_str("[]");
-        } else {
-            if !out.is_empty() {
-                out.push('.');
-            }
-            out.push_str(&part);
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]

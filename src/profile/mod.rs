@@ -8,6 +8,7 @@ pub mod resolve;
 pub mod schema;
 pub mod secret;
 pub mod settings;
+mod text;
 
 #[cfg(test)]
 mod tests;
@@ -15,7 +16,7 @@ mod tests;
 use std::path::{Path, PathBuf};
 
 pub use duration::HumanDuration;
-pub use load::{LoadedProfile, ProfileError, ProfileErrors};
+pub use load::{LoadedProfile, ProfileError, ProfileErrors, Provenance};
 pub use names::StackNames;
 pub use schema::{EsoInstall, GitopsLayout, GitopsSourceKind, HostPort, LocalStackMode, Provider};
 pub use secret::SecretString;
@@ -65,8 +66,22 @@ pub fn load_reference(reference: &str) -> Result<LoadedProfile, Error> {
     }
     if let Some((name, text)) = SHIPPED.iter().find(|(name, _)| *name == reference) {
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-        return load::parse_recovering(&format!("<shipped profile {name}>"), text, cwd)
-            .map_err(ProfileErrors::into_error);
+        let mut loaded = load::parse_recovering(&format!("<shipped profile {name}>"), text, cwd)
+            .map_err(ProfileErrors::into_error)?;
+        loaded.provenance = load::Provenance::Shipped(name.to_string());
+        return Ok(loaded);
+    }
+    if path.is_dir() {
+        let inside = path.join(LOCAL_PROFILE_FILE);
+        let hint = if inside.is_file() {
+            format!("did you mean the profile in it, {}?", inside.display())
+        } else {
+            format!("pass the profile file itself, e.g. {}", inside.display())
+        };
+        return Err(Error::user(format!(
+            "profile `{reference}` is a directory, not a profile file"
+        ))
+        .with_hint(hint));
     }
     let names: Vec<String> = SHIPPED.iter().map(|(n, _)| n.to_string()).collect();
     let hint = match load::closest_match(reference, &names) {

@@ -79,7 +79,8 @@ impl Provider {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClusterSpec {
     pub provider: Provider,
-    /// Kubernetes version, e.g. `v1.33.5`; picks the provider's node image.
+    /// Kubernetes version with a pinned node image, e.g. `v1.36.4` (Kind) or
+    /// `v1.32.0` (K3s); picks the provider's node image.
     pub version: Option<String>,
     /// Node image; overrides `version`.
     pub image: Option<String>,
@@ -142,14 +143,19 @@ impl std::fmt::Display for HostPort {
     }
 }
 
+/// The forms a host port is written in, wherever it is given: `0` is read
+/// as `auto`, as kind reads an `apiServerPort` of 0.
+pub const PORT_FORMS: &str = "a number from 1 to 65535, or `auto` (or 0) for a free port";
+
 impl std::str::FromStr for HostPort {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text.trim() {
             "auto" | "0" => Ok(HostPort::Auto),
-            other => other.parse::<u16>().map(HostPort::Fixed).map_err(|_| {
-                format!("`{other}` is not a port: use a number from 1 to 65535 or `auto`")
-            }),
+            other => other
+                .parse::<u16>()
+                .map(HostPort::Fixed)
+                .map_err(|_| format!("`{other}` is not a port: use {PORT_FORMS}")),
         }
     }
 }
@@ -169,7 +175,7 @@ impl<'de> Deserialize<'de> for HostPort {
         impl serde::de::Visitor<'_> for Visitor {
             type Value = HostPort;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a port number from 1 to 65535, or `auto`")
+                f.write_str(PORT_FORMS)
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<HostPort, E> {
                 match u16::try_from(v) {

@@ -103,6 +103,11 @@ pub struct Settings {
     /// Which layer decided the values that can be overridden.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub origins: BTreeMap<String, Origin>,
+    /// What resolution set aside of a shipped profile because the run asked
+    /// for something else (`--context` with `-p ci`), one line each, for
+    /// the command to tell the user.
+    #[serde(skip)]
+    pub notices: Vec<String>,
 }
 
 fn is_alone(names: &super::StackNames) -> bool {
@@ -561,9 +566,11 @@ impl LocalStackSettings {
         self.mode == LocalStackMode::InCluster
     }
 
-    /// The host port in use: the fixed one, or the one chosen for `auto`.
+    /// The host port in use: the one bound (chosen for `auto`, or the
+    /// port-forward to an in-cluster LocalStack, which opens on a free port
+    /// whatever the profile fixes), else the fixed one.
     pub fn host_port(&self) -> Option<u16> {
-        self.port.fixed().or(self.bound_port)
+        self.bound_port.or(self.port.fixed())
     }
 
     /// The URL clients on this host use. With `port: auto` the port is

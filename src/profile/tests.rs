@@ -453,7 +453,7 @@ fn every_structural_error_is_reported_once_in_file_order() {
             (11, "unknown key `valeu` in `secrets[]`"),
             (
                 13,
-                "wrong type for `localstack.port`: invalid value: string \"lots\", expected a port number from 1 to 65535, or `auto`"
+                "wrong type for `localstack.port`: invalid value: string \"lots\", expected a number from 1 to 65535, or `auto` (or 0) for a free port"
             ),
             (14, "unknown key `secerts` at the top level"),
         ],
@@ -1343,4 +1343,431 @@ fn facts_and_apps_errors_are_reported_with_the_rest() {
         errors[5]
     );
     assert_eq!(errors[6], "dev.env:2:1: line has no `=`");
+}
+
+#[test]
+fn the_bound_port_is_the_one_clients_use_even_when_the_profile_fixes_one() {
+    // An in-cluster LocalStack is reached through a port-forward on a free
+    // port, whatever `localstack.port` says.
+    let text = format!("{HEADER}name: p\nlocalstack:\n  mode: in-cluster\n  port: 4566\n");
+    let s = resolve(&text, &Overrides::default(), &HashMap::new()).unwrap();
+    assert_eq!(s.localstack.endpoint_url(), "http://127.0.0.1:4566");
+    let forwarded = s.with_localstack_port(40123);
+    assert_eq!(
+        forwarded.localstack.endpoint_url(),
+        "http://127.0.0.1:40123"
+    );
+}
+
+/// Each error of a rejected profile as `line:column: message`, one or several.
+fn reported(text: &str) -> Vec<String> {
+    let loaded = super::load::parse_recovering("test.yaml", text, PathBuf::from("."))
+        .map_err(super::ProfileErrors::into_error);
+    let err = match loaded.and_then(|l| resolve_with_env(l, &Overrides::default(), &no_env)) {
+        Err(err) => err,
+        Ok(_) => panic!("profile should be rejected:\n{text}"),
+    };
+    match err.message().strip_prefix("invalid profile test.yaml:") {
+        Some(one) if !one.contains('\n') => vec![one.to_string()],
+        _ => err
+            .message()
+            .lines()
+            .filter_map(|line| line.strip_prefix("test.yaml:"))
+            .map(str::to_string)
+            .collect(),
+    }
+}
+
+// A shipped profile on a cluster devstack did not create (`--context`).
+
+/// A shipped profile resolved with these flags and environment.
+fn shipped(
+    name: &str,
+    overrides: &Overrides,
+    env: &[(&str, &str)],
+) -> crate::Result<super::Settings> {
+    let loaded = super::load_reference(name)?;
+    let env: HashMap<&str, &str> = env.iter().copied().collect();
+    let lookup = |name: &str| env.get(name).map(|v| v.to_string());
+    resolve_with_env(loaded, overrides, &lookup)
+}
+
+fn context_flag(context: &str) -> Overrides {
+    Overrides {
+        context: Some(context.into()),
+        ..Overrides::default()
+    }
+}
+
+#[test]
+fn a_shipped_profile_on_an_existing_cluster_sets_its_node_shape_aside_with_a_notice() {
+    let expected = [
+        ("ci", "cluster.servers, cluster.apiServerPort"),
+        (
+            "dev",
+            "cluster.servers, cluster.agents, cluster.apiServerPort, cluster.ports",
+        ),
+        (
+            "demo",
+            "cluster.servers, cluster.agents, cluster.apiServerPort",
+        ),
+    ];
+    for (name, keys) in expected {
+        let s = shipped(name, &context_flag("kind-x"), &[]).unwrap();
+        assert_eq!(s.cluster.provider, Provider::Existing, "{name}");
+        assert_eq!(s.cluster.context.as_deref(), Some("kind-x"));
+        assert!(
+            s.cluster.ports.is_empty() && s.cluster.agents == 0,
+            "{name}"
+        );
+        assert!(!s.cluster.merge_kubeconfig && !s.cluster.switch_context);
+        assert_eq!(
+            s.notices,
+            [format!(
+                "ignoring {keys} of the shipped profile {name}: they shape a cluster devstack creates, and `--context kind-x` uses a cluster devstack did not create"
+            )]
+        );
+        // The rest of the profile is kept: its secrets.
+        assert!(!s.secrets.is_empty(), "{name}");
+
+        let s = shipped(
+            name,
+            &Overrides::default(),
+            &[("DEVSTACK_CONTEXT", "kind-x")],
+        )
+        .unwrap();
+        assert_eq!(s.cluster.provider, Provider::Existing, "{name}");
+        assert!(
+            s.notices[0]
+                .ends_with("and `DEVSTACK_CONTEXT=kind-x` uses a cluster devstack did not create"),
+            "{:?}",
+            s.notices
+        );
+    }
+    let existing = Overrides {
+        provider: Some(Provider::Existing),
+        ..Overrides::default()
+    };
+    let s = shipped("ci", &existing, &[]).unwrap();
+    assert!(
+        s.notices[0].ends_with("and `--provider existing` uses the current context's cluster, which devstack did not create"),
+        "{:?}",
+        s.notices
+    );
+    // Without a context nothing is set aside.
+    assert!(
+        shipped("dev", &Overrides::default(), &[])
+            .unwrap()
+            .notices
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_node_shape_the_user_wrote_is_refused_on_an_existing_cluster_where_it_is() {
+    let text = format!("{HEADER}name: x\ncluster:\n  provider: kind\n  servers: 1\n  agents: 2\n");
+    let loaded = parse_for_test(&text).unwrap();
+    let err = resolve_with_env(loaded, &context_flag("kind-x"), &no_env).unwrap_err();
+    let message = err.message();
+    assert!(
+        message.starts_with("invalid profile test.yaml: 2 errors"),
+        "{message}"
+    );
+    assert!(
+        message.contains("test.yaml:6:12: `cluster.servers` shapes a cluster devstack creates, and `--context kind-x` uses a cluster devstack did not create\n  hint: remove `cluster.servers` from the profile, or drop `--context` to have devstack create the cluster"),
+        "{message}"
+    );
+    assert!(
+        message.contains("test.yaml:7:11: `cluster.agents`"),
+        "{message}"
+    );
+    assert!(!message.contains("shipped"), "{message}");
+
+    let env: HashMap<&str, &str> = [("DEVSTACK_CONTEXT", "kind-x")].into();
+    let err = resolve(&text, &Overrides::default(), &env).unwrap_err();
+    assert!(
+        err.message()
+            .contains("unset DEVSTACK_CONTEXT to have devstack create the cluster"),
+        "{}",
+        err.message()
+    );
+}
+
+#[test]
+fn a_context_beside_a_provider_that_creates_the_cluster_is_never_kept_silently() {
+    // Both in the profile: refused where the context is.
+    let text = format!("{HEADER}name: x\ncluster:\n  provider: kind\n  context: foo\n");
+    let err = reported(&text);
+    assert_eq!(
+        err,
+        [
+            "6:12: `cluster.context` names an existing cluster, and `cluster.provider: kind` creates one"
+        ]
+    );
+    // Both as flags, or both in the environment: refused at once.
+    let both = Overrides {
+        provider: Some(Provider::Kind),
+        context: Some("foo".into()),
+        ..Overrides::default()
+    };
+    let err = resolve(&format!("{HEADER}name: x\n"), &both, &HashMap::new()).unwrap_err();
+    assert_eq!(
+        err.message(),
+        "`--provider kind` creates a cluster, and `--context foo` names one that exists"
+    );
+    assert!(err.hint().unwrap().contains("drop `--provider`"), "{err:?}");
+    let env: HashMap<&str, &str> =
+        [("DEVSTACK_PROVIDER", "k3s"), ("DEVSTACK_CONTEXT", "foo")].into();
+    let err = resolve(&format!("{HEADER}name: x\n"), &Overrides::default(), &env).unwrap_err();
+    assert!(
+        err.message()
+            .starts_with("`DEVSTACK_PROVIDER=k3s` creates a cluster"),
+        "{err:?}"
+    );
+    // A provider given at a higher level sets the context aside, and says so.
+    let k3s = Overrides {
+        provider: Some(Provider::K3s),
+        ..Overrides::default()
+    };
+    let env: HashMap<&str, &str> = [("DEVSTACK_CONTEXT", "foo")].into();
+    let s = resolve(&format!("{HEADER}name: x\n"), &k3s, &env).unwrap();
+    assert_eq!(
+        (s.cluster.provider, s.cluster.context),
+        (Provider::K3s, None)
+    );
+    assert!(!s.origins.contains_key("cluster.context"));
+    assert_eq!(
+        s.notices,
+        ["ignoring `DEVSTACK_CONTEXT=foo`: `--provider k3s` has devstack create the cluster"]
+    );
+    let existing = format!("{HEADER}name: x\ncluster:\n  provider: existing\n  context: foo\n");
+    let s = resolve(&existing, &k3s, &HashMap::new()).unwrap();
+    assert_eq!(s.cluster.context, None);
+    assert_eq!(
+        s.notices,
+        [
+            "ignoring `cluster.context: foo` of the profile: `--provider k3s` has devstack create the cluster"
+        ]
+    );
+}
+
+#[test]
+fn origins_name_the_built_in_default_and_the_download_mirror() {
+    let builtin = super::Settings::builtin(&Overrides::default()).unwrap();
+    assert_eq!(
+        builtin.origins["name"],
+        Origin::Default,
+        "no profile named it"
+    );
+    let s = shipped("ci", &Overrides::default(), &[]).unwrap();
+    assert_eq!(s.origins["name"], Origin::Profile);
+    assert_eq!(s.origins["images.downloadMirror"], Origin::Default);
+    let s = shipped(
+        "ci",
+        &Overrides::default(),
+        &[("DEVSTACK_DOWNLOAD_MIRROR", "https://files.example.com")],
+    )
+    .unwrap();
+    assert_eq!(s.origins["images.downloadMirror"], Origin::Env);
+}
+
+// Every error of one mapping, each with a hint.
+
+#[test]
+fn every_error_of_one_mapping_is_reported_flow_or_block() {
+    let port = "wrong type for `localstack.port`";
+    let services = "unknown key `servics` in `localstack`";
+    for (body, first, second) in [
+        ("localstack: {port: 99999, servics: [s3]}\n", port, services),
+        ("localstack: {servics: [s3], port: 99999}\n", services, port),
+        (
+            "localstack:\n  port: 99999\n  servics: [s3]\n",
+            port,
+            services,
+        ),
+        (
+            "localstack:\n  servics: [s3]\n  port: 99999\n",
+            services,
+            port,
+        ),
+    ] {
+        let errors = reported(&format!("{HEADER}name: x\n{body}"));
+        assert_eq!(errors.len(), 2, "{body}: {errors:#?}");
+        assert!(errors[0].contains(first), "{body}: {errors:#?}");
+        assert!(errors[1].contains(second), "{body}: {errors:#?}");
+    }
+    // A flow entry blanked for its value is not reported missing as well.
+    let errors = reported(&format!(
+        "{HEADER}name: x\ncluster: {{provider: kindd, servers: 0}}\n"
+    ));
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert!(
+        errors[0].contains("unknown value `kindd` in `cluster`"),
+        "{errors:#?}"
+    );
+}
+
+/// Bad profiles, one or more mistakes each, covering every kind of error a
+/// profile can have.
+const BAD_PROFILES: &[&str] = &[
+    "name: x\ncluster: [unclosed\n",
+    "name: x\ncluster:\n  provider: kind\n    servers: 2\n",
+    "name: x\nlocalstack:\n\tport: 1\n",
+    "name: x\nname: y\n",
+    "name: x\nsecerts: []\n",
+    "name: x\ncluster:\n  provider: kindd\n",
+    "name: x\ncluster:\n  servers: 1\n",
+    "cluster:\n  provider: kind\n",
+    "name: x\nlocalstack:\n  port: lots\n",
+    "name: x\nlocalstack: {port: 99999, servics: [s3]}\n",
+    "name: Bad_Name\n",
+    "name: x\ncluster:\n  provider: kind\n  servers: 0\n",
+    "name: x\ncluster:\n  provider: k3s\n  servers: 3\n  ports:\n    - {hostPort: 1, containerPort: 2, protocol: tpc, bindAddress: here}\n",
+    "name: x\ncluster:\n  provider: existing\n  agents: 1\n",
+    "name: x\ncluster:\n  provider: kind\n  context: foo\n",
+    "name: x\nlocalstack:\n  services: [s3]\n  bindAddress: localhost\n  mode: container\ncluster:\n  provider: existing\n",
+    "name: x\nflux:\n  components: [source-controler]\n",
+    "name: x\neso:\n  install: never\n  values: {fullnameOverride: eso}\n",
+    "name: x\ngitops:\n  source: git\n  interval: 0s\n  apps:\n    - {name: Bad, path: /abs}\n    - {name: a, path: a, dependsOn: [b], timeout: 0s}\n",
+    "name: x\nsecrets:\n  - name: 'bad name'\n    value: v\n  - name: a\n  - name: b\n    value: v\n    fromEnv: B\n  - name: c\n    generate: {length: 0}\n  - name: d\n    generate: {length: 8}\n    format: json\n  - name: e\n    json: {}\n",
+    "name: x\nsecrets:\n  - name: a\n    value: v\n  - name: a\n    value: v\n",
+    "name: x\nsecrets:\n  - name: a\n    value: v\n    sync: {namespace: Bad_NS, secretName: UPPER}\n  - name: b\n    value: v\n    sync: {secretName: same}\n  - name: c\n    value: v\n    sync: {secretName: same}\n",
+    "name: x\nverify:\n  namespace: Not_A_Namespace\ntimeouts:\n  cluster: 0\n  eso: 0s\n",
+    "name: x\nimages:\n  mirrors: {docker: 'ftp://x'}\n",
+    "name: x\nfacts:\n  configMaps: [Bad, devstack-stack-facts]\n  secret: Bad_Secret\n  values: {bad-name: 1, NAMESPACE_X: 2}\n  sensitive: [nope]\n  helmValues:\n    - {name: Bad, namespace: Bad_NS, values: {}, key: 'a/b'}\n",
+    "name: x\nfacts:\n  fromEnv: {APP: DEVSTACK_TEST_UNSET_VARIABLE}\n  fromFiles: [missing.env]\n  fromTerraform: [missing.json]\n",
+];
+
+#[test]
+fn every_profile_error_has_a_hint_of_its_own() {
+    let mut walked = 0;
+    for body in BAD_PROFILES {
+        let text = format!("{HEADER}{body}");
+        let err = match super::load::parse_recovering("bad.yaml", &text, PathBuf::from("."))
+            .map_err(super::ProfileErrors::into_error)
+            .and_then(|loaded| resolve_with_env(loaded, &Overrides::default(), &no_env))
+        {
+            Err(err) => err,
+            Ok(_) => panic!("profile should be rejected:\n{body}"),
+        };
+        let message = err.message();
+        let (errors, hints): (Vec<&str>, Vec<&str>) = if message.contains('\n') {
+            let lines: Vec<&str> = message.lines().skip(1).collect();
+            lines.iter().partition(|line| !line.starts_with("  hint: "))
+        } else {
+            (vec![message], err.hint().into_iter().collect())
+        };
+        assert_eq!(errors.len(), hints.len(), "{body}:\n{message}");
+        for (error, hint) in errors.iter().zip(&hints) {
+            let hint = hint.trim_start().trim_start_matches("hint: ");
+            assert!(
+                !hint.is_empty() && hint != "see the profile reference in README.md",
+                "{body}: no hint of its own for {error}"
+            );
+        }
+        walked += errors.len();
+    }
+    assert!(walked >= 55, "only {walked} errors walked");
+}
+
+// Kubernetes names and zero durations.
+
+#[test]
+fn synced_secrets_need_kubernetes_names_and_a_secret_each() {
+    let text = format!(
+        "{HEADER}name: x\nsecrets:\n  - name: a\n    value: v\n    sync:\n      namespace: Bad_NS\n      secretName: UPPER\n  - name: app/db\n    value: v\n    sync: {{}}\n  - name: app-db\n    value: v\n    sync:\n      namespace: default\n  - name: c\n    value: v\n    sync:\n      secretName: app-db\nverify:\n  namespace: x.y\n"
+    );
+    let errors = reported(&text);
+    let expected = [
+        "8:18: `sync.namespace` `Bad_NS` is no namespace name: character `B` is not allowed",
+        "9:19: `sync.secretName` `UPPER` is no Secret name: character `U` is not allowed",
+        "15:5: secret `app-db` syncs to the Secret default/app-db, as secret `app/db` does",
+        "20:19: secret `c` syncs to the Secret default/app-db, as secret `app/db` does",
+        "22:14: `verify.namespace` `x.y` is no namespace name: character `.` is not allowed",
+    ];
+    assert_eq!(errors.len(), expected.len(), "{errors:#?}");
+    for (error, expected) in errors.iter().zip(expected) {
+        assert!(error.starts_with(expected), "{error}\nexpected {expected}");
+    }
+    // The same name in two namespaces is two Secrets.
+    let text = format!(
+        "{HEADER}name: x\nsecrets:\n  - name: a\n    value: v\n    sync: {{secretName: s}}\n  - name: b\n    value: v\n    sync: {{namespace: other, secretName: s}}\n"
+    );
+    resolve(&text, &Overrides::default(), &HashMap::new()).unwrap();
+}
+
+#[test]
+fn a_zero_timeout_or_interval_is_refused() {
+    for (body, at) in [
+        (
+            "timeouts:\n  cluster: 0\n",
+            "5:12: `timeouts.cluster` is zero",
+        ),
+        (
+            "timeouts:\n  verify: 0s\n",
+            "5:11: `timeouts.verify` is zero",
+        ),
+        (
+            "gitops:\n  interval: 0m\n",
+            "5:13: `gitops.interval` is zero",
+        ),
+    ] {
+        let errors = reported(&format!("{HEADER}name: x\n{body}"));
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert!(errors[0].starts_with(at), "{}", errors[0]);
+    }
+    let dir = ProfileDir::new(&[("apps/a/x.yaml", "")]);
+    let (error, hint) = dir.one_error(
+        "gitops:\n  apps:\n    - name: a\n      path: apps/a\n      timeout: 0s\n",
+        &[],
+    );
+    assert!(
+        error.starts_with("p.yaml:8:16: `gitops.apps[0].timeout` is zero"),
+        "{error}"
+    );
+    assert!(
+        hint.contains("remove `gitops.apps[0].timeout` for the default (5m)"),
+        "{hint}"
+    );
+}
+
+#[test]
+fn a_port_from_the_environment_follows_the_flag_s_rule() {
+    let text = format!("{HEADER}name: x\n");
+    for bad in ["abc", "70000", "-1"] {
+        let env: HashMap<&str, &str> = [("DEVSTACK_LOCALSTACK_PORT", bad)].into();
+        let err = resolve(&text, &Overrides::default(), &env).unwrap_err();
+        assert_eq!(
+            err.hint(),
+            Some(
+                "use a number from 1 to 65535, or `auto` (or 0) for a free port, or unset DEVSTACK_LOCALSTACK_PORT"
+            ),
+            "{bad}"
+        );
+        let flag = bad.parse::<HostPort>().unwrap_err();
+        assert!(flag.ends_with(super::schema::PORT_FORMS), "{flag}");
+    }
+    let env: HashMap<&str, &str> = [("DEVSTACK_LOCALSTACK_PORT", "0")].into();
+    let s = resolve(&text, &Overrides::default(), &env).unwrap();
+    assert_eq!(s.localstack.port, HostPort::Auto, "0 means auto everywhere");
+    assert_eq!("0".parse::<HostPort>(), Ok(HostPort::Auto));
+}
+
+#[test]
+fn a_directory_is_named_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let reference = dir.path().to_str().unwrap();
+    let err = super::load_reference(reference).unwrap_err();
+    assert_eq!(
+        err.message(),
+        format!("profile `{reference}` is a directory, not a profile file")
+    );
+    std::fs::write(dir.path().join("devstack.yaml"), "").unwrap();
+    let err = super::load_reference(reference).unwrap_err();
+    assert!(
+        err.hint()
+            .unwrap()
+            .starts_with("did you mean the profile in it"),
+        "{err:?}"
+    );
 }

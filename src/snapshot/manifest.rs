@@ -246,6 +246,22 @@ pub fn check(manifest: &Manifest, settings: &Settings) -> Result<(), Error> {
 /// Snapshots hold K3s clusters only: Kind's nodes keep kubeadm's
 /// certificates and etcd's member address bound to the node's IP, which a
 /// restore into a new network changes.
+/// `snapshot save` of a stack that does not exist (exit 4, as every command
+/// reading a missing stack): the command that creates one it can save.
+pub fn nothing_to_save(settings: &Settings) -> Error {
+    let create = if settings.cluster.provider == Provider::K3s {
+        "`devstack up`"
+    } else {
+        // Snapshots hold K3s clusters only.
+        "`devstack up --provider k3s` (or `cluster.provider: k3s` in the profile)"
+    };
+    Error::unhealthy(format!(
+        "stack `{}` does not exist: there is no cluster to save",
+        settings.name
+    ))
+    .with_hint(format!("create it with {create}, then save it"))
+}
+
 pub fn require_k3s(settings: &Settings) -> Result<(), Error> {
     if settings.localstack.mode == crate::profile::LocalStackMode::InCluster {
         return Err(Error::user(

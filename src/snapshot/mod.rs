@@ -38,7 +38,8 @@ mod upload;
 mod volume;
 
 pub use manifest::{
-    FORMAT, Info, Manifest, SavedFile, check, profile_digests, require_k3s, versions,
+    FORMAT, Info, Manifest, SavedFile, check, nothing_to_save, profile_digests, require_k3s,
+    versions,
 };
 pub use remove::{Removal, remove};
 pub use restore::{AfterRestore, after_restore, restore_nodes};

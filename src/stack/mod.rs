@@ -172,10 +172,15 @@ impl Stack {
         &self,
         name: Option<&str>,
     ) -> Result<crate::snapshot::SaveReport, Error> {
+        // The name is the user's input: judged before any engine is reached.
+        let name = name.unwrap_or(&self.settings.name).to_string();
+        crate::snapshot::check_name(&name)?;
         let docker = docker::connect().await?;
         let settings = cluster::choice::on_recorded_provider(&docker, self.current()).await?;
-        let name = name.unwrap_or(&settings.name).to_string();
-        crate::snapshot::check_name(&name)?;
+        // Before the provider check: a stack that is not there has none yet.
+        if !self.exists(&docker).await? {
+            return Err(crate::snapshot::nothing_to_save(&settings));
+        }
         crate::snapshot::require_k3s(&settings)?;
         let _lock = self.lock("snapshot save").await?;
         let client = self
@@ -401,4 +406,25 @@ pub async fn all_stack_names(docker: &bollard::Docker) -> Result<BTreeSet<String
         }
     }
     Ok(names)
+}
+
+/// Records the stack's state directory with `runner` for removal when this
+/// run makes it (`up`, `cluster up`).
+pub fn record_new_state_dir(runner: &crate::pipeline::Runner, settings: &Settings) {
+    let state_dir = state::stack_dir(settings);
+    if state_dir.exists() {
+        return;
+    }
+    runner.created(format!("state {}", state_dir.display()), move || {
+        Box::pin(async move {
+            match std::fs::remove_dir_all(&state_dir) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(Error::internal(format!(
+                    "remove {}: {e}",
+                    state_dir.display()
+                ))),
+            }
+        })
+    });
 }

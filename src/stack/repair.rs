@@ -76,18 +76,54 @@ pub(super) async fn missing_flux_objects(
     missing
 }
 
+/// ESO's Deployments that `up` found scaled to zero and gave a replica.
+#[derive(Default)]
+pub(super) struct Rescaled {
+    namespace: String,
+    names: Vec<String>,
+}
+
+impl Rescaled {
+    /// Waits until each is Available: the operator level is Ready from
+    /// before and would not wait for them.
+    pub(super) async fn wait_available(
+        &self,
+        client: &kube::Client,
+        settings: &crate::profile::Settings,
+    ) -> Result<(), crate::Error> {
+        if self.names.is_empty() {
+            return Ok(());
+        }
+        let namespace = &self.namespace;
+        let budget = crate::k8s::wait::Budget::new(settings.timeouts.eso.get(), "timeouts.eso");
+        let advice =
+            format!("`kubectl -n {namespace} describe deployments` says why they do not start");
+        crate::k8s::wait_deployments_available(client, namespace, &self.names, budget, &advice)
+            .await
+    }
+
+    pub(super) fn repairs(&self) -> impl Iterator<Item = String> + '_ {
+        self.names.iter().map(|name| {
+            format!(
+                "Deployment {}/{name} was scaled to 0: gave it 1 replica",
+                self.namespace
+            )
+        })
+    }
+}
+
 /// ESO's Deployments scaled to zero by hand: the operator level's health
 /// checks pass on them (none of none ready) while nothing serves, and Helm
-/// leaves them so. Each gets one replica back; returns what was repaired.
+/// leaves them so. Each gets one replica back.
 pub(super) async fn restore_scaled_down(
     client: &kube::Client,
     names: &crate::profile::StackNames,
-) -> Vec<String> {
+) -> Rescaled {
     use k8s_openapi::api::apps::v1::Deployment;
     use kube::api::{Patch, PatchParams};
     let (namespace, release) = names.helm_release();
     let api: kube::Api<Deployment> = kube::Api::namespaced(client.clone(), &namespace);
-    let mut repaired = Vec::new();
+    let mut rescaled = Vec::new();
     // A stack that shares the cluster has only the controller.
     for name in gitops::chain::eso_deployments(&release) {
         let Ok(Some(deployment)) = api.get_opt(&name).await else {
@@ -101,13 +137,14 @@ pub(super) async fn restore_scaled_down(
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => repaired.push(format!(
-                "Deployment {namespace}/{name} was scaled to 0: gave it 1 replica"
-            )),
+            Ok(_) => rescaled.push(name),
             Err(e) => tracing::debug!("scaling {namespace}/{name} back to 1: {e}"),
         }
     }
-    repaired
+    Rescaled {
+        namespace,
+        names: rescaled,
+    }
 }
 
 /// Gives the cluster's own pods that crashed while a node that started

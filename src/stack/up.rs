@@ -8,7 +8,9 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::Stack;
-use super::repair::{CrashedPods, localstack_repair, missing_flux_objects, restore_scaled_down};
+use super::repair::{
+    CrashedPods, Rescaled, localstack_repair, missing_flux_objects, restore_scaled_down,
+};
 use super::thread_stack::DeepThreadStack;
 use crate::cluster::choice::{self, Choice};
 use crate::cluster::{self, Provisioned};
@@ -33,8 +35,8 @@ pub struct UpOptions {
     pub retain: bool,
     /// Run the round trip at the end; `None` = the profile's `verify.onUp`.
     pub verify: Option<bool>,
-    /// Roll back when Ctrl-C / SIGINT arrives (the CLI sets this; a library
-    /// caller usually handles signals itself).
+    /// Roll back when Ctrl-C (SIGINT), SIGTERM or SIGHUP arrives (the CLI
+    /// sets this; a library caller usually handles signals itself).
     pub handle_interrupt: bool,
     /// Recreate the cluster when it differs from the profile in what its
     /// provider cannot change in place; LocalStack is kept.
@@ -86,8 +88,8 @@ impl Stack {
     /// Brings the whole stack up, or converges an existing one: LocalStack
     /// (then seeding) and the cluster concurrently, the in-cluster LocalStack
     /// route, Flux and the External Secrets chain, then the round trip.
-    /// A stack this call created is rolled back on failure (and on Ctrl-C
-    /// with `handle_interrupt`) unless `retain`.
+    /// A stack this call created is rolled back on failure (and on Ctrl-C,
+    /// SIGTERM or SIGHUP with `handle_interrupt`) unless `retain`.
     ///
     /// A profile that does not pin the provider gets the one the stack's
     /// cluster was made with, else Kind, else K3s when no usable kind CLI
@@ -97,19 +99,22 @@ impl Stack {
         // Flux 2.9 fails a Kustomization on a `${VAR}` no fact provides:
         // found before anything is reached or created.
         crate::gitops::repository::preflight(&self.current())?;
-        let docker = self.engine().await?;
-        let settled = DeepThreadStack::new(choice::settle(&docker, &self.current())).await?;
-        let (run, choice) = self.settled(settled);
+        // Listening from here: settling the provider can fetch kind, and a
+        // signal then ends the run as a later one does, not the process.
         let interrupts = Interrupts::watch(options.handle_interrupt);
-        DeepThreadStack::new(run.up_locked(
-            &docker,
-            options,
-            None,
-            choice,
-            &interrupts.cancel,
-            &interrupts.stop,
-        ))
-        .await
+        let docker = self.engine().await?;
+        let current = self.current();
+        let settled = tokio::select! {
+            settled = DeepThreadStack::new(choice::settle(&docker, &current)) => settled?,
+            _ = interrupts.cancel.cancelled() => {
+                let err = Error::interrupted().context("nothing was created");
+                return Err(interrupts.attribute(err));
+            }
+        };
+        let (run, choice) = self.settled(settled);
+        DeepThreadStack::new(run.up_locked(&docker, options, None, choice, &interrupts))
+            .await
+            .map_err(|e| interrupts.attribute(e))
     }
 
     /// This stack on the settled provider, with the notice the user should
@@ -138,15 +143,9 @@ impl Stack {
         let snapshot = snapshot::open(&run.settings, name)?;
         let docker = docker::connect().await?;
         let interrupts = Interrupts::watch(options.handle_interrupt);
-        DeepThreadStack::new(run.up_locked(
-            &docker,
-            options,
-            Some(&snapshot),
-            choice,
-            &interrupts.cancel,
-            &interrupts.stop,
-        ))
-        .await
+        DeepThreadStack::new(run.up_locked(&docker, options, Some(&snapshot), choice, &interrupts))
+            .await
+            .map_err(|e| interrupts.attribute(e))
     }
 
     async fn up_locked(
@@ -155,9 +154,9 @@ impl Stack {
         options: UpOptions,
         restore: Option<&Snapshot>,
         choice: Choice,
-        cancel: &CancellationToken,
-        stop: &CancellationToken,
+        interrupts: &Interrupts,
     ) -> Result<UpReport, Error> {
+        let cancel = &interrupts.cancel;
         let _lock = tokio::select! {
             lock = self.lock("up") => lock?,
             _ = cancel.cancelled() => return Err(Error::interrupted()),
@@ -198,7 +197,7 @@ impl Stack {
             crate::diagnose::point(&self.current(), err).await
         };
         Err(runner
-            .roll_back_after(err, existed, options.retain, stop)
+            .roll_back_after(err, existed, options.retain, &interrupts.received)
             .await)
     }
 }
@@ -278,17 +277,18 @@ impl UpRun<'_> {
         let rescaled = if self.existed && settings.eso.installs() {
             restore_scaled_down(&client, &settings.names).await
         } else {
-            Vec::new()
+            Rescaled::default()
         };
         let verify_on = self.options.verify.unwrap_or(settings.verify.on_up);
         let (gitops, verified_beside) = self.deliver_gitops(settings, &client, verify_on).await?;
+        rescaled.wait_available(&client, settings).await?;
         let verified_beside_chain = verified_beside.is_some();
         let verify = self
             .verified(settings, &client, verify_on, verified_beside)
             .await?;
 
         if self.existed {
-            repaired.extend(rescaled);
+            repaired.extend(rescaled.repairs());
             repaired.extend(
                 missing_before
                     .into_iter()
@@ -332,25 +332,8 @@ impl UpRun<'_> {
         })
     }
 
-    /// Records the stack's state directory for removal when this run makes it.
     fn record_new_state_dir(&self) {
-        let state_dir = state::stack_dir(&self.stack.settings);
-        if state_dir.exists() {
-            return;
-        }
-        self.runner
-            .created(format!("state {}", state_dir.display()), move || {
-                Box::pin(async move {
-                    match std::fs::remove_dir_all(&state_dir) {
-                        Ok(()) => Ok(()),
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                        Err(e) => Err(Error::internal(format!(
-                            "remove {}: {e}",
-                            state_dir.display()
-                        ))),
-                    }
-                })
-            });
+        super::record_new_state_dir(self.runner, &self.stack.settings);
     }
 
     /// The Preflight step: what the cluster's provider will do.

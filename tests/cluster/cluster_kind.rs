@@ -1,8 +1,9 @@
 //! Cluster tier: the Kind provider end to end with the kit's kind CLI and
 //! node image, from the offline bundle. The dev profile's shape (one control
 //! plane, one worker): `up` -> `verify --push-secret` -> `status` -> warm `up`
-//! -> Ctrl-C during the round trip -> `down` (with a process frozen in a node,
-//! as a killed `runc create` leaves one); a foreign kind cluster of the
+//! (merging its context) -> Ctrl-C during the round trip -> `down` (with a
+//! process frozen in a node, as a killed `runc create` leaves one, and from a
+//! shell without the bundle, kind or network); a foreign kind cluster of the
 //! stack's name refused and left alone; kind missing named with its fix.
 //! Shape drift and Ctrl-C during create are in providers.rs, one body
 //! for both providers. Where the bundle has no kind CLI or node image, each test prints
@@ -180,11 +181,29 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
     assert_eq!(status.code, 0, "{}", status.all());
     assert_eq!(status.json()["healthy"], true);
 
+    // The warm `up` merges the stack's context into a kubeconfig of the
+    // test's own (standing in for the user's), for `down` to remove.
+    let user_kubeconfig = stack.dir.path().join("user-kubeconfig");
+    let user_env = [("KUBECONFIG", user_kubeconfig.to_str().unwrap())];
+    let profile_text = std::fs::read_to_string(&profile).unwrap();
+    let merging = stack.dir.path().join("merging.yaml");
+    std::fs::write(
+        &merging,
+        profile_text.replace("    merge: false", "    merge: true"),
+    )
+    .unwrap();
     let started = Instant::now();
-    let again = stack.run(&profile, &["up", "--json"]);
+    let again = stack.run_env(&merging, &["up", "--json"], &user_env);
     let warm = started.elapsed();
     let report = again.ok().json();
     eprintln!("kind: warm up (with verify): {warm:?}");
+    let context = format!("devstack-{}", stack.name);
+    assert!(
+        std::fs::read_to_string(&user_kubeconfig)
+            .unwrap_or_default()
+            .contains(&context),
+        "{report}"
+    );
     assert_eq!(report["created"], false, "{report}");
     assert_eq!(report["repaired"].as_array().unwrap().len(), 0, "{report}");
     assert_eq!(report["verify"]["passed"], true, "{report}");
@@ -217,14 +236,64 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
         "the dying node still runs commands"
     );
 
+    // The nodes' volumes (kind's anonymous `/var`), which `down` removes too.
+    let mut volumes = Vec::new();
+    for node in kind_nodes(&stack) {
+        let out = docker(&[
+            "inspect",
+            "-f",
+            "{{range .Mounts}}{{if eq .Type \"volume\"}}{{.Name}} {{end}}{{end}}",
+            &node,
+        ]);
+        volumes.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(String::from),
+        );
+    }
+    assert!(!volumes.is_empty(), "the nodes have no volume to check");
+
+    // `down` as a new shell runs it: the profile without the bundle `up`
+    // took kind from, no kind on PATH, no DEVSTACK_KIND, and no network to
+    // fetch kind from (the download mirror is a closed port). It needs none.
+    let bare = stack.dir.path().join("bare.yaml");
+    let without_bundle: String = profile_text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("bundle:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(!without_bundle.contains("bundle:"), "{without_bundle}");
+    std::fs::write(
+        &bare,
+        without_bundle.replace("    merge: false", "    merge: true"),
+    )
+    .unwrap();
+    let path_without_kind = path_without_kind();
+    let new_shell = [
+        ("PATH", path_without_kind.as_str()),
+        ("DEVSTACK_KIND", ""),
+        ("DEVSTACK_BUNDLE", ""),
+        ("DEVSTACK_DOWNLOAD_MIRROR", "http://127.0.0.1:9"),
+        user_env[0],
+    ];
     let started = Instant::now();
-    stack.run(&profile, &["down"]).ok();
+    stack.run_env(&bare, &["down"], &new_shell).ok();
     eprintln!("kind: down: {:?}", started.elapsed());
     assert!(kind_nodes(&stack).is_empty(), "{:?}", kind_nodes(&stack));
     assert!(stack.containers().is_empty(), "{:?}", stack.containers());
     assert!(stack.networks().is_empty(), "{:?}", stack.networks());
+    for volume in &volumes {
+        assert!(
+            !docker(&["volume", "inspect", volume]).status.success(),
+            "volume {volume} outlived down"
+        );
+    }
     assert!(!path.exists(), "the kubeconfig outlived down");
-    stack.run(&profile, &["down"]).ok();
+    let stack_dir = path.parent().unwrap();
+    assert!(!stack_dir.exists(), "{stack_dir:?} outlived down");
+    let user = std::fs::read_to_string(&user_kubeconfig).unwrap_or_default();
+    assert!(!user.contains(&context), "{context} outlived down:\n{user}");
+    stack.run_env(&bare, &["down"], &new_shell).ok();
 }
 
 /// Starts a process in its own cgroup in `node` and freezes that cgroup

@@ -551,6 +551,10 @@ fn install_flux_beforehand(
     .unwrap();
 }
 
+/// The first stack runs the shipped ci profile as it is, on the Kind
+/// cluster named by `--context` (then by DEVSTACK_CONTEXT): its node shape
+/// is set aside with a notice, the rest of it (its secret, its timeouts)
+/// used.
 #[test]
 #[ignore = "needs Docker and the offline kit: make test-cluster"]
 fn a_flux_installed_beforehand_is_used_and_left_in_place() {
@@ -563,8 +567,15 @@ fn a_flux_installed_beforehand_is_used_and_left_in_place() {
     let name = kind_cluster(&stack);
     let admin = stack.dir.path().join("admin.kubeconfig");
     create_kind_cluster(&kind, &name, &admin);
-    let profile = existing_profile(&stack, &format!("kind-{name}"));
-    let as_admin = [("KUBECONFIG", admin.to_str().unwrap())];
+    let context = format!("kind-{name}");
+    let bundle = bundle_dir();
+    let as_admin = [
+        ("KUBECONFIG", admin.to_str().unwrap()),
+        ("DEVSTACK_BUNDLE", bundle.to_str().unwrap()),
+    ];
+    let ci = Path::new("ci");
+    let on_the_cluster = ["--name", &stack.name, "--context", &context];
+    let by_variable = [as_admin[0], as_admin[1], ("DEVSTACK_CONTEXT", &context)];
     let rt = runtime();
     let client = rt
         .block_on(devstack::k8s::client_from_kubeconfig(
@@ -583,8 +594,15 @@ fn a_flux_installed_beforehand_is_used_and_left_in_place() {
     let flux_before = generation("kustomize-controller");
     let before = inventory(&rt, &client);
 
-    let up = stack.run_env(&profile, &["up", "--json"], &as_admin);
+    let up = stack.run_env(
+        ci,
+        &[&on_the_cluster[..], &["up", "--json"]].concat(),
+        &as_admin,
+    );
+    let notice = "ignoring cluster.servers, cluster.apiServerPort of the shipped profile ci";
+    assert!(up.stderr.contains(notice), "{}", up.stderr);
     let report = up.ok().json();
+    assert_eq!(report["cluster"]["provider"], "existing", "{report}");
     assert_eq!(report["verify"]["passed"], true, "{report}");
     assert_eq!(
         report["gitops"]["flux"]["source"], "already-installed",
@@ -595,8 +613,27 @@ fn a_flux_installed_beforehand_is_used_and_left_in_place() {
         flux_before,
         "the installed Flux was changed"
     );
+    // The ci profile's secret, synced where the profile says.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while get_json(&rt, &client, "v1", "Secret", Some("default"), "app-token")
+        .is_none_or(|token| !token["data"]["value"].is_string())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ci profile's secret is not synced to default/app-token after 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let verify = stack.run_env(
+        ci,
+        &["--name", &stack.name, "verify", "--json"],
+        &by_variable,
+    );
+    assert_eq!(verify.ok().json()["passed"], true, "{}", verify.all());
+
     // A second stack uses the same Flux; both go down, it first.
     let second = format!("{}-b", stack.name);
+    let profile = existing_profile(&stack, &context);
     let profile_b = second_profile(&stack, &profile, &second);
     let report = stack
         .run_env(&profile_b, &["up", "--json"], &as_admin)
@@ -610,7 +647,10 @@ fn a_flux_installed_beforehand_is_used_and_left_in_place() {
     );
     take_down(
         &stack,
-        &[(&second, &profile_b), (&stack.name, &profile)],
+        &[
+            (&second, &profile_b, &[]),
+            (&stack.name, ci, &on_the_cluster),
+        ],
         &as_admin,
     );
     assert_same_inventory(&before, &inventory(&rt, &client), "down");
@@ -621,15 +661,17 @@ fn a_flux_installed_beforehand_is_used_and_left_in_place() {
 /// where the test may remove every stack here (DEVSTACK_TEST_DOWN_ALL=1,
 /// set by tests/run.sh): the stacks are found by their records alone,
 /// having no container of their own, and a stack that joined the cluster
-/// goes down before the one it joined. Elsewhere, each stack's own `down`,
-/// in the order given.
-fn take_down(stack: &TestStack, stacks: &[(&str, &Path)], env: &[(&str, &str)]) {
+/// goes down before the one it joined. Elsewhere, each stack's own `down`
+/// (with the flags that select it), in the order given.
+fn take_down(stack: &TestStack, stacks: &[(&str, &Path, &[&str])], env: &[(&str, &str)]) {
     if std::env::var_os("DEVSTACK_TEST_DOWN_ALL").is_none() {
         say_skipped(
             "`down --all` on an existing cluster: set DEVSTACK_TEST_DOWN_ALL=1 to let this test remove every devstack stack here",
         );
-        for (_, profile) in stacks {
-            stack.run_env(profile, &["down"], env).ok();
+        for (_, profile, flags) in stacks {
+            stack
+                .run_env(profile, &[flags, &["down"][..]].concat(), env)
+                .ok();
         }
         return;
     }
@@ -647,11 +689,11 @@ fn take_down(stack: &TestStack, stacks: &[(&str, &Path)], env: &[(&str, &str)]) 
     let found: Vec<&str> = reported
         .iter()
         .filter_map(|s| s["stack"].as_str())
-        .filter(|name| stacks.iter().any(|(ours, _)| ours == name))
+        .filter(|name| stacks.iter().any(|(ours, _, _)| ours == name))
         .collect();
-    let expected: Vec<&str> = stacks.iter().map(|(name, _)| *name).collect();
+    let expected: Vec<&str> = stacks.iter().map(|(name, _, _)| *name).collect();
     assert_eq!(found, expected, "{report}");
-    for (name, _) in stacks {
+    for (name, _, _) in stacks {
         let ours = reported.iter().find(|s| s["stack"] == *name).unwrap();
         let uninstalled = ours["uninstalled"].as_array().unwrap();
         assert!(

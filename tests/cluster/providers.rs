@@ -1,5 +1,5 @@
 //! Cluster tier: one test body, two providers. The cluster's shape drifting
-//! from the profile (node count, node image, stopped nodes) and Ctrl-C while
+//! from the profile (node count, node image, stopped nodes) and signals while
 //! the cluster is created run on K3s and on Kind alike; only what each
 //! provider can change in place differs, and the provider says so.
 
@@ -228,14 +228,20 @@ fn shape_drift_is_applied_or_refused_with_the_fix(provider: Provider) {
     assert!(stack.containers().is_empty(), "{:?}", stack.containers());
 }
 
-/// SIGINT while the cluster is being created, by `up` and by `cluster up`:
-/// the run exits 130 and rolls back, leaving no node, no devstack container
-/// and no network.
-fn interrupted_create_rolls_back(provider: Provider) {
-    let stack = TestStack::new(&format!("sigint-{}", provider.name()));
+/// Signals while the cluster is being created, by `up` (SIGTERM: exit 143)
+/// and by `cluster up` (Ctrl-C: 130); on K3s also while `up` installs Flux
+/// (SIGHUP: 129) and while it applies the External Secrets chain (SIGTERM,
+/// then Ctrl-C during the rollback, which says it is finishing and does).
+/// Every run rolls back, leaving no node, no devstack container, network or
+/// volume and no state directory, and the next run creates the cluster anew.
+fn interrupted_runs_roll_back(provider: Provider) {
+    let stack = TestStack::new(&format!("sig-{}", provider.name()));
     let _kind = provider.guard(&stack);
     let profile = provider.profile(&stack, 1, "");
-    for command in [&["up"][..], &["cluster", "up"][..]] {
+    for (command, signal) in [
+        (&["up"][..], libc::SIGTERM),
+        (&["cluster", "up"][..], libc::SIGINT),
+    ] {
         let child = stack.spawn(&profile, command);
         // Until every node container exists: the provider is mid-create then.
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -250,28 +256,96 @@ fn interrupted_create_rolls_back(provider: Provider) {
         std::thread::sleep(Duration::from_secs(3));
         // SAFETY: signalling the child this test spawned.
         unsafe {
-            libc::kill(child.id() as i32, libc::SIGINT);
+            libc::kill(child.id() as i32, signal);
         }
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(130), "{command:?}: {stderr}");
+        assert_eq!(
+            out.status.code(),
+            Some(128 + signal),
+            "{command:?}: {stderr}"
+        );
         assert!(stderr.contains("rolled back"), "{command:?}: {stderr}");
-        assert!(
-            provider.node_containers(&stack).is_empty(),
-            "{command:?} left {:?}",
-            provider.node_containers(&stack)
-        );
-        assert!(
-            stack.containers().is_empty(),
-            "{command:?} left {:?}",
-            stack.containers()
-        );
-        assert!(
-            stack.networks().is_empty(),
-            "{command:?} left {:?}",
-            stack.networks()
-        );
+        assert_nothing_left(&provider, &stack, &format!("{command:?}"), &stderr);
     }
+    if !matches!(provider, Provider::K3s) {
+        return;
+    }
+    let stderr = signal_up_at(&stack, &profile, "• Flux ", libc::SIGHUP, None);
+    assert!(
+        stderr.contains("): created, 2 node(s)"),
+        "the run after an interrupted one starts clean: {stderr}"
+    );
+    assert!(stderr.contains("error: SIGHUP: "), "{stderr}");
+    assert_nothing_left(&provider, &stack, "up at Flux", &stderr);
+    let stderr = signal_up_at(
+        &stack,
+        &profile,
+        "• External Secrets chain",
+        libc::SIGTERM,
+        Some(libc::SIGINT),
+    );
+    assert!(
+        stderr
+            .contains("SIGINT ignored: finishing the rollback so that nothing is left; removing "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("error: SIGTERM: rolled back"), "{stderr}");
+    assert_nothing_left(&provider, &stack, "up at the ESO chain", &stderr);
+}
+
+/// Runs `up`, sends `signal` when a line of its progress contains `at` and
+/// `again` when its rollback starts; checks its exit code (128 + `signal`)
+/// and returns its stderr.
+fn signal_up_at(
+    stack: &TestStack,
+    profile: &std::path::Path,
+    at: &str,
+    signal: i32,
+    again: Option<i32>,
+) -> String {
+    use std::io::BufRead;
+    let mut child = stack.spawn(profile, &["up"]);
+    let pid = child.id() as i32;
+    let stderr = child.stderr.take().unwrap();
+    let (mut seen, mut sent) = (Vec::new(), false);
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        let send = if !sent && line.contains(at) {
+            sent = true;
+            Some(signal)
+        } else if sent && line.contains("• Rolling back") {
+            again
+        } else {
+            None
+        };
+        if let Some(send) = send {
+            // SAFETY: signalling the child this test spawned.
+            unsafe {
+                libc::kill(pid, send);
+            }
+        }
+        seen.push(line);
+    }
+    let status = child.wait().unwrap();
+    let stderr = seen.join("\n");
+    assert!(sent, "`up` never printed `{at}`: {stderr}");
+    assert_eq!(status.code(), Some(128 + signal), "{stderr}");
+    stderr
+}
+
+#[track_caller]
+fn assert_nothing_left(provider: &Provider, stack: &TestStack, what: &str, stderr: &str) {
+    assert_eq!(
+        provider.node_containers(stack),
+        Vec::<String>::new(),
+        "{what} left nodes: {stderr}"
+    );
+    assert_eq!(
+        stack.leftovers(),
+        Vec::<String>::new(),
+        "{what} left: {stderr}"
+    );
 }
 
 #[test]
@@ -292,16 +366,16 @@ fn kind_shape_drift_is_applied_or_refused_with_the_fix() {
 
 #[test]
 #[ignore = "needs Docker and the offline kit: make test-cluster"]
-fn k3s_interrupted_create_rolls_back() {
+fn k3s_interrupted_runs_roll_back() {
     if let Some(provider) = Provider::k3s() {
-        interrupted_create_rolls_back(provider);
+        interrupted_runs_roll_back(provider);
     }
 }
 
 #[test]
 #[ignore = "needs Docker and the offline kit: make test-cluster"]
-fn kind_interrupted_create_rolls_back() {
-    if let Some(provider) = Provider::kind("kind_interrupted_create_rolls_back") {
-        interrupted_create_rolls_back(provider);
+fn kind_interrupted_runs_roll_back() {
+    if let Some(provider) = Provider::kind("kind_interrupted_runs_roll_back") {
+        interrupted_runs_roll_back(provider);
     }
 }

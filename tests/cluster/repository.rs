@@ -34,7 +34,7 @@ fn example_repository(stack: &TestStack, cluster: &str) -> PathBuf {
     );
     let text = text.replace("\nname: shop\n", &format!("\nname: {}\n", stack.name));
     let text = format!(
-        "{text}cluster:\n{cluster}  kubeconfig: {{merge: false}}\nlocalstack:\n  port: {}\nimages:\n  bundle: {}\ntimeouts:\n  localstack: 120s\n  seed: 60s\n",
+        "{text}cluster:\n{cluster}  kubeconfig: {{merge: false}}\nlocalstack:\n  port: {}\nimages:\n  bundle: {}\ntimeouts:\n  localstack: 120s\n  seed: 60s\n  eso: 5m\n",
         stack.port,
         bundle_dir().display()
     );
@@ -284,7 +284,12 @@ fn example_repository_from_git() {
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/external-secrets"),
         "manifests/external-secrets",
     );
-    let text = std::fs::read_to_string(&profile).unwrap().replace(
+    // The shipped layout runs LocalStack in the cluster (its
+    // deployment-localstack level), as a repository copied from it does.
+    let text = std::fs::read_to_string(&profile)
+        .unwrap()
+        .replace("localstack:\n", "localstack:\n  mode: in-cluster\n")
+        .replace(
         "gitops:\n  apps:\n",
         &format!(
             "gitops:\n  source: git\n  git: {{url: {}, branch: main, path: ./manifests/external-secrets}}\n  apps:\n",

@@ -102,6 +102,28 @@ impl TestStack {
             &format!("label=dev.devstack.stack={}", self.name),
         ])
     }
+
+    /// What of this stack exists: its containers, networks and volumes, and
+    /// its state directory. Empty after a rollback.
+    pub fn leftovers(&self) -> Vec<String> {
+        let filter = format!("label=dev.devstack.stack={}", self.name);
+        let mut left: Vec<String> = self
+            .containers()
+            .into_iter()
+            .map(|c| format!("container {c}"))
+            .collect();
+        left.extend(self.networks().into_iter().map(|n| format!("network {n}")));
+        left.extend(
+            docker_lines(&["volume", "ls", "-q", "--filter", &filter])
+                .into_iter()
+                .map(|v| format!("volume {v}")),
+        );
+        let state = self.dir.path().join("state/stacks").join(&self.name);
+        if state.exists() {
+            left.push(format!("state directory {}", state.display()));
+        }
+        left
+    }
 }
 
 impl Drop for TestStack {
@@ -201,10 +223,17 @@ impl Run {
     }
 }
 
+/// devstack on `profile`, given as `--profile` to a command that reads a
+/// stack; the others (`snapshot list`, `version`, ...) refuse it.
 pub fn run_devstack(cwd: &Path, profile: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let profile = profile.to_str().expect("profile path is UTF-8");
     let mut args = args.to_vec();
-    args.extend(["--profile", profile]);
+    let words: Vec<&str> = args.iter().take(2).copied().collect();
+    let takes_profile = (1..=words.len())
+        .all(|n| !devstack::cli::unused_global_options(&words[..n]).contains(&"profile"));
+    if takes_profile {
+        args.extend(["--profile", profile]);
+    }
     run_devstack_raw(cwd, &args, env)
 }
 

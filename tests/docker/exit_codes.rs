@@ -12,6 +12,16 @@ fn usage_errors_exit_2() {
     let run = run_devstack_raw(dir.path(), &["up", "--no-such-flag"], &[]);
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(run.stderr.contains("--no-such-flag"), "{}", run.stderr);
+    // A global flag the command has no use for is refused, not ignored.
+    let run = run_devstack_raw(dir.path(), &["-p", "ci", "version"], &[]);
+    assert_eq!(run.code, 2, "{}", run.all());
+    assert!(
+        run.stderr
+            .contains("--profile has no effect on `devstack version`"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
 }
 
 #[test]
@@ -90,7 +100,81 @@ fn an_unhealthy_stack_exits_4() {
     let report = run.json();
     assert_eq!(report["healthy"], false, "{report}");
     assert_eq!(report["settled"], false, "{report}");
+    assert!(
+        report["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|row| row["health"] == "missing"),
+        "{report}"
+    );
     assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+
+    // `diagnose --json` prints its usual shape too: a list of findings,
+    // here the one that says the stack does not exist and how to create it.
+    let run = stack.run(&profile, &["diagnose", "--json"]);
+    assert_eq!(run.code, 4, "{}", run.all());
+    let findings = run.json();
+    assert_eq!(findings.as_array().map(Vec::len), Some(1), "{findings}");
+    assert_eq!(findings[0]["detector"], "stack-missing", "{findings}");
+    assert_eq!(
+        findings[0]["fix"]["command"],
+        format!("devstack -p {} up", profile.display()),
+        "{findings}"
+    );
+    assert!(run.stderr.contains("does not exist"), "{}", run.stderr);
+
+    // Every command that reads the stack says it is not there the same
+    // way: exit 4, with the command that creates it.
+    for args in [
+        vec!["diagnose"],
+        vec!["logs"],
+        vec!["logs", "localstack"],
+        vec!["logs", "eso"],
+        vec!["logs", "node"],
+        vec!["localstack", "logs"],
+        vec!["localstack", "logs", "--since", "1m"],
+        vec!["kubeconfig"],
+        vec!["env"],
+        vec!["verify"],
+        vec!["seed"],
+        vec!["sync"],
+        vec!["snapshot", "save"],
+    ] {
+        // `auto`: no port to export before LocalStack is made (a fixed
+        // one is exported before, as `facts` works before the stack).
+        let run = stack.run_env(&profile, &args, &[("DEVSTACK_LOCALSTACK_PORT", "auto")]);
+        assert_eq!(run.code, 4, "{args:?}: {}", run.all());
+        assert!(run.stdout.is_empty(), "{args:?}: {}", run.stdout);
+        assert!(
+            run.stderr.contains(&format!("stack `{}`", stack.name)),
+            "{args:?}: the error names the stack: {}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains(&quoted_command(&profile, "up"))
+                || run
+                    .stderr
+                    .contains(&quoted_command(&profile, "up --provider k3s")),
+            "{args:?}: the hint creates the stack: {}",
+            run.stderr
+        );
+    }
+    // The test harness leaves `--profile` out where a command takes none.
+    let run = stack.run(&profile, &["snapshot", "list", "--json"]);
+    assert_eq!(run.ok().json()["snapshots"], serde_json::json!([]));
+
+    // `localstack status` prints its row (LocalStack on its fixed port, absent).
+    let run = stack.run(&profile, &["localstack", "status"]);
+    assert_eq!(run.code, 4, "{}", run.all());
+    assert!(run.stdout.contains("absent"), "{}", run.stdout);
+    assert!(
+        run.stderr
+            .contains(&quoted_command(&profile, "localstack up")),
+        "{}",
+        run.stderr
+    );
+    assert!(stack.containers().is_empty(), "reading creates nothing");
 }
 
 /// Ctrl-C while `up` waits for another run of the same stack: exit 130,
@@ -110,9 +194,8 @@ fn an_interrupted_run_exits_130_and_a_second_run_waits_for_the_first() {
 
     let mut child = stack.spawn(&profile, &["up"]);
     let stderr = wait_for_line(&mut child, "up", &waiting);
-    // devstack's Ctrl-C handler is installed when its watcher task first
-    // runs, at the run's first pause, which can come a moment after the
-    // message; the lock is retried every 200 ms, so by then it is in place.
+    // devstack listens for signals from before it waits for the lock; the
+    // pause makes sure the run is waiting, not still about to.
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: signalling the child this test spawned.
     unsafe {
@@ -153,6 +236,120 @@ fn an_interrupted_run_exits_130_and_a_second_run_waits_for_the_first() {
         format!("`devstack down`, pid {}", child.id()),
         "the lock file names its last holder"
     );
+}
+
+/// SIGTERM (`timeout`, a cancelled CI job) while `up` downloads its
+/// artifacts: exit 143 (128 + 15), the run rolled back, nothing of the stack
+/// left, and no trace that would keep the next `up` from starting clean.
+#[test]
+#[ignore = "needs a Docker engine: make test-docker"]
+fn an_up_stopped_by_sigterm_while_fetching_artifacts_exits_143_and_leaves_nothing() {
+    if !require_docker() {
+        return;
+    }
+    let stack = TestStack::new("exit-sigterm");
+    let profile = stack.profile("cluster:\n  provider: k3s\n");
+    let (port, requested) = stalling_http_server();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_devstack"))
+        .current_dir(stack.dir.path())
+        .args(["up", "--profile", profile.to_str().unwrap()])
+        .env("DEVSTACK_HOME", stack.dir.path().join("state"))
+        .env("CI", "true")
+        // Online, through a mirror that starts every download and stalls.
+        .env_remove("DEVSTACK_BUNDLE")
+        .env(
+            "DEVSTACK_DOWNLOAD_MIRROR",
+            format!("http://127.0.0.1:{port}"),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = requested.recv_timeout(Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signalling the child this test spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let run = Run::from(child.wait_with_output().unwrap());
+    let first = first.unwrap_or_else(|_| panic!("no download began:\n{}", run.all()));
+    assert!(first.contains("/flux"), "{first}");
+    assert_eq!(run.code, 143, "{}", run.all());
+    assert!(
+        run.stderr.contains("✗ Artifacts: interrupted"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("error: SIGTERM: rolled back: interrupted"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+    assert_eq!(stack.leftovers(), Vec::<String>::new(), "{}", run.stderr);
+    let listed = run_devstack_raw(stack.dir.path(), &["list", "--json"], &[]);
+    assert!(
+        !listed.ok().stdout.contains(&stack.name),
+        "the next `up` would find a stack to converge: {}",
+        listed.stdout
+    );
+}
+
+/// SIGHUP (the terminal closed) while `status --wait` waits: exit 129
+/// (128 + 1) with a message, where it used to end without a word.
+#[test]
+#[ignore = "needs a Docker engine: make test-docker"]
+fn a_wait_stopped_by_sighup_exits_129() {
+    if !require_docker() {
+        return;
+    }
+    let stack = TestStack::new("exit-sighup");
+    let profile = stack.profile("");
+    let mut child = stack.spawn(&profile, &["status", "--wait", "2m"]);
+    let stderr = wait_for_line(&mut child, "status --wait", "waiting for");
+    // SAFETY: signalling the child this test spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGHUP);
+    }
+    let status = child.wait().unwrap();
+    let stderr = stderr.join().unwrap();
+    assert_eq!(status.code(), Some(129), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "error: SIGHUP: stopped waiting for stack `{}` to settle",
+            stack.name
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint:"), "{stderr}");
+}
+
+/// A download mirror that answers each request with the start of a large
+/// body and then nothing more, so a download is under way for as long as
+/// the test needs; each request line is sent on the channel.
+fn stalling_http_server() -> (u16, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            let _ = tx.send(line.trim().to_string());
+            let mut stream = stream;
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n");
+            let _ = stream.write_all(&[b'x'; 65536]);
+            // Held open, unanswered, until the test process ends.
+            open.push(stream);
+        }
+    });
+    (port, rx)
 }
 
 /// `localstack up` takes the stack's lock as `up` and `down` do: a `down`

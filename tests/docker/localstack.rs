@@ -25,12 +25,14 @@ fn localstack_starts_is_reused_restarted_and_recreated_on_a_changed_spec() {
     }
     assert_eq!(stack.containers().len(), 1);
     assert_eq!(stack.networks().len(), 1);
+    assert_eq!(listed_state(&stack).as_deref(), Some("running"));
 
     let again = stack.run(&profile, &["localstack", "up", "--json"]);
     assert_eq!(again.ok().json()["action"]["action"], "reused");
 
     let container = format!("devstack-{}-localstack", stack.name);
     assert!(docker(&["stop", "-t", "1", &container]).status.success());
+    assert_eq!(listed_state(&stack).as_deref(), Some("stopped"));
     let restarted = stack.run(&profile, &["localstack", "up", "--json"]);
     assert_eq!(restarted.ok().json()["action"]["action"], "restarted");
 
@@ -72,6 +74,12 @@ fn localstack_starts_is_reused_restarted_and_recreated_on_a_changed_spec() {
     stack.run(&changed, &["localstack", "down"]).ok();
     assert!(stack.containers().is_empty());
     assert!(stack.networks().is_empty());
+    // A record, if any, stays until `down`: listed with no container behind it.
+    let state = listed_state(&stack);
+    assert!(
+        matches!(state.as_deref(), None | Some("missing")),
+        "{state:?}"
+    );
     // Idempotent: nothing left to remove is success.
     stack.run(&changed, &["localstack", "down"]).ok();
     let status = stack.run(&changed, &["localstack", "status"]);
@@ -272,6 +280,94 @@ fn doctor_creates_nothing_and_downloads_nothing() {
     );
 }
 
+/// Where kind is missing and cannot be fetched, `up` makes a new stack on
+/// K3s: doctor assesses K3s and says so (its first and last lines), and
+/// its kind line warns rather than passes. With an engine too, input `up`
+/// refuses before creating anything fails doctor with `up`'s class, 2.
+#[test]
+#[ignore = "needs a Docker engine: make test-docker"]
+fn doctor_assesses_the_k3s_fallback_and_refuses_what_up_refuses() {
+    if !require_docker() {
+        return;
+    }
+    let stack = TestStack::new("dock3s");
+    let profile = stack.profile("");
+    let path_without_kind = path_without_kind();
+    let no_kind = [
+        // Nothing listens there: the download is refused at once.
+        ("DEVSTACK_DOWNLOAD_MIRROR", "http://127.0.0.1:9"),
+        ("PATH", path_without_kind.as_str()),
+        ("DEVSTACK_KIND", ""),
+        ("DEVSTACK_BUNDLE", ""),
+    ];
+    let run = stack.run_env(&profile, &["doctor"], &no_kind);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(
+        lines.first().is_some_and(
+            |l| l.starts_with("✓ provider") && l.contains("k3s instead of Kind, the default")
+        ),
+        "{}",
+        run.all()
+    );
+    let kind = lines
+        .iter()
+        .position(|l| l.starts_with("! kind "))
+        .unwrap_or_else(|| panic!("no warning about kind: {}", run.all()));
+    assert!(
+        lines[kind].contains("a new stack uses K3s instead of Kind"),
+        "{}",
+        run.all()
+    );
+    assert!(
+        lines[kind + 1].contains("hint: install kind"),
+        "{}",
+        run.all()
+    );
+    let subject = format!(
+        "stack `{}` (profile {}, provider k3s) ",
+        stack.name,
+        profile.display()
+    );
+    assert!(
+        lines.last().is_some_and(|l| l.starts_with(&subject)),
+        "{}",
+        run.all()
+    );
+    assert_eq!(
+        run.code,
+        if run.stdout.contains("can run here") {
+            0
+        } else {
+            3
+        }
+    );
+
+    let bundle = [("DEVSTACK_BUNDLE", "/nonexistent")];
+    let run = stack.run_env(
+        &profile,
+        &["--provider", "k3s", "doctor", "--json"],
+        &bundle,
+    );
+    assert_eq!(run.code, 2, "{}", run.all());
+    let report = run.json();
+    assert_eq!(report["exitCode"], 2, "{report}");
+    assert_eq!(
+        doctor_check(&report, "docker")["status"],
+        "pass",
+        "{report}"
+    );
+    let check = doctor_check(&report, "bundle");
+    assert_eq!(check["status"], "fail", "{report}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("cannot read offline bundle index /nonexistent/index.json"),
+        "{check}"
+    );
+    assert!(stack.containers().is_empty(), "doctor created containers");
+}
+
 #[test]
 #[ignore = "needs a Docker engine: make test-docker"]
 fn doctor_names_the_holder_of_a_taken_port() {
@@ -357,4 +453,14 @@ fn auto_ports_let_stacks_of_one_profile_run_side_by_side() {
     )
     .unwrap();
     assert!(record.contains(&format!("\"localstack\": {a}")), "{record}");
+}
+
+/// The state `devstack list --json` gives `stack` (`None`: not listed).
+fn listed_state(stack: &TestStack) -> Option<String> {
+    let run = run_devstack_raw(stack.dir.path(), &["list", "--json"], &[]);
+    let stacks = run.ok().json()["stacks"].as_array().unwrap().clone();
+    stacks
+        .iter()
+        .find(|s| s["name"] == stack.name.as_str())
+        .map(|s| s["state"].as_str().unwrap().to_string())
 }

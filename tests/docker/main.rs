@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod contexts;
 mod down_all;
 mod exit_codes;
 mod gitops;

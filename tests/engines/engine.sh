@@ -9,6 +9,7 @@
 #   bash tests/engines/engine.sh load IMAGE...   # host engine's images -> second engine
 #   bash tests/engines/engine.sh status         # the checks of `start`, exit 1 when not running
 #   bash tests/engines/engine.sh stop [--purge]  # every container, dockerd, containerd, namespace
+#   bash tests/engines/engine.sh check          # can this machine run it? exit 1 and why when not
 #
 # The engine:
 #   - runs in a network namespace of its own (`ip netns` name devstack-engines,
@@ -66,7 +67,21 @@ START_TIMEOUT=${DEVSTACK_ENGINES_START_TIMEOUT:-90}
 log() { printf '[engines %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[engines] error: %s\n' "$*" >&2; exit 1; }
 
-[ "$(id -u)" = 0 ] || die "needs root (network namespaces, mounts)"
+# cannot_run: why this machine cannot run the engine, or nothing when it can.
+# Changes nothing: the namespace probe is one `unshare` that ends at once.
+cannot_run() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "needs root (it creates a network namespace, a veth pair and mounts, and runs a second dockerd); run the group as root, or leave engines out of DEVSTACK_TEST_TIERS"
+    return
+  fi
+  local tool
+  for tool in ip nsenter unshare setsid flock jq iptables; do
+    command -v "$tool" >/dev/null || { echo "\`$tool\` not found (the engine's namespace and start need it)"; return; }
+  done
+  ip netns list >/dev/null 2>&1 || { echo "\`ip netns\` does not work here (iproute2 without network namespace support)"; return; }
+  unshare --net true 2>/dev/null ||
+    echo "cannot create a network namespace here (\`unshare --net\` refused: a container without CAP_SYS_ADMIN, or a kernel without network namespaces)"
+}
 
 edocker() { docker -H "$ENGINE_HOST" "$@"; }
 answers() { [ -S "$SOCK" ] && timeout 10 docker -H "$ENGINE_HOST" version >/dev/null 2>&1; }
@@ -362,11 +377,24 @@ lifecycle() {
 }
 
 case "${1:-}" in
+  check)
+    why=$(cannot_run)
+    [ -z "$why" ] || { echo "$why"; exit 1; }
+    echo "this machine can run the engine (root, network namespaces, the tools)"
+    exit 0
+    ;;
+  start | stop | env | exec | load | status)
+    why=$(cannot_run)
+    [ -z "$why" ] || die "$why"
+    ;;
+esac
+
+case "${1:-}" in
   start) shift; lifecycle start; cmd_start "$@" ;;
   stop) shift; lifecycle stop; cmd_stop "$@" ;;
   env) shift; cmd_env ;;
   exec) shift; cmd_exec "$@" ;;
   load) shift; cmd_load "$@" ;;
   status) shift; cmd_status ;;
-  *) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -42,6 +42,11 @@ fn help_texts() {
         vec!["snapshot", "--help"],
         vec!["logs", "--help"],
         vec!["kubeconfig", "--help"],
+        vec!["pull", "--help"],
+        vec!["list", "--help"],
+        vec!["version", "--help"],
+        vec!["localstack", "logs", "--help"],
+        vec!["snapshot", "import", "--help"],
     ] {
         let (code, stdout, _) = devstack(&args, &manifest_dir());
         assert_eq!(code, 0);
@@ -73,10 +78,17 @@ pub(crate) fn outcome(out: std::process::Output) -> (i32, String, String) {
     )
 }
 
-/// devstack with its state in `home`, for the snapshot store.
+/// devstack with its state in `home`, for the snapshot store, on the ci
+/// profile when the command reads a stack (the others refuse `--profile`).
 fn devstack_at(home: &std::path::Path, args: &[&str]) -> (i32, String, String) {
     let mut command = devstack_in_home(home, args);
-    outcome(command.args(["--profile", "ci"]).output().unwrap())
+    let path: Vec<&str> = args.iter().take(2).copied().collect();
+    let stackless = (1..=path.len())
+        .any(|n| devstack::cli::unused_global_options(&path[..n]).contains(&"profile"));
+    if !stackless {
+        command.args(["--profile", "ci"]);
+    }
+    outcome(command.output().unwrap())
 }
 
 #[test]
@@ -102,6 +114,20 @@ fn snapshot_commands_refuse_what_they_cannot_use_with_a_hint() {
         assert!(stderr.contains("hint:"), "{args:?}: {stderr}");
     };
     refused(&["snapshot", "rm", "nope"], "there is no snapshot `nope`");
+    // The store is the same whatever the stack: no command in the hint
+    // carries a stack's name, even one from the environment.
+    let (code, _, stderr) = outcome(
+        devstack_in_home(home.path(), &["snapshot", "rm", "nope"])
+            .env("DEVSTACK_NAME", "nosuch")
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("hint: `devstack snapshot list` shows the snapshots"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--name"), "{stderr}");
     refused(
         &["up", "--from-snapshot", "nope"],
         "there is no snapshot `nope`",
@@ -114,6 +140,16 @@ fn snapshot_commands_refuse_what_they_cannot_use_with_a_hint() {
         &["snapshot", "export", "nope", "out.tar"],
         "there is no snapshot `nope`",
     );
+    // Input is judged before any engine is reached: the same without one.
+    for args in [
+        &["snapshot", "save", "Bad/Name"][..],
+        &["up", "--from-snapshot", "nope"],
+    ] {
+        let mut command = devstack_in_home(home.path(), args);
+        command.env("DOCKER_HOST", "unix:///nonexistent/docker.sock");
+        let (code, _, stderr) = outcome(command.output().unwrap());
+        assert_eq!(code, 2, "{args:?} without an engine: {stderr}");
+    }
     std::fs::write(home.path().join("junk.tar"), b"not a tar archive at all").unwrap();
     refused(
         &["snapshot", "import", "junk.tar"],
@@ -292,6 +328,63 @@ fn readme_lists_every_environment_variable_devstack_reads() {
     }
 }
 
+/// `--version`, `version` and `version --json` name the build: the commit
+/// this checkout had when it was built, the day and the target.
+#[test]
+fn version_names_the_commit_date_and_target_of_the_build() {
+    use devstack::versions::build;
+    let line = format!(
+        "devstack {} (commit {}, built {}, {})",
+        env!("CARGO_PKG_VERSION"),
+        build::COMMIT,
+        build::DATE,
+        build::TARGET
+    );
+    let (code, stdout, stderr) = devstack(&["--version"], &manifest_dir());
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.trim_end(), line);
+    let (code, stdout, _) = devstack(&["version"], &manifest_dir());
+    assert_eq!(code, 0);
+    assert_eq!(stdout.lines().next(), Some(line.as_str()), "{stdout}");
+    let (code, stdout, _) = devstack(&["version", "--json"], &manifest_dir());
+    assert_eq!(code, 0);
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        json["build"],
+        serde_json::json!({"commit": build::COMMIT, "date": build::DATE, "target": build::TARGET})
+    );
+
+    // What build.rs found is this checkout's (its own tests cover the rest).
+    assert!(
+        build::TARGET.contains(std::env::consts::ARCH)
+            && build::TARGET.contains(std::env::consts::OS),
+        "{}",
+        build::TARGET
+    );
+    let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    let date: Vec<&str> = build::DATE.split('-').collect();
+    let widths: Vec<usize> = date.iter().map(|part| part.len()).collect();
+    assert!(
+        widths == [4, 2, 2] && date.iter().all(|part| digits(part)),
+        "{}",
+        build::DATE
+    );
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(manifest_dir())
+        .output();
+    match head {
+        Ok(out) if out.status.success() => {
+            let sha = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let built = build::COMMIT.trim_end_matches("-dirty");
+            assert_eq!(built, sha, "built from {}, HEAD is {sha}", build::COMMIT);
+        }
+        _ => eprintln!(
+            "SKIPPED: version_names_the_commit_date_and_target_of_the_build: this checkout is no git repository, so its commit cannot be compared"
+        ),
+    }
+}
+
 #[test]
 fn version_json_prints_the_matrix_and_the_pins_in_effect() {
     use devstack::versions;
@@ -299,6 +392,7 @@ fn version_json_prints_the_matrix_and_the_pins_in_effect() {
     assert_eq!(code, 0, "{stderr}");
     let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(json["devstack"], env!("CARGO_PKG_VERSION"));
+    assert!(json["build"]["commit"].is_string(), "{json}");
     let components = json["components"].as_array().unwrap();
     assert_eq!(components.len(), versions::MATRIX.len());
     for (row, c) in components.iter().zip(versions::MATRIX) {
@@ -504,4 +598,219 @@ fn the_context_variable_runs_the_stack_on_the_existing_cluster() {
     assert_eq!(settings["localstack"]["mode"], "in-cluster");
     let settings = show(&[]);
     assert_eq!(settings["cluster"]["provider"], "kind", "{settings}");
+}
+
+/// `devstack ARGS` in a fresh home, with no provider or context from the
+/// environment but `env`: exit code, stdout, stderr.
+fn profile_run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = devstack_in_home(dir.path(), args)
+        .env_remove("DEVSTACK_PROVIDER")
+        .env_remove("DEVSTACK_CONTEXT")
+        .env_remove("DEVSTACK_LOCALSTACK_PORT")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    outcome(out)
+}
+
+#[test]
+fn shipped_profiles_run_on_an_existing_cluster_with_their_node_shape_set_aside() {
+    for profile in ["ci", "dev", "demo"] {
+        let notice =
+            format!("of the shipped profile {profile}: they shape a cluster devstack creates");
+        let args = [
+            "-p",
+            profile,
+            "--context",
+            "kind-x",
+            "profile",
+            "show",
+            "--json",
+        ];
+        let (code, stdout, stderr) = profile_run(&args, &[]);
+        assert_eq!(code, 0, "{profile}: {stderr}");
+        assert!(
+            stderr.contains("warning: ignoring cluster.servers"),
+            "{stderr}"
+        );
+        assert!(stderr.contains(&notice), "{stderr}");
+        assert_eq!(stderr.matches("warning:").count(), 1, "told once: {stderr}");
+        let settings: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(settings["cluster"]["provider"], "existing", "{settings}");
+        assert_eq!(settings["cluster"]["context"], "kind-x", "{settings}");
+
+        let args = ["-p", profile, "profile", "show"];
+        let (code, _, stderr) = profile_run(&args, &[("DEVSTACK_CONTEXT", "kind-x")]);
+        assert_eq!(code, 0, "{profile}: {stderr}");
+        assert!(
+            stderr.contains("and `DEVSTACK_CONTEXT=kind-x` uses a cluster devstack did not create"),
+            "{stderr}"
+        );
+    }
+    let args = ["profile", "validate", "ci", "dev", "demo", "--json"];
+    let (code, stdout, stderr) = profile_run(&args, &[("DEVSTACK_CONTEXT", "kind-x")]);
+    assert_eq!(code, 0, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["valid"], true, "{report}");
+    for checked in report["profiles"].as_array().unwrap() {
+        let notices = checked["notices"].to_string();
+        assert!(notices.contains("ignoring cluster.servers"), "{checked}");
+    }
+    assert!(stderr.contains("warning: ci: ignoring"), "{stderr}");
+
+    // A context beside a provider that creates the cluster is refused.
+    let args = ["--provider", "kind", "--context", "foo", "profile", "show"];
+    let (code, _, stderr) = profile_run(&args, &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("error: `--provider kind` creates a cluster, and `--context foo` names one that exists\nhint: drop `--provider`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn profile_validate_refuses_what_up_would() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("v.yaml"),
+        "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: v\ncluster:\n  provider: kind\n  version: v1.33.5\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: v\ncluster:\n  provider: kind\n    servers: 1\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = devstack(
+        &["profile", "validate", "v.yaml", "bad.yaml", "."],
+        dir.path(),
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stdout, "");
+    for part in [
+        "error: invalid profile v.yaml: `cluster.version: v1.33.5` has no published kind node image that devstack knows",
+        "hint: set `cluster.version` to one of",
+        // A YAML syntax error has its hint too.
+        "error: invalid profile bad.yaml:6:12:",
+        "hint: quote a value that holds `: `",
+        "error: profile `.` is a directory, not a profile file\nhint: pass the profile file itself",
+    ] {
+        assert!(stderr.contains(part), "{part}:\n{stderr}");
+    }
+}
+
+#[test]
+fn origins_call_the_built_in_default_s_values_defaults() {
+    let (code, stdout, stderr) = profile_run(&["profile", "show", "--origins", "--json"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let settings: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(settings["origins"]["name"], "default", "{settings}");
+    assert_eq!(
+        settings["origins"]["images.downloadMirror"], "default",
+        "{settings}"
+    );
+}
+
+#[test]
+fn a_bad_port_variable_names_the_forms_a_port_takes() {
+    for bad in ["abc", "70000"] {
+        let (code, _, stderr) =
+            profile_run(&["profile", "show"], &[("DEVSTACK_LOCALSTACK_PORT", bad)]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(
+            stderr.contains("hint: use a number from 1 to 65535, or `auto` (or 0) for a free port, or unset DEVSTACK_LOCALSTACK_PORT"),
+            "{stderr}"
+        );
+    }
+    let (code, _, stderr) = profile_run(&["localstack", "up", "--port", "abc"], &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("use a number from 1 to 65535, or `auto` (or 0) for a free port"),
+        "{stderr}"
+    );
+}
+
+/// U4: a global option a command has no use for is refused, naming it,
+/// rather than silently ignored; its variable may stay set.
+#[test]
+fn global_options_a_command_has_no_use_for_are_refused() {
+    for (args, option, command) in [
+        (vec!["-p", "nosuch", "version"], "--profile", "version"),
+        (vec!["--name", "BAD", "list"], "--name", "list"),
+        (
+            vec!["-p", "nosuch", "completions", "bash"],
+            "--profile",
+            "completions",
+        ),
+        (
+            vec!["completions", "bash", "--json"],
+            "--json",
+            "completions",
+        ),
+        (vec!["man", "--json"], "--json", "man"),
+        (
+            vec!["--provider", "k3s", "profile", "list"],
+            "--provider",
+            "profile list",
+        ),
+        (
+            vec!["--bundle", "b", "snapshot", "rm", "x"],
+            "--bundle",
+            "snapshot rm",
+        ),
+        (
+            vec!["profile", "validate", "ci", "--context", "c"],
+            "--context",
+            "profile validate",
+        ),
+    ] {
+        let (code, stdout, stderr) = devstack(&args, &manifest_dir());
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert_eq!(stdout, "", "{args:?}: nothing runs");
+        assert!(
+            stderr.starts_with(&format!(
+                "error: {option} has no effect on `devstack {command}`: "
+            )),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("hint: leave {option} out")),
+            "{args:?}: {stderr}"
+        );
+    }
+    // What those commands do take, and the variables of the refused flags.
+    let home = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["version", "--json"],
+        vec!["-q", "list", "--json"],
+        vec!["profile", "list", "--json"],
+        vec!["completions", "bash", "-q"],
+    ] {
+        let (code, _, stderr) = outcome(
+            devstack_in_home(home.path(), &args)
+                .env("DEVSTACK_PROFILE", "nosuch")
+                .env("DEVSTACK_NAME", "BAD")
+                .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+                .output()
+                .unwrap(),
+        );
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+    }
+    // A command that reads a stack still takes them all.
+    let (code, _, stderr) = devstack(
+        &[
+            "-p",
+            "ci",
+            "--name",
+            "job1",
+            "--provider",
+            "k3s",
+            "profile",
+            "show",
+            "--json",
+        ],
+        &manifest_dir(),
+    );
+    assert_eq!(code, 0, "{stderr}");
 }

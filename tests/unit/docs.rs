@@ -677,6 +677,13 @@ fn every_devstack_command_of_the_ci_example_parses_with_the_cli() {
         if let Err(e) = devstack::cli::Cli::try_parse_from(command) {
             panic!("{WORKFLOW}: `{}` does not parse: {e}", command.join(" "));
         }
+        // Nor does it give a command an option it refuses (`-p ci version`).
+        let matches = devstack::cli::command()
+            .try_get_matches_from(command)
+            .unwrap();
+        if let Err(e) = devstack::cli::refuse_unused_options(&matches) {
+            panic!("{WORKFLOW}: `{}`: {}", command.join(" "), e.message());
+        }
     }
 }
 

@@ -40,7 +40,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "base",
         &[
-            "profile", "error", "envvars", "versions", "ui", "timeline", "lib",
+            "profile", "error", "envvars", "versions", "ui", "timeline", "signals", "lib",
         ],
     ),
 ];

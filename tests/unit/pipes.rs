@@ -1,6 +1,7 @@
 //! A reader that closes its end at once (`devstack completions bash | head
 //! -1`) ends the output, not the command: every printing command that needs
-//! no Docker engine exits 0 and prints no panic.
+//! no Docker engine exits 0 and prints no panic. Any other failed write to
+//! stdout is an error.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -88,7 +89,7 @@ fn printing_commands_exit_0_without_a_panic_when_their_reader_closed() {
         "-p ci kubeconfig",
         "-p ci kubeconfig --path",
         "-p ci kubeconfig --json",
-        "-p ci snapshot list --json",
+        "snapshot list --json",
     ]
     .iter()
     .map(|line| line.split(' ').map(String::from).collect())
@@ -107,7 +108,11 @@ fn printing_commands_exit_0_without_a_panic_when_their_reader_closed() {
     for args in &runs {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let (code, stderr) = into_closed_pipe(&args, home.path());
-        if code != Some(0) || stderr.contains("panicked") || stderr.contains("Broken pipe") {
+        if code != Some(0)
+            || stderr.contains("panicked")
+            || stderr.contains("Broken pipe")
+            || stderr.contains("cannot write to stdout")
+        {
             failed.push(format!(
                 "devstack {}: exit {code:?}\n{stderr}",
                 args.join(" ")
@@ -121,4 +126,60 @@ fn printing_commands_exit_0_without_a_panic_when_their_reader_closed() {
         runs.len(),
         failed.join("\n")
     );
+}
+
+/// Any other failed write (a full disk: `/dev/full`) loses output the user
+/// asked for: the command exits non-zero and says so once, on stderr.
+#[test]
+fn a_failed_write_to_stdout_is_one_error_and_a_non_zero_exit() {
+    let full = Path::new("/dev/full");
+    if !full.exists() {
+        eprintln!(
+            "SKIPPED: a_failed_write_to_stdout_is_one_error_and_a_non_zero_exit: no /dev/full on this machine"
+        );
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let ci = stack_at(&home.path().join("state"), "ci");
+    StackRecord::update(&ci, |r| r.ports.localstack = Some(4566)).unwrap();
+    std::fs::write(
+        state::kubeconfig_path(&ci),
+        "apiVersion: v1\nkind: Config\n",
+    )
+    .unwrap();
+    let mut failed = Vec::new();
+    for line in [
+        "version",
+        "version --json",
+        "--version",
+        "--help",
+        "up --help",
+        "completions bash",
+        "man",
+        "profile list",
+        "-p ci kubeconfig",
+    ] {
+        let args: Vec<&str> = line.split(' ').collect();
+        let out = devstack_in_home(home.path(), &args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(full).unwrap())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let errors = stderr.matches("error: cannot write to stdout").count();
+        if out.status.code() != Some(1)
+            || errors != 1
+            || !stderr.contains("No space left on device")
+            || !stderr.contains("hint:")
+            || stderr.contains("warning:")
+            || stderr.contains("panicked")
+        {
+            failed.push(format!(
+                "devstack {line}: exit {:?}\n{stderr}",
+                out.status.code()
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }

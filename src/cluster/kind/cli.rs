@@ -7,6 +7,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use super::{INSTALL_HINT, STDERR_TAIL_LINES};
+use crate::bundle::{Artifact, Bundle};
 use crate::cluster::preload;
 use crate::error::Error;
 use crate::hostinfo::{parse_semver, tool_version};
@@ -54,25 +55,53 @@ pub async fn find_kind(settings: &Settings) -> Result<KindCli, Error> {
     }
 }
 
-/// [`find_kind`] without fetching: what this machine has.
+/// [`find_kind`] without fetching: what this machine has. The bundle's
+/// kind is hashed against the bundle's index before it may run: a damaged
+/// one is no candidate, and when nothing else is found, the error is about
+/// it (then [`find_kind`] fetches kind, when it can).
 pub async fn find_installed_kind(settings: &Settings) -> Result<KindCli, Error> {
-    find_kind_from(
-        crate::envvars::get(crate::envvars::DEVSTACK_KIND).map(PathBuf::from),
+    let explicit = crate::envvars::get(crate::envvars::DEVSTACK_KIND).map(PathBuf::from);
+    let bundled = verified_bundled_kind(settings);
+    let found = find_kind_from(
+        explicit.clone(),
         &path_var(),
-        bundled_kind(settings),
+        bundled.as_ref().ok().cloned().flatten(),
     )
-    .await
+    .await;
+    match (found, bundled) {
+        (Err(_), Err(damaged)) if explicit.is_none() => Err(damaged),
+        (found, _) => found,
+    }
 }
 
-/// The offline bundle's kind binary (index entry `kind: binary`, `name: kind`).
-pub fn bundled_kind(settings: &Settings) -> Option<PathBuf> {
+/// [`bundled_kind`] when its bytes are the ones the index pins (an index
+/// without a digest for it is taken as it is).
+fn verified_bundled_kind(settings: &Settings) -> Result<Option<PathBuf>, Error> {
+    let Some((bundle, artifact)) = bundled_kind_entry(settings) else {
+        return Ok(None);
+    };
+    let path = bundle.path_of(&artifact);
+    if path.is_file() {
+        crate::artifacts::check_file(settings, &bundle, &artifact)?;
+    }
+    Ok(Some(path))
+}
+
+fn bundled_kind_entry(settings: &Settings) -> Option<(Bundle, Artifact)> {
     let bundle = preload::open_bundle(settings).ok().flatten()?;
     let artifact = bundle
         .index
         .artifacts
         .iter()
-        .find(|a| a.kind == "binary" && a.name == "kind")?;
-    Some(bundle.path_of(artifact))
+        .find(|a| a.kind == "binary" && a.name == "kind")?
+        .clone();
+    Some((bundle, artifact))
+}
+
+/// The offline bundle's kind binary (index entry `kind: binary`, `name:
+/// kind`); without a bundle, the one in devstack's cache, read as one.
+pub fn bundled_kind(settings: &Settings) -> Option<PathBuf> {
+    bundled_kind_entry(settings).map(|(bundle, artifact)| bundle.path_of(&artifact))
 }
 
 /// [`find_kind`] with explicit inputs, so tests need not touch the
@@ -117,6 +146,7 @@ pub async fn find_kind_from(
 }
 
 async fn check_kind(path: PathBuf, origin: &'static str) -> Result<KindCli, Error> {
+    unusable_file(&path, origin)?;
     let line = tool_version(&path, &["version"]).await;
     let Some(version) = line.as_deref().and_then(parse_semver) else {
         return Err(Error::prerequisite(format!(
@@ -144,6 +174,37 @@ async fn check_kind(path: PathBuf, origin: &'static str) -> Result<KindCli, Erro
         version_line: line.unwrap_or_default(),
         origin,
     })
+}
+
+/// A path that is no executable file (a mistyped DEVSTACK_KIND) is said
+/// to be so, rather than as a kind that does not report its version.
+fn unusable_file(path: &Path, origin: &str) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let why = match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_string(),
+        Err(e) => format!("cannot be read: {e}"),
+        Ok(meta) if meta.is_dir() => "is a directory".to_string(),
+        Ok(meta) if meta.permissions().mode() & 0o111 == 0 => "is not executable".to_string(),
+        Ok(_) => return Ok(()),
+    };
+    let fix = if origin == crate::envvars::DEVSTACK_KIND {
+        format!(
+            "point {origin} at a kind binary (`command -v kind` finds one on PATH), or unset it to let devstack find kind on PATH or in the offline bundle, or fetch kind {}",
+            crate::versions::KIND_CLI_VERSION
+        )
+    } else {
+        format!("reinstall kind: {INSTALL_HINT}")
+    };
+    let hint = if why == "is not executable" {
+        format!("`chmod +x {}`, or {fix}", path.display())
+    } else {
+        fix
+    };
+    Err(Error::prerequisite(format!(
+        "the kind binary {} ({origin}) {why}",
+        path.display()
+    ))
+    .with_hint(hint))
 }
 
 fn path_var() -> OsString {
@@ -182,6 +243,8 @@ pub(super) async fn run_kind(
         // devstack manages the engine through Docker; an inherited podman
         // selection would put the nodes where bollard cannot see them.
         .env("KIND_EXPERIMENTAL_PROVIDER", "docker")
+        // kind runs the Docker CLI: pinned to the engine devstack resolved.
+        .envs(crate::docker::cli_env())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

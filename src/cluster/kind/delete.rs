@@ -1,33 +1,29 @@
-//! Deleting a kind cluster: `kind delete cluster` until no node of the
+//! Deleting a kind cluster: its node containers removed through the
+//! engine, as `kind delete cluster` removes them, until no node of the
 //! stack's own is left, with the nodes' frozen cgroups thawed first.
+//!
+//! devstack does what `kind delete cluster` does rather than running kind:
+//! kind (`pkg/cluster/internal/delete`, `providers/docker`) lists the
+//! containers labelled `io.x-k8s.kind.cluster=<name>`, removes its entry
+//! from the kubeconfig it is given and runs `docker rm -f -v` on them. The
+//! listing is [`find_cluster`]'s, the removal [`docker::remove_container`]'s
+//! (forced, anonymous volumes included: the nodes' `/var`), and devstack
+//! never lets kind write a kubeconfig but a throw-away one (its own merged
+//! context is [`crate::cluster::remove`]'s business). So `down` and rollback
+//! need neither the kind binary nor the Docker CLI: a stack made with a
+//! bundle's or a downloaded kind comes down from a shell that has neither,
+//! offline. kind's shared `kind` network stays, as kind leaves it (other
+//! kind clusters use it); the stack's own network, which the nodes also
+//! joined, is removed by the caller once unused.
 
-use std::ffi::OsStr;
-use std::path::Path;
 use std::time::Duration;
 
-use super::cli::{find_kind, kind_stdout, require_docker_cli, scratch_dir, tail_lines};
-use super::nodes::{Found, find_cluster, foreign_cluster};
-use super::{INSTALL_HINT, LABEL_CLUSTER, STDERR_TAIL_LINES, cluster_name};
-use crate::docker::{Engine, exec_in};
+use super::cli::tail_lines;
+use super::nodes::{Found, KindNode, find_cluster, foreign_cluster};
+use super::{LABEL_CLUSTER, STDERR_TAIL_LINES, cluster_name};
+use crate::docker::{self, Engine, exec_in};
 use crate::error::Error;
 use crate::profile::{HumanDuration, Settings};
-
-const DELETE_TIMEOUT: Duration = Duration::from_secs(180);
-
-/// `kind delete cluster`, pointed at a throw-away kubeconfig.
-async fn delete_cluster(kind: &Path, name: &str) -> Result<(), Error> {
-    let scratch = scratch_dir()?;
-    let kubeconfig = scratch.path().join("kubeconfig");
-    let args = [
-        OsStr::new("delete"),
-        OsStr::new("cluster"),
-        OsStr::new("--name"),
-        OsStr::new(name),
-        OsStr::new("--kubeconfig"),
-        kubeconfig.as_os_str(),
-    ];
-    kind_stdout(kind, &args, DELETE_TIMEOUT).await.map(drop)
-}
 
 /// Deletes the stack's kind cluster. Only kind's own containers are
 /// touched; the stack network and LocalStack are other modules' business. A
@@ -41,23 +37,9 @@ pub async fn down(engine: &dyn Engine, settings: &Settings) -> Result<bool, Erro
             Ok(false)
         }
         Found::Ours(_) => {
-            let name = cluster_name(settings);
-            let kind = find_kind(settings)
-                .await
-                .map_err(|e| {
-                    e.context(format!(
-                        "kind cluster `{name}` exists but cannot be deleted"
-                    ))
-                    .with_hint(format!(
-                        "{INSTALL_HINT}; or remove its nodes by hand: \
-                             `docker rm -f $(docker ps -aq --filter label={LABEL_CLUSTER}={name})`"
-                    ))
-                })?
-                .path;
-            require_docker_cli()?;
             // No kubeconfig: its `up` was stopped during `kind create`, nodes may still come.
             let in_flight = !crate::state::kubeconfig_path(settings).exists();
-            delete_ours(engine, settings, &kind, in_flight).await
+            delete_ours(engine, settings, in_flight).await
         }
     }
 }
@@ -207,10 +189,10 @@ const ROLLBACK_PATIENCE: Duration = Duration::from_secs(90);
 /// No node seen for this long: no creation is still in flight.
 const ROLLBACK_QUIET: Duration = Duration::from_secs(3);
 
-/// After a failed `kind delete cluster`: thaws, from the host, the nodes it
-/// left (a frozen process in them cannot die), for the next round to remove.
+/// After a removal that failed: thaws, from the host, the nodes left (a
+/// frozen process in them cannot die), for the next round to remove.
 /// `failed` when they cannot be thawed.
-async fn thaw_what_kind_left(
+async fn thaw_what_was_left(
     engine: &dyn Engine,
     settings: &Settings,
     failed: Error,
@@ -226,11 +208,9 @@ async fn thaw_what_kind_left(
     match thaw_from_host(engine, settings, &left[0].image, &ids).await {
         Ok(thawed) => {
             tracing::info!(
-                "kind could not remove {}; thawed from the host: {}",
-                left.iter()
-                    .map(|n| n.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                "could not remove {} ({}); thawed from the host: {}",
+                node_names(&left),
+                failed.message(),
                 thawed.split_whitespace().collect::<Vec<_>>().join(", ")
             );
             Ok(())
@@ -242,42 +222,62 @@ async fn thaw_what_kind_left(
     }
 }
 
-/// `kind delete cluster` until no node of the stack's own cluster is left.
+fn node_names(nodes: &[KindNode]) -> String {
+    nodes
+        .iter()
+        .map(|n| n.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Force-removes `nodes` with their anonymous volumes (`docker rm -f -v`,
+/// kind's `DeleteNodes`), all at once; the first failure, if any.
+async fn remove_nodes(engine: &dyn Engine, nodes: &[KindNode]) -> Result<(), Error> {
+    let removed = futures::future::join_all(
+        nodes
+            .iter()
+            .map(|n| docker::remove_container(engine, &n.name)),
+    )
+    .await;
+    removed
+        .into_iter()
+        .find_map(Result::err)
+        .map_or(Ok(()), Err)
+}
+
+/// Removes the nodes until no node of the stack's own cluster is left.
 /// After a stopped create (`in_flight`), nodes can still appear once the
-/// first delete is done, so it also waits for a quiet spell.
+/// first removal is done, so it also waits for a quiet spell.
 async fn delete_ours(
     engine: &dyn Engine,
     settings: &Settings,
-    kind: &Path,
     in_flight: bool,
 ) -> Result<bool, Error> {
     let name = cluster_name(settings);
     let started = std::time::Instant::now();
     let mut deleted = false;
     let mut quiet_since = None;
+    let mut last_failure: Option<Error> = None;
     loop {
         match find_cluster(engine, settings).await? {
             Found::Ours(nodes) => {
                 if started.elapsed() >= ROLLBACK_PATIENCE {
+                    let why = last_failure
+                        .map(|e| format!(" (last: {})", e.message()))
+                        .unwrap_or_default();
                     return Err(Error::internal(format!(
-                        "kind cluster `{name}` still has nodes after deleting it for {}: {}",
+                        "kind cluster `{name}` still has nodes after removing them for {}: {}{why}",
                         HumanDuration(ROLLBACK_PATIENCE),
-                        nodes
-                            .iter()
-                            .map(|n| n.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        node_names(&nodes)
                     ))
                     .with_hint(format!(
-                        "`kind delete cluster --name {name}` once Docker settles"
+                        "once Docker settles, run `down` again, or remove them by hand: \
+                         `docker rm -f -v $(docker ps -aq --filter label={LABEL_CLUSTER}={name})`"
                     )));
                 }
                 if deleted {
-                    // Nodes kind's delete missed (not listed yet, or still being created).
-                    for node in &nodes {
-                        crate::docker::remove_container(engine, &node.name).await?;
-                    }
-                    // The engine may still be creating them: no tight loop.
+                    // Nodes the first round missed (not listed yet, or still
+                    // being created), or that could not die: no tight loop.
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 } else {
                     futures::future::join_all(
@@ -287,9 +287,11 @@ async fn delete_ours(
                             .map(|n| quiesce_for_deletion(engine, &n.name)),
                     )
                     .await;
-                    if let Err(failed) = delete_cluster(kind, &name).await {
-                        thaw_what_kind_left(engine, settings, failed).await?;
-                    }
+                }
+                if let Err(failed) = remove_nodes(engine, &nodes).await {
+                    let message = failed.message().to_string();
+                    thaw_what_was_left(engine, settings, failed).await?;
+                    last_failure = Some(Error::internal(message));
                 }
                 deleted = true;
                 quiet_since = None;

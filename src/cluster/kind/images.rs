@@ -178,6 +178,8 @@ async fn import_image(
         .args(["--all-platforms", "--digests"])
         .arg(format!("--snapshotter={snapshotter}"))
         .arg("-")
+        // The node is a container of the engine devstack resolved.
+        .envs(crate::docker::cli_env())
         .stdin(Stdio::from(file))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

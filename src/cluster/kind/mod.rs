@@ -1,7 +1,8 @@
-//! Kind clusters, driven through the `kind` CLI. devstack writes the Kind
-//! config from the profile, lets `kind` create and delete the node
-//! containers, and does the rest itself through bollard: attaching the
-//! nodes to the stack network, registry mirrors, image preload.
+//! Kind clusters, created with the `kind` CLI. devstack writes the Kind
+//! config from the profile, lets `kind` create the node containers, and
+//! does the rest itself through bollard: attaching the nodes to the stack
+//! network, registry mirrors, image preload, and deleting the nodes (as
+//! `kind delete cluster` does, without needing kind: see [`delete`]).
 //!
 //! `kind` is always pointed at a throw-away kubeconfig, so it never edits
 //! the user's; devstack merges its own renamed context instead.
@@ -542,6 +543,50 @@ mod engine_tests {
         // `down` leaves it alone (and needs no kind binary to decide so).
         assert!(!down(&engine, &s).await.unwrap());
         assert_eq!(engine.container_names().len(), 1);
+    }
+
+    /// `down` removes the stack's nodes through the engine alone: no kind
+    /// binary or Docker CLI is looked for (the fake engine is all there is),
+    /// and another kind cluster's node stays.
+    #[tokio::test]
+    async fn down_removes_its_nodes_through_the_engine_alone() {
+        let mut s = settings("  agents: 1\n");
+        let state = tempfile::tempdir().unwrap();
+        s.state_dir = state.path().to_path_buf();
+        // A kubeconfig: a finished `up`, so no node creation is in flight.
+        let kubeconfig = crate::state::kubeconfig_path(&s);
+        std::fs::create_dir_all(kubeconfig.parent().unwrap()).unwrap();
+        std::fs::write(&kubeconfig, "apiVersion: v1\n").unwrap();
+        let engine = FakeEngine::new();
+        add_node(&engine, &s, "control-plane", ROLE_CONTROL_PLANE, true);
+        add_node(&engine, &s, "worker", ROLE_WORKER, true);
+        let other = FakeContainer {
+            labels: [(LABEL_CLUSTER.to_string(), "someone-else".to_string())].into(),
+            running: true,
+            ..Default::default()
+        };
+        engine.with(|st| {
+            st.containers
+                .insert("someone-else-control-plane".into(), other)
+        });
+
+        assert!(down(&engine, &s).await.unwrap());
+        let cluster = cluster_name(&s);
+        assert_eq!(engine.container_names(), ["someone-else-control-plane"]);
+        let removals: Vec<String> = engine
+            .calls()
+            .into_iter()
+            .filter(|c| c.starts_with("remove container"))
+            .collect();
+        assert_eq!(
+            removals,
+            [
+                format!("remove container {cluster}-control-plane"),
+                format!("remove container {cluster}-worker"),
+            ]
+        );
+        // Nothing left: a second `down` finds nothing to remove.
+        assert!(!down(&engine, &s).await.unwrap());
     }
 
     #[tokio::test]

@@ -115,6 +115,9 @@ fn app(
             Some("give each app a unique name".into()),
         );
     }
+    if let Some(timeout) = spec.timeout {
+        super::refuse_zero(r, &at("timeout"), timeout, "5m");
+    }
     let path = match normalize_app_path(&spec.path) {
         Ok(path) => path,
         Err(why) => {

@@ -5,25 +5,22 @@ use std::net::IpAddr;
 use super::{BIND_ADDRESS_HINT, Resolver};
 use crate::envvars;
 use crate::error::Error;
+use crate::profile::load::Provenance;
 use crate::profile::schema::{ClusterSpec, PortMappingSpec, Provider};
-use crate::profile::settings::ClusterSettings;
+use crate::profile::settings::{ClusterSettings, Origin};
 use crate::versions;
 
 pub(super) fn resolve(
     r: &mut Resolver,
-    spec: Option<ClusterSpec>,
+    mut spec: Option<ClusterSpec>,
 ) -> Result<ClusterSettings, Error> {
     let provider = provider(r, spec.as_ref())?;
-    if provider == Provider::Existing {
-        check_existing(r, spec.as_ref());
+    let context = context(r, spec.as_ref(), provider)?;
+    if provider == Provider::Existing
+        && let Some(spec) = spec.as_mut()
+    {
+        set_aside_node_shape(r, spec, context.as_deref());
     }
-    let context = r.overrides.context.clone();
-    let env_context = r.env(envvars::DEVSTACK_CONTEXT);
-    let profile_context = spec.as_ref().and_then(|c| c.context.clone());
-    let context = match (context, env_context, profile_context) {
-        (None, None, None) => None,
-        (flag, env, profile) => Some(r.pick("cluster.context", flag, env, profile, String::new())),
-    };
     let (version, image, servers, agents, api_port, ports, mirrors, kubeconfig, k3s_args) =
         match spec {
             Some(c) => (
@@ -53,7 +50,8 @@ pub(super) fn resolve(
             Provider::Existing => String::new(),
         },
     };
-    // The user's own context is already in their kubeconfig.
+    // The user's own context is already in their kubeconfig: nothing is
+    // merged, so nothing is switched to either.
     let merge = provider != Provider::Existing;
     let servers = servers.unwrap_or(1);
     check_servers(r, provider, servers);
@@ -68,38 +66,189 @@ pub(super) fn resolve(
         ports,
         registry_mirrors: mirrors,
         merge_kubeconfig: merge && kubeconfig.as_ref().and_then(|k| k.merge).unwrap_or(true),
-        switch_context: kubeconfig
-            .as_ref()
-            .and_then(|k| k.switch_context)
-            .unwrap_or(false),
+        switch_context: merge
+            && kubeconfig
+                .as_ref()
+                .and_then(|k| k.switch_context)
+                .unwrap_or(false),
         k3s_args,
         context,
     })
 }
 
-/// What only a cluster devstack creates has: refused for `existing`.
-fn check_existing(r: &mut Resolver, spec: Option<&ClusterSpec>) {
-    let Some(spec) = spec else { return };
+/// The kubeconfig context of an existing cluster. With a provider that
+/// creates its cluster, a context is refused where both were given at one
+/// level (flags, the environment, the profile), and set aside with a notice
+/// where the provider was given at a higher one: kept, it would be shown
+/// and never used.
+fn context(
+    r: &mut Resolver,
+    spec: Option<&ClusterSpec>,
+    provider: Provider,
+) -> Result<Option<String>, Error> {
+    let flag = r.overrides.context.clone();
+    let env = r.env(envvars::DEVSTACK_CONTEXT);
+    let profile = spec.and_then(|c| c.context.clone());
+    if flag.is_none() && env.is_none() && profile.is_none() {
+        return Ok(None);
+    }
+    let context = r.pick("cluster.context", flag, env, profile, String::new());
+    if provider == Provider::Existing {
+        return Ok(Some(context));
+    }
+    let provider_origin = r.origins["cluster.provider"];
+    let context_origin = r.origins["cluster.context"];
+    let name = provider.as_str();
+    let given_provider = match provider_origin {
+        Origin::Flag => format!("`--provider {name}`"),
+        Origin::Env => format!("`{}={name}`", envvars::DEVSTACK_PROVIDER),
+        Origin::Profile | Origin::Default => format!("`cluster.provider: {name}`"),
+    };
+    match context_origin {
+        Origin::Flag | Origin::Env if context_origin == provider_origin => {
+            let (given_context, drop_provider, drop_context) = if context_origin == Origin::Flag {
+                (
+                    format!("`--context {context}`"),
+                    "drop `--provider`".to_string(),
+                    "drop `--context`".to_string(),
+                )
+            } else {
+                (
+                    format!("`{}={context}`", envvars::DEVSTACK_CONTEXT),
+                    format!("unset {}", envvars::DEVSTACK_PROVIDER),
+                    format!("unset {}", envvars::DEVSTACK_CONTEXT),
+                )
+            };
+            Err(Error::user(format!(
+                "{given_provider} creates a cluster, and {given_context} names one that exists"
+            ))
+            .with_hint(format!(
+                "{drop_provider} to install the stack into the cluster of context `{context}`, or {drop_context} to have devstack create a {name} cluster"
+            )))
+        }
+        Origin::Profile if provider_origin == Origin::Profile => {
+            r.problems.at_path(
+                "cluster.context",
+                format!(
+                    "`cluster.context` names an existing cluster, and `cluster.provider: {name}` creates one"
+                ),
+                Some(format!(
+                    "use `cluster.provider: existing` to install the stack into the cluster of context `{context}`, or remove `cluster.context`"
+                )),
+            );
+            Ok(None)
+        }
+        _ => {
+            let given_context = match context_origin {
+                Origin::Flag => format!("`--context {context}`"),
+                Origin::Env => format!("`{}={context}`", envvars::DEVSTACK_CONTEXT),
+                Origin::Profile | Origin::Default => {
+                    format!("`cluster.context: {context}` of the profile")
+                }
+            };
+            r.notices.push(format!(
+                "ignoring {given_context}: {given_provider} has devstack create the cluster"
+            ));
+            r.origins.remove("cluster.context");
+            Ok(None)
+        }
+    }
+}
+
+/// What only a cluster devstack creates has, with the existing provider:
+/// set aside with a notice when devstack wrote it (a shipped profile made
+/// for a cluster devstack creates, used with `--context`), refused when the
+/// user did.
+fn set_aside_node_shape(r: &mut Resolver, spec: &mut ClusterSpec, context: Option<&str>) {
     let set = [
-        ("version", spec.version.is_some()),
-        ("image", spec.image.is_some()),
-        ("servers", spec.servers.is_some()),
-        ("agents", spec.agents.is_some()),
-        ("apiServerPort", spec.api_server_port.is_some()),
-        ("ports", !spec.ports.is_empty()),
-        ("registryMirrors", !spec.registry_mirrors.is_empty()),
-        ("k3sArgs", !spec.k3s_args.is_empty()),
+        ("version", spec.version.take().is_some()),
+        ("image", spec.image.take().is_some()),
+        ("servers", spec.servers.take().is_some()),
+        ("agents", spec.agents.take().is_some()),
+        ("apiServerPort", spec.api_server_port.take().is_some()),
+        ("ports", !std::mem::take(&mut spec.ports).is_empty()),
+        (
+            "registryMirrors",
+            !std::mem::take(&mut spec.registry_mirrors).is_empty(),
+        ),
+        ("k3sArgs", !std::mem::take(&mut spec.k3s_args).is_empty()),
     ];
-    for (key, _) in set.iter().filter(|(_, set)| *set) {
+    let keys: Vec<&str> = set
+        .iter()
+        .filter(|(_, set)| *set)
+        .map(|(k, _)| *k)
+        .collect();
+    if keys.is_empty() {
+        return;
+    }
+    let (uses, undo) = existing_because(r, context);
+    let shipped = match r.provenance {
+        Provenance::Shipped(name) => Some(format!("the shipped profile {name}")),
+        Provenance::BuiltIn => Some("the built-in default".to_string()),
+        Provenance::File => None,
+    };
+    if let Some(shipped) = shipped {
+        let listed: Vec<String> = keys.iter().map(|k| format!("cluster.{k}")).collect();
+        r.notices.push(format!(
+            "ignoring {} of {shipped}: they shape a cluster devstack creates, and {uses}",
+            listed.join(", ")
+        ));
+        return;
+    }
+    for key in keys {
         r.problems.at_path(
             &format!("cluster.{key}"),
-            format!(
-                "`cluster.{key}` shapes a cluster devstack creates, and `cluster.provider: existing` uses one it did not"
-            ),
+            format!("`cluster.{key}` shapes a cluster devstack creates, and {uses}"),
             Some(format!(
-                "remove `cluster.{key}`, or use `cluster.provider: kind` or `k3s`"
+                "remove `cluster.{key}` from the profile, or {undo}"
             )),
         );
+    }
+}
+
+/// What made the provider `existing`, as the end of a sentence ("`--context
+/// kind-ci` uses a cluster devstack did not create"), and how to undo it.
+fn existing_because(r: &Resolver, context: Option<&str>) -> (String, String) {
+    let create = "to have devstack create the cluster";
+    let chosen_by_context = |given: String, undo: String| {
+        (
+            format!("{given} uses a cluster devstack did not create"),
+            undo,
+        )
+    };
+    let cluster = match context {
+        Some(context) => format!("the cluster of context `{context}`"),
+        None => "the current context's cluster".to_string(),
+    };
+    let chosen_by_provider = |given: String, undo: String| {
+        (
+            format!("{given} uses {cluster}, which devstack did not create"),
+            undo,
+        )
+    };
+    match (r.origins.get("cluster.provider"), context) {
+        (Some(Origin::Flag), Some(context)) if r.overrides.provider.is_none() => chosen_by_context(
+            format!("`--context {context}`"),
+            format!("drop `--context` {create}"),
+        ),
+        (Some(Origin::Env), Some(context)) if r.env(envvars::DEVSTACK_PROVIDER).is_none() => {
+            chosen_by_context(
+                format!("`{}={context}`", envvars::DEVSTACK_CONTEXT),
+                format!("unset {} {create}", envvars::DEVSTACK_CONTEXT),
+            )
+        }
+        (Some(Origin::Flag), _) => chosen_by_provider(
+            "`--provider existing`".into(),
+            format!("drop `--provider existing` {create}"),
+        ),
+        (Some(Origin::Env), _) => chosen_by_provider(
+            format!("`{}=existing`", envvars::DEVSTACK_PROVIDER),
+            format!("unset {} {create}", envvars::DEVSTACK_PROVIDER),
+        ),
+        _ => chosen_by_provider(
+            "`cluster.provider: existing`".into(),
+            "use `cluster.provider: kind` or `k3s`".into(),
+        ),
     }
 }
 
@@ -120,7 +269,8 @@ fn provider(r: &mut Resolver, spec: Option<&ClusterSpec>) -> Result<Provider, Er
     // A context names a cluster that exists, so a context alone picks the
     // existing provider, at the level it was given: `--context` as a flag,
     // DEVSTACK_CONTEXT as a variable (beating a profile's provider, losing
-    // to `--provider`). A provider named at the same level still wins.
+    // to `--provider`). A provider named at the same level is taken here,
+    // and the pair refused by `context`.
     let implied = |context: Option<&String>| context.map(|_| Provider::Existing);
     let flag = r
         .overrides
@@ -142,7 +292,7 @@ fn check_servers(r: &mut Resolver, provider: Provider, servers: u8) {
         r.problems.at_path(
             "cluster.servers",
             "`cluster.servers` must be at least 1".into(),
-            None,
+            Some("use `servers: 1` (one control plane), or remove it for the default 1".into()),
         );
     }
     if provider == Provider::K3s && servers > 1 {
@@ -240,13 +390,6 @@ mod tests {
         assert_eq!(s.cluster.provider, Provider::K3s, "flag > env");
         assert_eq!(s.origins["cluster.provider"], Origin::Flag);
 
-        // A provider named beside the context, at the same level, is what was asked for.
-        let s = resolve(
-            "",
-            &Overrides::default(),
-            &[CONTEXT, ("DEVSTACK_PROVIDER", "k3s")],
-        );
-        assert_eq!(s.cluster.provider, Provider::K3s);
         let flag = Overrides {
             context: Some("kind-other".into()),
             ..Overrides::default()

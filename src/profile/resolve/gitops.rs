@@ -123,6 +123,7 @@ pub(super) fn resolve_gitops(
             .unwrap_or(HumanDuration::secs(600)),
         apps: Vec::new(),
     };
+    super::refuse_zero(r, "gitops.interval", gitops.interval, "10m");
     gitops.apps = super::apps::resolve(r, apps, source);
     if gitops.source == GitopsSourceKind::Local && gitops.path.is_none() {
         for (key, why) in renamed_or_dropped_eso_workloads(&eso.values) {

@@ -40,12 +40,21 @@ pub(super) fn resolve(
                 .or_insert_with(|| vec![url.trim_end_matches('/').to_string()]);
         }
     }
+    // Set by the environment alone: no flag, no profile key.
+    let pins_file = r.pick(
+        "images.pinsFile",
+        None,
+        r.env(envvars::DEVSTACK_PINS)
+            .map(|p| Some(PathBuf::from(p))),
+        None,
+        None,
+    );
     ImageSettings {
         bundle,
         preload,
         mirrors,
         download_mirror,
-        pins_file: r.env(envvars::DEVSTACK_PINS).map(PathBuf::from),
+        pins_file,
         nodes_pull: false,
     }
 }
@@ -84,9 +93,10 @@ fn mirrors_with_env(
 }
 
 fn download_mirror(r: &mut Resolver) -> Option<String> {
-    let download_mirror = r
+    let from_env = r
         .env(envvars::DEVSTACK_DOWNLOAD_MIRROR)
-        .map(|url| url.trim_end_matches('/').to_string());
+        .map(|url| Some(url.trim_end_matches('/').to_string()));
+    let download_mirror = r.pick("images.downloadMirror", None, from_env, None, None);
     if let Some(url) = &download_mirror
         && !(url.starts_with("http://") || url.starts_with("https://"))
     {

@@ -6,7 +6,7 @@ use super::{BIND_ADDRESS_HINT, Resolver};
 use crate::envvars;
 use crate::error::Error;
 use crate::profile::schema::{
-    HostPort, LocalStackMode, LocalStackSpec, Provider, default_bind_address,
+    HostPort, LocalStackMode, LocalStackSpec, PORT_FORMS, Provider, default_bind_address,
 };
 use crate::profile::settings::{
     DEFAULT_LOCALSTACK_SERVICES, LocalStackSettings, REQUIRED_LOCALSTACK_SERVICES,
@@ -28,7 +28,7 @@ pub(super) fn resolve(
     let port = r.pick(
         "localstack.port",
         r.overrides.localstack_port,
-        r.env_parsed::<HostPort>(envvars::DEVSTACK_LOCALSTACK_PORT)?,
+        r.env_parsed::<HostPort>(envvars::DEVSTACK_LOCALSTACK_PORT, PORT_FORMS)?,
         spec.as_ref().and_then(|l| l.port),
         HostPort::Auto,
     );

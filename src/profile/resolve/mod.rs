@@ -19,12 +19,13 @@ pub use apps::{MAX_APP_NAME, normalize_app_path};
 pub use gitops::renamed_or_dropped_eso_workloads;
 pub use images::parse_mirror_list;
 
+use super::duration::HumanDuration;
 use super::load::{
-    LoadedProfile, Position, ProfileError, ProfileErrors, position_of, position_of_path,
+    LoadedProfile, Position, ProfileError, ProfileErrors, Provenance, position_of, position_of_path,
 };
 use super::schema::{API_VERSION_V1ALPHA1, KIND_PROFILE, TimeoutsSpec, VerifySpec};
 use super::settings::{
-    BUILTIN_PROFILE_NAME, Origin, Overrides, Settings, Timeouts, VerifySettings,
+    BUILTIN_PROFILE_NAME, Origin, Overrides, Settings, Timeouts, VerifySettings, validate_dns_label,
 };
 use crate::envvars;
 use crate::error::Error;
@@ -37,8 +38,9 @@ impl Settings {
         let text = format!(
             "apiVersion: {API_VERSION_V1ALPHA1}\nkind: {KIND_PROFILE}\nname: {BUILTIN_PROFILE_NAME}\n"
         );
-        let loaded = super::load::parse("<built-in default>", &text, PathBuf::from("."))
+        let mut loaded = super::load::parse("<built-in default>", &text, PathBuf::from("."))
             .map_err(ProfileErrors::into_error)?;
+        loaded.provenance = Provenance::BuiltIn;
         Settings::resolve(loaded, overrides)
     }
 
@@ -63,7 +65,9 @@ pub(crate) fn resolve_with_env(
         overrides,
         env,
         base_dir: &loaded.base_dir,
+        provenance: &loaded.provenance,
         origins: BTreeMap::new(),
+        notices: Vec::new(),
         problems: Problems {
             origin: &loaded.origin,
             text: &loaded.text,
@@ -79,8 +83,8 @@ pub(crate) fn resolve_with_env(
     let images = images::resolve(&mut r, spec.images, &mut cluster);
     let secrets = secrets::resolve(&mut r, spec.secrets);
     let facts = facts::resolve(&mut r, spec.facts);
-    let verify = verify(spec.verify);
-    let timeouts = timeouts(spec.timeouts);
+    let verify = verify(&mut r, spec.verify);
+    let timeouts = timeouts(&mut r, spec.timeouts);
 
     r.problems.finish()?;
     Ok(Settings {
@@ -102,6 +106,7 @@ pub(crate) fn resolve_with_env(
         timeouts,
         names: Default::default(),
         origins: r.origins,
+        notices: r.notices,
     })
 }
 
@@ -111,7 +116,10 @@ struct Resolver<'a> {
     env: EnvLookup<'a>,
     /// Directory the profile's relative paths resolve against.
     base_dir: &'a Path,
+    provenance: &'a Provenance,
     origins: BTreeMap<String, Origin>,
+    /// What the run sets aside of the profile, told to the user.
+    notices: Vec<String>,
     problems: Problems<'a>,
 }
 
@@ -120,14 +128,20 @@ impl Resolver<'_> {
         (self.env)(name)
     }
 
-    fn env_parsed<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, Error> {
+    /// A variable's value read as its flag reads it; `forms` names the
+    /// valid ones, as the flag's error does.
+    fn env_parsed<T: std::str::FromStr>(
+        &self,
+        name: &str,
+        forms: &str,
+    ) -> Result<Option<T>, Error> {
         match self.env(name) {
             None => Ok(None),
             Some(raw) => raw.parse().map(Some).map_err(|_| {
                 Error::user(format!(
                     "environment variable {name} has an invalid value `{raw}`"
                 ))
-                .with_hint(format!("fix or unset {name}"))
+                .with_hint(format!("use {forms}, or unset {name}"))
             }),
         }
     }
@@ -146,7 +160,12 @@ impl Resolver<'_> {
         } else if let Some(v) = env {
             (v, Origin::Env)
         } else if let Some(v) = profile {
-            (v, Origin::Profile)
+            // The built-in default's few keys are defaults, not a profile's.
+            let origin = match self.provenance {
+                Provenance::BuiltIn => Origin::Default,
+                Provenance::File | Provenance::Shipped(_) => Origin::Profile,
+            };
+            (v, origin)
         } else {
             (default, Origin::Default)
         };
@@ -272,20 +291,58 @@ pub fn validate_stack_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn verify(spec: Option<VerifySpec>) -> VerifySettings {
+fn verify(r: &mut Resolver, spec: Option<VerifySpec>) -> VerifySettings {
+    let namespace = spec
+        .as_ref()
+        .and_then(|v| v.namespace.clone())
+        .unwrap_or_else(|| "devstack-verify".into());
+    if let Err(why) = validate_dns_label(&namespace, 63) {
+        r.problems.at_path(
+            "verify.namespace",
+            format!("`verify.namespace` `{namespace}` is no namespace name: {why}"),
+            Some(NAMESPACE_HINT.into()),
+        );
+    }
     VerifySettings {
         on_up: spec.as_ref().and_then(|v| v.on_up).unwrap_or(true),
-        namespace: spec
-            .as_ref()
-            .and_then(|v| v.namespace.clone())
-            .unwrap_or_else(|| "devstack-verify".into()),
+        namespace,
         push_secret: spec.as_ref().and_then(|v| v.push_secret).unwrap_or(false),
     }
 }
 
-fn timeouts(spec: Option<TimeoutsSpec>) -> Timeouts {
+/// A namespace is an RFC 1123 label.
+const NAMESPACE_HINT: &str = "a namespace has 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit, e.g. `team-a`";
+
+/// A duration of zero, which no step or reconcile can be given: refused at `key`.
+fn refuse_zero(r: &mut Resolver, key: &str, value: HumanDuration, default: &str) {
+    if value.get().is_zero() {
+        r.problems.at_path(
+            key,
+            format!("`{key}` is zero, which leaves no time at all"),
+            Some(format!(
+                "give a duration such as `90s` or `5m`, or remove `{key}` for the default ({default})"
+            )),
+        );
+    }
+}
+
+fn timeouts(r: &mut Resolver, spec: Option<TimeoutsSpec>) -> Timeouts {
     let t = spec.unwrap_or_default();
     let d = Timeouts::default();
+    for (key, given, default) in [
+        ("preflight", t.preflight, d.preflight),
+        ("localstack", t.localstack, d.localstack),
+        ("cluster", t.cluster, d.cluster),
+        ("preload", t.preload, d.preload),
+        ("flux", t.flux, d.flux),
+        ("eso", t.eso, d.eso),
+        ("seed", t.seed, d.seed),
+        ("verify", t.verify, d.verify),
+    ] {
+        if let Some(given) = given {
+            refuse_zero(r, &format!("timeouts.{key}"), given, &default.to_string());
+        }
+    }
     Timeouts {
         preflight: t.preflight.unwrap_or(d.preflight),
         localstack: t.localstack.unwrap_or(d.localstack),

@@ -1,23 +1,81 @@
 //! The `secrets` section: each secret's name, its one value source and format.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_saphyr::{Location, Spanned};
 
-use super::Resolver;
-use crate::profile::schema::{SecretFormat, SecretSpec};
+use super::{NAMESPACE_HINT, Resolver};
+use crate::profile::load::{position_of, position_of_path};
+use crate::profile::schema::{SecretFormat, SecretSpec, SyncSpec};
 use crate::profile::settings::{
     SECRET_NAME_HINT, SECRET_SIZE_HINT, SecretSettings, SecretSource, check_secret_size,
-    validate_secret_name,
+    profile_external_secret_name, validate_dns_label, validate_dns_subdomain, validate_secret_name,
 };
 
 pub(super) fn resolve(r: &mut Resolver, specs: Vec<Spanned<SecretSpec>>) -> Vec<SecretSettings> {
     let mut seen = BTreeSet::new();
-    specs
-        .into_iter()
-        .enumerate()
-        .filter_map(|(index, entry)| secret(r, index, entry, &mut seen))
-        .collect()
+    // Each Kubernetes Secret a secret syncs to, with the secret that does.
+    let mut targets: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (index, entry) in specs.into_iter().enumerate() {
+        let location = entry.referenced;
+        let sync = entry.value.sync.clone();
+        let name = entry.value.name.clone();
+        let names_valid = sync.as_ref().is_none_or(|s| sync_names_valid(r, index, s));
+        let Some(settings) = secret(r, index, entry, &mut seen) else {
+            continue;
+        };
+        if settings.sync.is_some() && names_valid {
+            let target = profile_external_secret_name(&settings);
+            if let Some(first) = targets.get(&target) {
+                let (namespace, secret_name) = &target;
+                let at = match sync.as_ref().and_then(|s| s.secret_name.as_ref()) {
+                    Some(_) => format!("secrets[{index}].sync.secretName"),
+                    None => format!("secrets[{index}].sync"),
+                };
+                let position = position_of_path(r.problems.text, &at)
+                    .unwrap_or_else(|| position_of(&location));
+                r.problems.push(
+                    Some(position),
+                    format!(
+                        "secret `{name}` syncs to the Secret {namespace}/{secret_name}, as secret `{first}` does"
+                    ),
+                    Some("give one of them its own `sync.secretName` (or `sync.namespace`): each Kubernetes Secret has one ExternalSecret".into()),
+                );
+                continue;
+            }
+            targets.insert(target, name);
+        }
+        out.push(settings);
+    }
+    out
+}
+
+/// The Kubernetes names a secret's `sync` gives; whether they are valid.
+fn sync_names_valid(r: &mut Resolver, index: usize, sync: &SyncSpec) -> bool {
+    let mut valid = true;
+    if let Err(why) = validate_dns_label(&sync.namespace, 63) {
+        valid = false;
+        r.problems.at_path(
+            &format!("secrets[{index}].sync.namespace"),
+            format!(
+                "`sync.namespace` `{}` is no namespace name: {why}",
+                sync.namespace
+            ),
+            Some(NAMESPACE_HINT.into()),
+        );
+    }
+    if let Some(secret_name) = &sync.secret_name
+        && let Err(why) = validate_dns_subdomain(secret_name)
+    {
+        valid = false;
+        r.problems.at_path(
+            &format!("secrets[{index}].sync.secretName"),
+            format!("`sync.secretName` `{secret_name}` is no Secret name: {why}"),
+            Some("a Secret name has lowercase letters, digits, '-' and '.', starting and ending with a letter or digit (at most 253), e.g. `app-token`; remove it for one derived from the secret's name".into()),
+        );
+    }
+    valid
 }
 
 /// One secret; `None` when it has no single value source to resolve.
@@ -113,7 +171,7 @@ fn single_source(
                     "secret `{}`: generate.length must be between 1 and 4096",
                     s.name
                 ),
-                None,
+                Some("use a length from 1 to 4096, e.g. `generate: {length: 32}` (32 is the default)".into()),
             );
         }
         sources.push(("generate", SecretSource::Generate(g)));
