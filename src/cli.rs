@@ -9,7 +9,10 @@ use crate::profile::Provider;
 
 mod global;
 use crate::signals::Signal;
-pub use global::{command, documented_command, refuse_unused_options, unused_global_options};
+pub use global::{
+    command, documented_command, refuse_unused_options, unused_global_options,
+    usage_error_with_hint,
+};
 
 /// The examples of `devstack --help` and of the man page.
 pub const EXAMPLES: &str = "Examples:

@@ -57,7 +57,9 @@ fn main() {
 /// reader gone away) is an error, as for every command's output.
 fn exit_after(parse: clap::Error) -> ! {
     if parse.use_stderr() {
-        parse.exit();
+        let rendered = parse.render().to_string();
+        eprint!("{}", devstack::cli::usage_error_with_hint(&rendered));
+        std::process::exit(parse.exit_code());
     }
     let written = parse
         .print()

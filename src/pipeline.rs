@@ -129,6 +129,10 @@ pub struct Rollback {
     pub undone: Vec<String>,
     /// Could not be removed: (what, why).
     pub failed: Vec<(String, String)>,
+    /// Records kept because something they describe could not be removed:
+    /// `devstack down` reads them to remove it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<String>,
 }
 
 impl Rollback {
@@ -138,7 +142,8 @@ impl Rollback {
 
     /// Everything still there, for the user to remove.
     pub fn remaining(&self) -> Vec<String> {
-        self.failed.iter().map(|(what, _)| what.clone()).collect()
+        let failed = self.failed.iter().map(|(what, _)| what.clone());
+        failed.chain(self.kept.iter().cloned()).collect()
     }
 }
 
@@ -153,10 +158,18 @@ pub struct StepRecord {
     pub end_ms: u64,
 }
 
+/// Something a run created, how to remove it, and whether it is a record of
+/// the rest (kept when the rest cannot all be removed).
+struct Created {
+    what: String,
+    undo: Undo,
+    record: bool,
+}
+
 pub struct Runner {
     ui: Ui,
     records: Mutex<Vec<StepRecord>>,
-    created: Mutex<Vec<(String, Undo)>>,
+    created: Mutex<Vec<Created>>,
     cancel: CancellationToken,
     timeline: Timeline,
 }
@@ -199,8 +212,23 @@ impl Runner {
         what: impl Into<String>,
         undo: impl FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send + 'static,
     ) {
+        self.push(what.into(), Box::new(undo), false);
+    }
+
+    /// Records the record this run created of what it creates after (the
+    /// stack's state): a rollback removes it only when it removed all that,
+    /// so that what is left behind can still be found and removed.
+    pub fn created_record(
+        &self,
+        what: impl Into<String>,
+        undo: impl FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send + 'static,
+    ) {
+        self.push(what.into(), Box::new(undo), true);
+    }
+
+    fn push(&self, what: String, undo: Undo, record: bool) {
         if let Ok(mut created) = self.created.lock() {
-            created.push((what.into(), Box::new(undo)));
+            created.push(Created { what, undo, record });
         }
     }
 
@@ -208,7 +236,7 @@ impl Runner {
     pub fn created_names(&self) -> Vec<String> {
         self.created
             .lock()
-            .map(|c| c.iter().map(|(what, _)| what.clone()).collect())
+            .map(|c| c.iter().map(|c| c.what.clone()).collect())
             .unwrap_or_default()
     }
 
@@ -222,7 +250,7 @@ impl Runner {
             .map(|mut c| std::mem::take(&mut *c))
             .unwrap_or_default();
         created.reverse();
-        let names: Vec<String> = created.iter().map(|(what, _)| what.clone()).collect();
+        let names: Vec<String> = created.iter().map(|c| c.what.clone()).collect();
         let ignored = |signal: Signal, at: usize| {
             self.ui.warn(format!(
                 "{signal} ignored: finishing the rollback so that nothing is left; removing {}",
@@ -235,7 +263,11 @@ impl Runner {
             ignored(signal, 0);
         }
         let mut report = Rollback::default();
-        for (at, (what, undo)) in created.into_iter().enumerate() {
+        for (at, Created { what, undo, record }) in created.into_iter().enumerate() {
+            if record && !report.failed.is_empty() {
+                report.kept.push(what);
+                continue;
+            }
             let undo = undo();
             tokio::pin!(undo);
             let result = loop {
@@ -607,10 +639,30 @@ mod tests {
             [("a".to_string(), "engine gone".to_string())]
         );
         assert!(!rollback.complete());
+        assert!(rollback.kept.is_empty());
         assert!(
             runner.created_names().is_empty(),
             "a rollback consumes the record"
         );
+    }
+
+    /// The state is how `down` finds a cluster the rollback could not
+    /// remove, and holds what its nodes mount: it stays with it.
+    #[tokio::test]
+    async fn a_record_stays_when_what_it_records_could_not_be_removed() {
+        let run = |cluster_removal: Result<(), Error>| async move {
+            let runner = Runner::new(&Ui::silent());
+            runner.created_record("state", || Box::pin(async { Ok(()) }));
+            runner.created("cluster", move || Box::pin(async move { cluster_removal }));
+            runner.rollback(&Received::default()).await
+        };
+        let left = run(Err(Error::internal("engine gone"))).await;
+        assert!(left.undone.is_empty(), "{left:?}");
+        assert_eq!(left.kept, ["state"]);
+        assert_eq!(left.remaining(), ["cluster", "state"]);
+        let removed = run(Ok(())).await;
+        assert_eq!(removed.undone, ["cluster", "state"]);
+        assert!(removed.kept.is_empty() && removed.complete());
     }
 
     #[test]

@@ -119,3 +119,54 @@ pub fn refuse_unused_options(matches: &clap::ArgMatches) -> Result<(), Error> {
         }
     }
 }
+
+/// A usage error as clap renders it, its closing "For more information"
+/// line replaced by a `hint:` that names the help of the command the user
+/// typed (read from clap's `Usage:` line), as every other error ends.
+pub fn usage_error_with_hint(rendered: &str) -> String {
+    let command = rendered
+        .lines()
+        .find_map(|line| line.trim_start().strip_prefix("Usage: "))
+        .map(|usage| {
+            usage
+                .split_whitespace()
+                .take_while(|word| !word.starts_with(['[', '<', '-']))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|command| !command.is_empty())
+        .unwrap_or_else(|| "devstack".to_string());
+    let mut text: String = rendered
+        .lines()
+        .filter(|line| !line.starts_with("For more information, try"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    while text.ends_with("\n\n") {
+        text.pop();
+    }
+    text.push_str(&format!("hint: `{command} --help` lists what it takes\n"));
+    text
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::usage_error_with_hint;
+
+    #[test]
+    fn a_usage_error_ends_with_a_hint_naming_the_command_typed() {
+        let rendered = "error: unexpected argument '--bogus' found\n\nUsage: devstack up [OPTIONS]\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            usage_error_with_hint(rendered),
+            "error: unexpected argument '--bogus' found\n\nUsage: devstack up [OPTIONS]\nhint: `devstack up --help` lists what it takes\n"
+        );
+        let nested = "error: x\n\nUsage: devstack snapshot rm <NAME>\n\nFor more information, try '--help'.\n";
+        assert!(
+            usage_error_with_hint(nested)
+                .ends_with("hint: `devstack snapshot rm --help` lists what it takes\n")
+        );
+        assert!(
+            usage_error_with_hint("error: x\n")
+                .ends_with("hint: `devstack --help` lists what it takes\n")
+        );
+    }
+}

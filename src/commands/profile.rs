@@ -82,6 +82,7 @@ fn validate(ctx: &Context, files: &[std::path::PathBuf]) -> Result<i32, Error> {
 
 fn show(ctx: &Context, origins: bool) -> Result<i32, Error> {
     let mut settings = ctx.settings(|_| {})?;
+    let provider_pinned = settings.provider_pinned();
     if !origins {
         settings.origins.clear();
     }
@@ -93,6 +94,12 @@ fn show(ctx: &Context, origins: bool) -> Result<i32, Error> {
     } else {
         let yaml = serde_saphyr::to_string(&settings).map_err(|e| render_error(&e))?;
         ctx.ui.out(yaml.trim_end());
+        // What `up` settles only when it runs (it may fetch kind).
+        if !provider_pinned {
+            ctx.ui.info(
+                "note: cluster.provider is not pinned: a new stack uses Kind when kind is on PATH, in the bundle or can be fetched, else K3s; `devstack doctor` says which this machine gets",
+            );
+        }
     }
     Ok(0)
 }

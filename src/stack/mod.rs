@@ -415,7 +415,7 @@ pub fn record_new_state_dir(runner: &crate::pipeline::Runner, settings: &Setting
     if state_dir.exists() {
         return;
     }
-    runner.created(format!("state {}", state_dir.display()), move || {
+    runner.created_record(format!("state {}", state_dir.display()), move || {
         Box::pin(async move {
             match std::fs::remove_dir_all(&state_dir) {
                 Ok(()) => Ok(()),

@@ -317,11 +317,12 @@ fn k3s_engine_going_away_mid_create_is_reported_and_the_next_run_converges() {
     killer.join().unwrap();
     // The engine is gone for the rollback too: what was left, and how to
     // remove it once the engine is back. The runner alone tried to remove
-    // it, once.
+    // it, once, and kept the state that finds it and holds what its node
+    // mounts.
     assert_eq!(run.code, 3, "{}", run.stderr);
     assert!(
         run.stderr
-            .contains("error: rollback also failed; left behind: k3s cluster: "),
+            .contains("error: rollback also failed; left behind: k3s cluster, state "),
         "{}",
         run.stderr
     );

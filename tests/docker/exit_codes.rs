@@ -12,6 +12,12 @@ fn usage_errors_exit_2() {
     let run = run_devstack_raw(dir.path(), &["up", "--no-such-flag"], &[]);
     assert_eq!(run.code, 2, "{}", run.all());
     assert!(run.stderr.contains("--no-such-flag"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .ends_with("hint: `devstack up --help` lists what it takes\n"),
+        "{}",
+        run.stderr
+    );
     // A global flag the command has no use for is refused, not ignored.
     let run = run_devstack_raw(dir.path(), &["-p", "ci", "version"], &[]);
     assert_eq!(run.code, 2, "{}", run.all());

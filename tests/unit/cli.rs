@@ -713,6 +713,21 @@ fn origins_call_the_built_in_default_s_values_defaults() {
 }
 
 #[test]
+fn show_says_when_up_settles_the_provider_itself() {
+    let (code, stdout, stderr) = profile_run(&["profile", "show"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("provider: kind"), "{stdout}");
+    assert!(
+        stderr
+            .contains("cluster.provider is not pinned: a new stack uses Kind when kind is on PATH"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = profile_run(&["-p", "ci", "profile", "show"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("not pinned"), "ci pins k3s: {stderr}");
+}
+
+#[test]
 fn a_bad_port_variable_names_the_forms_a_port_takes() {
     for bad in ["abc", "70000"] {
         let (code, _, stderr) =

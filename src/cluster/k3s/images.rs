@@ -281,6 +281,10 @@ pub(crate) async fn load_images(
     Ok(imported)
 }
 
+/// `ctr import` of the tarball at `$0`; ctr says why it failed on stderr,
+/// which exec does not capture.
+const IMPORT: &str = r#"ctr --namespace k8s.io images import "$0" 2>&1"#;
+
 /// `ctr import` of a tarball the node has at `path`, which unpacks the
 /// image too: the container that first runs it has nothing left to do.
 async fn import_staged(
@@ -290,11 +294,12 @@ async fn import_staged(
     path: &str,
     limit: Duration,
 ) -> Result<(), Error> {
-    let import = ["ctr", "--namespace", "k8s.io", "images", "import", path];
-    let (code, _) = docker::exec_within(engine, node, &import, limit).await?;
+    let import = ["sh", "-c", IMPORT, path];
+    let (code, output) = docker::exec_within(engine, node, &import, limit).await?;
     if code != 0 {
+        let said = output.trim().lines().last().unwrap_or_default().to_string();
         return Err(Error::internal(format!(
-            "importing {reference} into node {node} failed (exit code {code})"
+            "importing {reference} into node {node} failed (exit code {code}): {said}"
         ))
         .with_hint("`docker logs` of the node and `devstack doctor` (free disk) show why"));
     }
@@ -391,7 +396,7 @@ mod tests {
                     serde_json::json!({"images": [{"repoTags": tags}]}).to_string(),
                 )
             }
-            ["ctr", "--namespace", "k8s.io", "images", "import", path] => {
+            ["sh", "-c", script, path] if *script == IMPORT => {
                 order.lock().unwrap().push(path.to_string());
                 seen.lock().unwrap().push(image_of(path));
                 (0, String::new())
