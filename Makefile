@@ -68,6 +68,7 @@ bench:
 	bash bench/existing.sh
 	bash bench/engines.sh
 	bash bench/repository.sh
+	bash bench/stopstart.sh
 
 ci:
 	bash .ci/run

@@ -234,6 +234,15 @@ impl<'a> Wanted<'a> {
     }
 }
 
+/// The settings' bundle (`images.bundle`), opened; `None` without one.
+pub fn open(settings: &Settings) -> Result<Option<Bundle>, Error> {
+    settings
+        .bundle_dir()
+        .as_deref()
+        .map(Bundle::open)
+        .transpose()
+}
+
 /// The settings' bundle, opened and checked against what they ask for;
 /// `None` without a bundle. An image the engine already holds is used as
 /// it is, whether or not the bundle carries it.

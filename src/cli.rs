@@ -192,6 +192,33 @@ Docker engine does not answer.",
   devstack down --all             # every devstack stack on this machine, and nothing else"
     )]
     Down(DownArgs),
+    /// Stop the stack's containers, keeping all else: no memory, no CPU until `start`
+    #[command(
+        long_about = "Stop the stack's containers (its K3s or Kind nodes and its LocalStack) at \
+once, each given 2 s to end on its stop signal before it is killed; volumes, network, kubeconfig \
+and record stay, and `devstack start` brings the stack back. It is refused while another run \
+(an `up`) works on the stack. Exit 0 also when it was stopped already, 2 on a cluster devstack did not \
+create, 3 when Docker does not answer or another run holds the stack, 4 when the stack does not \
+exist or its containers were removed.",
+        after_help = "Examples:
+  devstack stop                     # free the stack's memory and CPU, keeping it
+  devstack -p ci --name job1 stop --json"
+    )]
+    Stop,
+    /// Start a stopped stack to a verified round trip (a running one converges as with `up`)
+    #[command(
+        long_about = "Start a stopped stack (after `devstack stop`, or a machine restart) and bring it \
+back to a verified round trip: `up` on the existing stack, which starts its nodes and LocalStack \
+and repairs what the stop left (LocalStack's secrets re-seeded, the GitOps source re-published, \
+crashed pods recreated), each repair said. On a running stack it converges as `up` does. Exit 0 \
+once verified, 2 on a cluster devstack did not create, 3 when Docker does not answer, 4 when the \
+stack does not exist or its cluster was removed (`devstack up` recreates it) or the round trip \
+fails, 5 when a wait passes its deadline, 128 + the signal's number when a signal stops it.",
+        after_help = "Examples:
+  devstack start                    # the stopped stack, verified again
+  devstack start --no-verify        # started and converged, without the round trip"
+    )]
+    Start(StartArgs),
     /// List the stacks on this machine and the state of their containers
     #[command(
         visible_alias = "ls",
@@ -269,7 +296,8 @@ probe values never appear in output. Exit 4 when a check fails.",
         long_about = "Show the health of every part of the stack: the cluster and its nodes, \
 LocalStack, the Flux controllers, the Kustomization chain, the ESO HelmRelease, the \
 ClusterSecretStore and every ExternalSecret. A Flux object re-applying a revision it already \
-applied is shown as reconciling: healthy, but not settled. Exit 4 when anything is unhealthy. \
+applied is shown as reconciling: healthy, but not settled. A stopped stack's rows say `stopped`. \
+Exit 4 when anything is unhealthy or stopped. \
 `--wait` waits until the stack is settled (everything Ready, nothing reconciling), for scripts: \
 exit 0 when settled, 4 when something is still failing at the deadline, 5 when it is healthy \
 but still reconciling at the deadline, 128 + the signal's number when Ctrl-C, SIGTERM or SIGHUP \
@@ -502,10 +530,12 @@ pub enum LocalstackCommand {
     #[command(
         long_about = "Start LocalStack (reuse, restart or recreate as needed) and wait until \
 healthy. Exit 3 when Docker does not answer or the port is taken, 5 when LocalStack is not healthy \
-within `timeouts.localstack`.",
+within `timeouts.localstack`, 128 + the signal's number when Ctrl-C, SIGTERM or SIGHUP interrupts it. \
+A container this run created is removed when it fails or is interrupted, unless --retain.",
         after_help = "Examples:
   devstack localstack up                 # on the stack's port (`auto`: the one it was given)
-  devstack localstack up --port 4566     # on a fixed port instead"
+  devstack localstack up --port 4566     # on a fixed port instead
+  devstack localstack up --retain        # keep a container that does not start, to look at it"
     )]
     Up {
         /// LocalStack host port (a number, or `auto` for a free one), overriding the profile [env: DEVSTACK_LOCALSTACK_PORT]
@@ -514,6 +544,9 @@ within `timeouts.localstack`.",
         /// LocalStack image, overriding the profile [env: DEVSTACK_LOCALSTACK_IMAGE]
         #[arg(long)]
         image: Option<String>,
+        /// Keep a container this run created when it fails or a signal (Ctrl-C, SIGTERM, SIGHUP) stops it, for debugging
+        #[arg(long)]
+        retain: bool,
     },
     /// Remove the LocalStack container (and the network when nothing else uses it)
     #[command(
@@ -621,6 +654,13 @@ pub struct UpArgs {
     /// Create the stack from snapshot NAME (`devstack snapshot save`) instead of from scratch (K3s; the stack must not exist)
     #[arg(long, value_name = "NAME", conflicts_with = "recreate")]
     pub from_snapshot: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// Skip the round trip at the end (default: the profile's `verify.onUp`)
+    #[arg(long)]
+    pub no_verify: bool,
 }
 
 #[derive(Debug, Args)]

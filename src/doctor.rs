@@ -3,11 +3,12 @@
 
 use std::net::IpAddr;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::cluster::choice::{Choice, Reason};
-use crate::docker;
+use crate::docker::{self, Engine};
 use crate::envvars;
 use crate::error::{Error, Kind};
 use crate::hostinfo;
@@ -103,16 +104,17 @@ impl DoctorReport {
 
 pub async fn examine(settings: &Settings) -> DoctorReport {
     let engine = docker::connect().await.ok();
+    let recorded = crate::stack::Found::recorded(settings).provider();
     let (settings, choice) = match &engine {
         // Predicted, not settled: doctor fetches nothing and writes nothing.
-        Some(docker) => match crate::cluster::choice::predict(docker, settings).await {
+        Some(docker) => match crate::cluster::choice::predict(docker, settings, recorded).await {
             Ok((settled, choice)) => (settled, Some(choice)),
             Err(_) => (settings.clone(), None),
         },
         None => (settings.clone(), None),
     };
     let mut checks = vec![provider_check(&settings, choice.as_ref(), engine.is_some())];
-    let input = input_checks(&settings, engine.as_ref()).await;
+    let input = input_checks(&settings, engine.as_deref()).await;
     let refused_input = input.iter().any(|c| c.status == Status::Fail);
     checks.extend(input);
     checks.extend(machine_checks(&settings, choice.as_ref()).await);
@@ -170,7 +172,7 @@ fn provider_check(settings: &Settings, choice: Option<&Choice>, engine: bool) ->
 /// What `up` refuses before it reaches anything, of what the user gave:
 /// the pins file, `cluster.version`, the offline bundle and the values
 /// Flux substitutes. Each is a check only when the profile uses it.
-async fn input_checks(settings: &Settings, engine: Option<&bollard::Docker>) -> Vec<Check> {
+async fn input_checks(settings: &Settings, engine: Option<&dyn Engine>) -> Vec<Check> {
     let mut out = Vec::new();
     let failed = |name: &str, err: Error| {
         Check::fail(
@@ -207,7 +209,7 @@ async fn input_checks(settings: &Settings, engine: Option<&bollard::Docker>) -> 
         // Without an engine, what it already holds cannot stand in for the
         // bundle's images: only the bundle itself is judged.
         let checked = match engine {
-            Some(docker) => crate::bundle::open_checked(settings, docker::shared(docker).as_ref())
+            Some(docker) => crate::bundle::open_checked(settings, docker)
                 .await
                 .map(|_| ()),
             None => crate::bundle::Bundle::open(dir).map(|_| ()),
@@ -220,7 +222,7 @@ async fn input_checks(settings: &Settings, engine: Option<&bollard::Docker>) -> 
             Err(err) => failed("bundle", err),
         });
     }
-    if let Err(err) = crate::gitops::repository::preflight(settings) {
+    if let Err(err) = crate::gitops::repository::check_substitution(settings) {
         out.push(failed("gitops", err));
     }
     out
@@ -231,7 +233,7 @@ async fn machine_checks(settings: &Settings, choice: Option<&Choice>) -> Vec<Che
     let mut checks = Vec::new();
     let engine = docker_checks(&mut checks, settings).await;
     checks.extend(binary_checks(settings, choice).await);
-    checks.extend(port_checks(settings, engine.as_ref()).await);
+    checks.extend(port_checks(settings, engine.as_deref()).await);
     if settings.cluster.provider == Provider::Existing {
         checks.push(existing_cluster_check(settings).await);
     }
@@ -247,7 +249,7 @@ async fn machine_checks(settings: &Settings, choice: Option<&Choice>) -> Vec<Che
     checks
 }
 
-async fn docker_checks(checks: &mut Vec<Check>, settings: &Settings) -> Option<bollard::Docker> {
+async fn docker_checks(checks: &mut Vec<Check>, settings: &Settings) -> Option<Arc<dyn Engine>> {
     let docker = match docker::connect().await {
         Ok(d) => d,
         // Its nodes pull their images themselves; LocalStack runs in it.
@@ -270,7 +272,7 @@ async fn docker_checks(checks: &mut Vec<Check>, settings: &Settings) -> Option<b
             return None;
         }
     };
-    match crate::docker::Engine::host(&docker).await {
+    match docker.host().await {
         Ok(host) => {
             checks.push(Check::pass(
                 "docker",
@@ -416,7 +418,7 @@ async fn binary_checks(settings: &Settings, choice: Option<&Choice>) -> Vec<Chec
 /// An existing cluster: its context, its API server and the rights `up`
 /// needs, as `up`'s preflight judges them.
 async fn existing_cluster_check(settings: &Settings) -> Check {
-    match crate::cluster::existing::preflight(settings).await {
+    match crate::stack::check_existing_cluster(settings).await {
         Ok((context, server)) => Check::pass(
             "cluster",
             format!(
@@ -607,7 +609,7 @@ pub fn required_ports(settings: &Settings) -> Vec<(String, IpAddr, u16)> {
     ports
 }
 
-async fn port_checks(settings: &Settings, engine: Option<&bollard::Docker>) -> Vec<Check> {
+async fn port_checks(settings: &Settings, engine: Option<&dyn Engine>) -> Vec<Check> {
     let mut out = Vec::new();
     let owned = match engine {
         Some(d) => docker_port_owners(d).await,
@@ -643,8 +645,8 @@ async fn port_checks(settings: &Settings, engine: Option<&bollard::Docker>) -> V
 }
 
 /// (host port, container name, devstack stack label) for running containers.
-async fn docker_port_owners(docker: &bollard::Docker) -> Vec<(u16, String, Option<String>)> {
-    let Ok(containers) = docker::running_containers(docker).await else {
+async fn docker_port_owners(docker: &dyn Engine) -> Vec<(u16, String, Option<String>)> {
+    let Ok(containers) = docker.running_containers().await else {
         return Vec::new();
     };
     let mut out = Vec::new();

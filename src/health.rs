@@ -24,6 +24,9 @@ use crate::profile::settings::profile_external_secret_name;
 use crate::verify::{ESO_GROUP, ESO_VERSION};
 use crate::{docker, localstack, state};
 
+mod stopped;
+pub use stopped::{START_HINT, StackContainer, stack_containers};
+
 const KUSTOMIZATION_API: &str = "kustomize.toolkit.fluxcd.io/v1";
 const HELM_RELEASE_API: &str = "helm.toolkit.fluxcd.io/v2";
 
@@ -175,8 +178,12 @@ pub async fn wait_settled(
     }
 }
 
-/// Every row, LocalStack and the cluster looked at concurrently.
+/// Every row, LocalStack and the cluster looked at concurrently (a stopped
+/// stack's rows say so instead).
 pub async fn collect(settings: &Settings) -> StatusReport {
+    if let Some(stopped) = stopped::report(settings).await {
+        return stopped;
+    }
     let (mut rows, localstack) = tokio::join!(cluster_rows(settings), localstack_row(settings));
     // The cluster and its nodes first, then LocalStack, then what runs in
     // the cluster.
@@ -210,7 +217,7 @@ async fn localstack_row(settings: &Settings) -> StatusRow {
                 .hint(e.hint().unwrap_or("start the Docker engine").to_string());
         }
     };
-    let container = match docker::inspect(&docker, &name).await {
+    let container = match docker::inspect(docker.as_ref(), &name).await {
         Ok(Some(c)) => c,
         Ok(None) => {
             return StatusRow::new("localstack", name, Health::Missing, "missing")
@@ -228,7 +235,7 @@ async fn localstack_row(settings: &Settings) -> StatusRow {
         .and_then(|s| s.status)
         .map(|s| s.to_string())
         .unwrap_or_else(|| "unknown".into());
-    let endpoint = match localstack::describe(&docker, settings).await {
+    let endpoint = match localstack::describe(docker.as_ref(), settings).await {
         Ok(e) => e.url,
         Err(_) => settings.localstack.endpoint_url(),
     };

@@ -6,16 +6,16 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use bollard::Docker;
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams};
 
+use crate::docker::{self, Engine};
 use crate::error::Error;
 use crate::profile::Settings;
-use crate::{docker, gitops, k8s, localstack};
+use crate::{gitops, k8s, localstack};
 
 /// A part of the stack with logs of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -171,7 +171,7 @@ const ESO_PARTS: [&str; 3] = ["controller", "webhook", "cert-controller"];
 
 /// The sources of a stack's components, and the clients that read them.
 pub struct StackLogs {
-    docker: Docker,
+    docker: Arc<dyn Engine>,
     kube: Option<kube::Client>,
     /// Every source found, in the order of the components asked for.
     pub sources: Vec<Source>,
@@ -186,7 +186,7 @@ impl StackLogs {
     /// `follow` gives the Kubernetes client no read timeout, as a followed
     /// log may stay quiet for minutes.
     pub async fn find(
-        docker: Docker,
+        docker: Arc<dyn Engine>,
         settings: &Settings,
         components: &[Component],
         follow: bool,
@@ -230,7 +230,10 @@ impl StackLogs {
             return Ok(sources);
         }
         let name = localstack::container_name(settings);
-        if docker::inspect(&self.docker, &name).await?.is_none() {
+        if docker::inspect(self.docker.as_ref(), &name)
+            .await?
+            .is_none()
+        {
             return Err(Error::unhealthy(format!(
                 "stack `{}` has no LocalStack (no container {name})",
                 settings.name
@@ -248,19 +251,22 @@ impl StackLogs {
     /// K3s nodes carry the stack's labels, Kind's the cluster's name.
     async fn nodes(&self, settings: &Settings) -> Result<Vec<Source>, Error> {
         use crate::cluster::k3s::{ROLE_AGENT, ROLE_SERVER};
-        let k3s = docker::find_containers(&self.docker, docker::stack_filter(Some(&settings.name)))
-            .await?
-            .into_iter()
-            .filter_map(|c| {
-                let role = c.labels.as_ref()?.get(docker::LABEL_ROLE)?;
-                let rank = [ROLE_SERVER, ROLE_AGENT].iter().position(|r| r == role)?;
-                Some((rank, docker::container_name_of(&c)))
-            });
+        let k3s = docker::find_containers(
+            self.docker.as_ref(),
+            docker::stack_filter(Some(&settings.name)),
+        )
+        .await?
+        .into_iter()
+        .filter_map(|c| {
+            let role = c.labels.as_ref()?.get(docker::LABEL_ROLE)?;
+            let rank = [ROLE_SERVER, ROLE_AGENT].iter().position(|r| r == role)?;
+            Some((rank, docker::container_name_of(&c)))
+        });
         let kind_filter = format!(
             "{KIND_CLUSTER_LABEL}={}",
             crate::cluster::kind::cluster_name(settings)
         );
-        let kind = docker::find_containers(&self.docker, vec![kind_filter])
+        let kind = docker::find_containers(self.docker.as_ref(), vec![kind_filter])
             .await?
             .into_iter()
             .map(|c| {
@@ -362,7 +368,7 @@ impl StackLogs {
     fn open(&self, source: &Source, options: Options) -> Lines {
         let label: Arc<str> = source.label.as_str().into();
         let chunks = match &source.origin {
-            Origin::Container(name) => container_chunks(&self.docker, name, options),
+            Origin::Container(name) => container_chunks(self.docker.as_ref(), name, options),
             Origin::Pod {
                 namespace,
                 pod,
@@ -518,10 +524,11 @@ fn unix_seconds_ago(ago: Duration) -> i32 {
     i32::try_from(now.saturating_sub(ago).as_secs()).unwrap_or(i32::MAX)
 }
 
-fn container_chunks(docker: &Docker, name: &str, options: Options) -> Chunks {
+fn container_chunks(docker: &dyn Engine, name: &str, options: Options) -> Chunks {
     let what = format!("logs of {name}");
     let since = options.since.map_or(0, unix_seconds_ago);
-    docker::container_logs(docker, name, options.follow, options.tail, since)
+    docker
+        .container_logs(name, options.follow, options.tail, since)
         .map(move |chunk| chunk.map_err(|e| docker::engine_error(&what, e)))
         .boxed()
 }

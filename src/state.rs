@@ -1,5 +1,6 @@
 //! Per-stack files on the host, under the state directory: the kubeconfig,
-//! the record of the stack's host ports, and the lock one run holds.
+//! the stack's record (what its runs found: ports, provider, what its
+//! cluster holds for it), and the lock one run holds.
 //!
 //! The state directory itself comes with the settings
 //! ([`Settings::state_dir`]); nothing here looks at the environment.
@@ -55,7 +56,10 @@ pub struct Ports {
     pub api_server: Option<u16>,
 }
 
-/// What devstack records about a stack next to its kubeconfig.
+/// What devstack records about a stack next to its kubeconfig: what its
+/// runs found (`stack::Found`, the one writer), for the commands after
+/// them. Fields are only ever added, each optional, so that a record of an
+/// earlier release still reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StackRecord {
@@ -106,8 +110,8 @@ pub fn stacks_on_existing_clusters(state_dir: &std::path::Path) -> Vec<String> {
     stacks.into_iter().map(|(_, name)| name).collect()
 }
 
-/// `up` records LocalStack and the cluster concurrently: one writer at a
-/// time in this process (other processes are kept out by [`StackLock`]).
+/// One writer at a time in this process, whichever stack (other processes
+/// are kept out of a stack by [`StackLock`]).
 static RECORD_WRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl StackRecord {
@@ -152,28 +156,6 @@ impl StackRecord {
                 envvars::DEVSTACK_HOME
             ))
         })
-    }
-}
-
-/// Fills in what the stack's record knows and the profile cannot: the
-/// LocalStack port `auto` chose when the stack was created, the provider
-/// its cluster was made with when the profile does not pin one, and
-/// whether its nodes pull the images themselves.
-pub fn attach_record(settings: &mut Settings) {
-    let record = StackRecord::load(settings);
-    settings.images.nodes_pull = record.nodes_pull;
-    settings.eso.cluster = record.cluster_eso.clone();
-    if record.shares_cluster && !settings.names.shares_cluster() {
-        settings.share_cluster();
-    }
-    if settings.localstack.port == crate::profile::HostPort::Auto {
-        settings.localstack.bound_port = record.ports.localstack;
-    }
-    if let Some(provider) = record.provider
-        && !settings.provider_pinned()
-        && let Ok(kept) = settings.with_provider(provider)
-    {
-        *settings = kept;
     }
 }
 
@@ -331,28 +313,5 @@ mod tests {
             stacks_on_existing_clusters(dir.path()),
             ["joined", "shared-a", "shared-b"]
         );
-    }
-
-    #[test]
-    fn a_recorded_provider_is_kept_unless_the_profile_pins_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut settings = Settings::builtin(&Default::default()).unwrap();
-        settings.state_dir = dir.path().to_path_buf();
-        StackRecord::update(&settings, |r| {
-            r.provider = Some(crate::profile::Provider::K3s)
-        })
-        .unwrap();
-        let mut unpinned = settings.clone();
-        attach_record(&mut unpinned);
-        assert_eq!(unpinned.cluster.provider, crate::profile::Provider::K3s);
-        assert_eq!(unpinned.cluster.image, crate::versions::K3S_IMAGE);
-
-        let mut pinned = settings.clone();
-        pinned.origins.insert(
-            "cluster.provider".into(),
-            crate::profile::settings::Origin::Flag,
-        );
-        attach_record(&mut pinned);
-        assert_eq!(pinned.cluster.provider, crate::profile::Provider::Kind);
     }
 }

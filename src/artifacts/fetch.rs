@@ -13,7 +13,7 @@ use super::cache::Cache;
 use super::mirrors::{self, ImageName};
 use super::{Fetched, Origin, Outcome, Pins, Wanted, human_bytes};
 use crate::bundle::Artifact;
-use crate::docker;
+use crate::docker::{self, Engine};
 use crate::envvars;
 use crate::error::Error;
 
@@ -161,7 +161,7 @@ impl Fetcher<'_> {
     /// and checked, then saved into the cache.
     pub async fn image(
         &self,
-        docker: &bollard::Docker,
+        docker: &dyn Engine,
         cache: &mut Cache,
         wanted: &Wanted,
     ) -> Result<Fetched, Error> {
@@ -222,7 +222,7 @@ impl Fetcher<'_> {
     /// engine when it holds `pin`, else pulled and checked, then saved.
     async fn image_into_cache(
         &self,
-        docker: &bollard::Docker,
+        docker: &dyn Engine,
         cache: &mut Cache,
         wanted: &Wanted,
         pin: Option<&str>,
@@ -247,8 +247,7 @@ impl Fetcher<'_> {
         );
         let partial = cache.partial(&file)?;
         (self.progress)(format!("saving {local} into the cache"));
-        let saved =
-            docker::save_image(docker::shared(docker).as_ref(), &local, partial.clone()).await;
+        let saved = docker::save_image(docker, &local, partial.clone()).await;
         if let Err(err) = saved {
             let _ = std::fs::remove_file(&partial);
             return Err(err);
@@ -282,13 +281,13 @@ impl Fetcher<'_> {
     /// any copy the engine holds is the one the profile names.
     async fn held_digest(
         &self,
-        docker: &bollard::Docker,
+        docker: &dyn Engine,
         local: &str,
         repository: &str,
         mirror: Option<&str>,
         pin: Option<&str>,
     ) -> Option<Option<String>> {
-        let image = docker::inspect_image(docker, local).await.ok()?;
+        let image = docker.inspect_image(local).await.ok()?;
         let Some(pin) = pin else {
             return Some(None);
         };
@@ -309,7 +308,7 @@ impl Fetcher<'_> {
     /// and names the image `local`. A mismatch leaves no new reference.
     async fn pull(
         &self,
-        docker: &bollard::Docker,
+        docker: &dyn Engine,
         from: &str,
         local: &str,
         pin: Option<&str>,
@@ -319,9 +318,9 @@ impl Fetcher<'_> {
             "docker.io" => name.local_repository(),
             registry => format!("{registry}/{}", name.path),
         };
-        let had_tag = docker::inspect_image(docker, from).await.ok().map(|i| i.id);
+        let had_tag = docker.inspect_image(from).await.ok().map(|i| i.id);
         (self.progress)(format!("pulling {from}"));
-        let mut stream = docker::pull_progress(docker, &pull_repository, &name.tag);
+        let mut stream = docker.pull_progress(&pull_repository, &name.tag);
         let mut layers: HashMap<String, (u64, u64)> = HashMap::new();
         let mut served = None;
         let mut shown = Shown::default();
@@ -359,7 +358,8 @@ impl Fetcher<'_> {
         let downloaded = layers.values().map(|(_, total)| total).sum();
         let served = match served {
             Some(digest) => Some(digest),
-            None => docker::inspect_image(docker, from)
+            None => docker
+                .inspect_image(from)
                 .await
                 .ok()
                 .and_then(|i| i.repo_digests)
@@ -375,7 +375,7 @@ impl Fetcher<'_> {
         {
             // The tag was not there before, or now names what the registry
             // served: either way it must not stay.
-            let now = docker::inspect_image(docker, from).await.ok().map(|i| i.id);
+            let now = docker.inspect_image(from).await.ok().map(|i| i.id);
             if had_tag.is_none() || had_tag != now {
                 drop_pulled_references(docker, from, &pull_repository, served.as_deref()).await;
             }
@@ -391,7 +391,8 @@ impl Fetcher<'_> {
         }
         if from != local {
             let target = ImageName::parse(local);
-            docker::tag_image(docker, from, &target.local_repository(), &target.tag)
+            docker
+                .tag_image(from, &target.local_repository(), &target.tag)
                 .await
                 .map_err(|e| docker::engine_error(format!("tag {from} as {local}"), e))?;
             // The mirror's name would make the engine look as if it held the
@@ -407,14 +408,14 @@ impl Fetcher<'_> {
 /// Removes the references a pull added: its tag and its digest (never the
 /// image another reference still names).
 async fn drop_pulled_references(
-    docker: &bollard::Docker,
+    docker: &dyn Engine,
     tag: &str,
     repository: &str,
     digest: Option<&str>,
 ) {
     let by_digest = digest.map(|d| format!("{repository}@{d}"));
     for reference in std::iter::once(tag).chain(by_digest.as_deref()) {
-        if let Err(e) = docker::remove_image(docker, reference).await {
+        if let Err(e) = docker.remove_image(reference).await {
             tracing::debug!("remove {reference}: {e}");
         }
     }

@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::docker::Engine;
 use crate::error::Error;
 use crate::profile::{Provider, Settings};
 use crate::versions;
@@ -342,7 +343,7 @@ pub struct PullOptions<'a> {
 /// each against its pin. Holds the cache's lock, so parallel runs fetch
 /// each artifact once.
 pub async fn pull(
-    docker: &bollard::Docker,
+    docker: &dyn Engine,
     settings: &Settings,
     options: PullOptions<'_>,
 ) -> Result<PullReport, Error> {
@@ -748,12 +749,15 @@ spec: {template: {spec: {containers: [{name: manager, image: ghcr.io/fluxcd/noti
             origin: Origin::Image("example.invalid/devstack-test:1".into()),
         };
         let absent = crate::docker::absent();
-        let got = fetcher.image(&absent, &mut cache, &wanted).await.unwrap();
+        let got = fetcher
+            .image(absent.as_ref(), &mut cache, &wanted)
+            .await
+            .unwrap();
         assert_eq!(got.outcome, Outcome::Cached);
 
         std::fs::write(&path, vec![7u8; 1000]).unwrap();
         let err = fetcher
-            .image(&absent, &mut cache, &wanted)
+            .image(absent.as_ref(), &mut cache, &wanted)
             .await
             .unwrap_err();
         let message = err.message();

@@ -3,8 +3,11 @@
 //! a usable kind CLI is found, else K3s, which needs nothing but Docker.
 //! The decision is a pure function; [`settle`] gathers its inputs.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
+use crate::docker::Engine;
 use crate::error::Error;
 use crate::profile::{Provider, Settings};
 
@@ -82,25 +85,29 @@ pub fn decide(
     }
 }
 
-/// The provider of the stack's cluster: the stack's record, else what runs
-/// (a stack made before the record kept its provider).
-pub async fn recorded_provider(
-    docker: &bollard::Docker,
+/// The provider of the stack's cluster: `recorded`, the one its record
+/// names, else the one whose cluster runs (a stack made before the record
+/// kept its provider).
+async fn provider_of_stack(
+    docker: &Arc<dyn Engine>,
     settings: &Settings,
+    recorded: Option<Provider>,
 ) -> Result<Option<Provider>, Error> {
-    if let Some(provider) = crate::state::StackRecord::load(settings).provider {
-        return Ok(Some(provider));
+    if recorded.is_some() {
+        return Ok(recorded);
     }
-    super::found_provider(&crate::docker::shared(docker), settings).await
+    super::found_provider(docker, settings).await
 }
 
-/// `settings` on the provider [`decide`] picks, and the choice. A pinned
-/// provider is returned as it is, without looking for kind or clusters.
+/// `settings` on the provider [`decide`] picks, and the choice, where
+/// `recorded` is the provider the stack's record names. A pinned provider
+/// is returned as it is, without looking for kind or clusters.
 pub async fn settle(
-    docker: &bollard::Docker,
+    docker: &Arc<dyn Engine>,
     settings: &Settings,
+    recorded: Option<Provider>,
 ) -> Result<(Settings, Choice), Error> {
-    settle_with(docker, settings, async {
+    settle_with(docker, settings, recorded, async {
         super::kind::find_kind(settings)
             .await
             .map(|_| ())
@@ -112,10 +119,11 @@ pub async fn settle(
 /// What [`settle`] would pick, found without fetching kind or writing
 /// anything (`doctor`): kind installed, else its pinned download answering.
 pub async fn predict(
-    docker: &bollard::Docker,
+    docker: &Arc<dyn Engine>,
     settings: &Settings,
+    recorded: Option<Provider>,
 ) -> Result<(Settings, Choice), Error> {
-    settle_with(docker, settings, async {
+    settle_with(docker, settings, recorded, async {
         match super::kind::find_installed_kind(settings).await {
             Ok(_) => Ok(()),
             Err(missing) if crate::envvars::is_set(crate::envvars::DEVSTACK_KIND) => {
@@ -131,15 +139,16 @@ pub async fn predict(
 }
 
 async fn settle_with(
-    docker: &bollard::Docker,
+    docker: &Arc<dyn Engine>,
     settings: &Settings,
+    recorded: Option<Provider>,
     kind: impl std::future::Future<Output = Result<(), String>>,
 ) -> Result<(Settings, Choice), Error> {
     if settings.provider_pinned() {
         let choice = decide(Some(settings.cluster.provider), None, Ok(()));
         return Ok((settings.clone(), choice));
     }
-    let recorded = recorded_provider(docker, settings).await?;
+    let recorded = provider_of_stack(docker, settings, recorded).await?;
     let kind = if recorded.is_some() {
         Ok(())
     } else {
@@ -161,22 +170,6 @@ pub fn settle_for_restore(settings: &Settings) -> Result<(Settings, Choice), Err
         reason: Reason::Snapshot,
     };
     Ok((settings.with_provider(Provider::K3s)?, choice))
-}
-
-/// `settings` on the stack's recorded provider when the profile does not
-/// pin one: what `down` must remove, even for a stack made before its
-/// record kept the provider.
-pub async fn on_recorded_provider(
-    docker: &bollard::Docker,
-    settings: Settings,
-) -> Result<Settings, Error> {
-    if settings.provider_pinned() {
-        return Ok(settings);
-    }
-    match recorded_provider(docker, &settings).await? {
-        Some(provider) => settings.with_provider(provider),
-        None => Ok(settings),
-    }
 }
 
 #[cfg(test)]

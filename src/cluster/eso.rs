@@ -1,6 +1,7 @@
 //! An External Secrets Operator that a cluster devstack did not create
 //! already runs (`eso.install`): whether the stack may use it, or must
-//! install its own, or neither.
+//! install its own, or neither. The orchestrator asks when the stack joins
+//! the cluster (`stack::joining`).
 //!
 //! ESO's AWS provider takes a custom endpoint only from its controller's
 //! environment (`AWS_SECRETSMANAGER_ENDPOINT`), so an ESO serves the stack
@@ -13,7 +14,7 @@ use kube::Api;
 use kube::api::ListParams;
 
 use crate::error::Error;
-use crate::profile::{ClusterEso, EsoInstall, Settings};
+use crate::profile::{ClusterEso, EsoInstall, StackNames};
 
 /// The CRD every External Secrets Operator installs.
 const ESO_CRD: &str = "externalsecrets.external-secrets.io";
@@ -31,7 +32,8 @@ pub const CONTROLLER_LABEL: &str = "app.kubernetes.io/name=external-secrets";
 /// stack. Anything else is refused before anything is created.
 pub async fn on_cluster(
     client: &kube::Client,
-    settings: &Settings,
+    names: &StackNames,
+    install: EsoInstall,
     context: &str,
 ) -> Result<Option<ClusterEso>, Error> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -39,10 +41,10 @@ pub async fn on_cluster(
         .get_opt(ESO_CRD)
         .await
         .map_err(|e| Error::internal(format!("read CRD {ESO_CRD}: {e}")))?;
-    let endpoint = crate::k8s::localstack_in_cluster_url(&settings.names);
+    let endpoint = crate::k8s::localstack_in_cluster_url(names);
     let ours = crd.as_ref().is_some_and(applied_by_the_chain);
     let foreign = crd.filter(|_| !ours);
-    match (settings.eso.install, foreign) {
+    match (install, foreign) {
         (EsoInstall::Never, None) if ours => Err(Error::user(format!(
             "`eso.install: never`, and the External Secrets Operator on the cluster of context `{context}` is one that devstack installed"
         ))

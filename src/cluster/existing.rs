@@ -1,9 +1,12 @@
 //! `cluster.provider: existing`: a cluster devstack did not create, reached
-//! through a context of the user's kubeconfig. Preflight checks that its
-//! API server answers and that the context's user may do everything
-//! devstack does, before anything is created; the cluster itself is never
-//! created, changed or removed. What devstack installs into it is removed
-//! by the stack's `down` (the GitOps and LocalStack layers' business).
+//! through a context of the user's kubeconfig; it is never created,
+//! changed or removed. This provider reaches the cluster and reports what
+//! it is like (its nodes, whether they pull their images themselves, the
+//! rights of the context's user); what the stack makes of the stacks and
+//! the ESO already there is the orchestrator's to decide
+//! (`stack::joining`), and what devstack installs into the cluster is
+//! removed by the stack's `down` (the GitOps and LocalStack layers'
+//! business).
 
 use std::sync::Arc;
 
@@ -42,9 +45,10 @@ impl ClusterProvider for Existing {
         Box::pin(async move { Ok(crate::state::kubeconfig_path(settings).is_file()) })
     }
 
+    /// Nothing of the cluster is devstack's to change; whether devstack may
+    /// work in it is checked when the stack joins it (`stack::joining`).
     fn plan<'a>(&'a self, settings: &'a Settings) -> BoxFuture<'a, Result<Plan, Error>> {
         Box::pin(async move {
-            preflight(settings).await?;
             Ok(Plan {
                 exists: crate::state::kubeconfig_path(settings).is_file(),
                 changes: Vec::new(),
@@ -59,8 +63,7 @@ impl ClusterProvider for Existing {
         step: &'a Step,
     ) -> BoxFuture<'a, Result<ClusterInfo, Error>> {
         Box::pin(async move {
-            let config = load(settings)?;
-            let client = context::client(&config).await?;
+            let (config, client) = connect(settings).await?;
             let nodes = node_names(&client, &config).await?;
             step.progress(format!(
                 "context `{}`: {} node(s) at {}",
@@ -68,22 +71,6 @@ impl ClusterProvider for Existing {
                 nodes.len(),
                 config.server
             ));
-            let nodes_pull = local_nodes(self.engine.as_ref(), &nodes).await.len() != nodes.len();
-            let settings = &on_this_cluster(&client, settings, &config).await?;
-            let shares_cluster = settings.names.shares_cluster();
-            if shares_cluster {
-                step.progress(format!(
-                    "another stack runs on the cluster: this one's objects are named `*-{}`",
-                    settings.name
-                ));
-            }
-            let cluster_eso = super::eso::on_cluster(&client, settings, &config.context).await?;
-            if let Some(eso) = &cluster_eso {
-                step.progress(format!(
-                    "the External Secrets Operator of the cluster serves the stack (Deployment {}/{})",
-                    eso.namespace, eso.deployment
-                ));
-            }
             Ok(ClusterInfo {
                 provider: Provider::Existing,
                 nodes,
@@ -92,9 +79,6 @@ impl ClusterProvider for Existing {
                 created: false,
                 repaired: Vec::new(),
                 images_loaded: false,
-                nodes_pull,
-                cluster_eso,
-                shares_cluster,
             })
         })
     }
@@ -111,8 +95,7 @@ impl ClusterProvider for Existing {
         step: &'a Step,
     ) -> BoxFuture<'a, Result<usize, Error>> {
         Box::pin(async move {
-            let config = load(settings)?;
-            let client = context::client(&config).await?;
+            let (config, client) = connect(settings).await?;
             let nodes = node_names(&client, &config).await?;
             let local = local_nodes(self.engine.as_ref(), &nodes).await;
             if local.len() != nodes.len() {
@@ -175,8 +158,7 @@ async fn node_names(client: &kube::Client, config: &ContextConfig) -> Result<Vec
 
 /// The Kubernetes version the context's API server reports.
 pub async fn server_version(settings: &Settings) -> Result<String, Error> {
-    let config = load(settings)?;
-    let client = context::client(&config).await?;
+    let (config, client) = connect(settings).await?;
     version(&client, &config).await
 }
 
@@ -192,156 +174,47 @@ async fn version(client: &kube::Client, config: &ContextConfig) -> Result<String
     Ok(info.git_version)
 }
 
-/// The API server answers and the context's user holds every permission
-/// devstack needs (a refusal lists all the missing ones), and the stack can
-/// join the stacks already there. Returns the context's name and server.
-pub async fn preflight(settings: &Settings) -> Result<(String, String), Error> {
+/// The context the settings name and a client of it.
+pub async fn connect(settings: &Settings) -> Result<(ContextConfig, kube::Client), Error> {
     let config = load(settings)?;
     let client = context::client(&config).await?;
-    version(&client, &config).await?;
-    let missing = access::missing(&client, &needed_permissions(settings)).await?;
+    Ok((config, client))
+}
+
+/// The API server answers and the context's user holds every permission
+/// devstack needs for the stack (a refusal lists all the missing ones).
+pub async fn check_access(
+    client: &kube::Client,
+    config: &ContextConfig,
+    settings: &Settings,
+) -> Result<(), Error> {
+    version(client, config).await?;
+    check_permissions(client, config, settings).await
+}
+
+/// The context's user holds every permission devstack needs for the stack,
+/// under the names its objects take (a refusal lists all the missing ones).
+pub async fn check_permissions(
+    client: &kube::Client,
+    config: &ContextConfig,
+    settings: &Settings,
+) -> Result<(), Error> {
+    let missing = access::missing(client, &needed_permissions(settings)).await?;
     if !missing.is_empty() {
         return Err(access::refusal(&config.context, &missing));
     }
-    let settings = on_this_cluster(&client, settings, &config).await?;
-    // A stack that joins works in namespaces of its own name.
-    if settings.names.shares_cluster() {
-        let missing = access::missing(&client, &needed_permissions(&settings)).await?;
-        if !missing.is_empty() {
-            return Err(access::refusal(&config.context, &missing));
-        }
-    }
-    super::eso::on_cluster(&client, &settings, &config.context).await?;
-    Ok((config.context, config.server))
-}
-
-/// A devstack stack on a cluster, known by the facts ConfigMap it keeps in
-/// flux-system.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StackOnCluster {
-    pub name: String,
-    /// It uses the shipped names: it came first.
-    pub first: bool,
-}
-
-/// The devstack stacks on the cluster.
-pub async fn stacks_on_cluster(client: &kube::Client) -> Result<Vec<StackOnCluster>, Error> {
-    use crate::profile::names::base;
-    use k8s_openapi::api::core::v1::ConfigMap;
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "flux-system");
-    let params = kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=devstack");
-    let list = match api.list(&params).await {
-        Ok(list) => list.items,
-        // No flux-system yet: no stack either.
-        Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),
-        Err(e) => {
-            return Err(Error::internal(format!(
-                "list ConfigMaps in flux-system: {e}"
-            )));
-        }
-    };
-    let mut stacks: Vec<StackOnCluster> = list
-        .into_iter()
-        .filter_map(|facts| {
-            let name = facts.metadata.name?;
-            if !name.starts_with(base::FACTS) {
-                return None;
-            }
-            let stack = facts.data.and_then(|d| d.get("STACK_NAME").cloned())?;
-            Some(StackOnCluster {
-                first: name == base::FACTS,
-                name: stack,
-            })
-        })
-        .collect();
-    stacks.sort_by(|a, b| (!a.first, &a.name).cmp(&(!b.first, &b.name)));
-    Ok(stacks)
-}
-
-/// The stack that came first on the cluster, when it is not `stack`: it
-/// holds the shipped names, which `stack` then must not use.
-pub fn first_other<'s>(stacks: &'s [StackOnCluster], stack: &str) -> Option<&'s StackOnCluster> {
-    stacks.iter().find(|s| s.first && s.name != stack)
-}
-
-/// The settings as the stack runs on this cluster: under the shipped names
-/// when it is alone there or came first, under its own when another stack
-/// came first (its record says so once it is up). A stack joins only when
-/// the first one's store names an ESO controller class: a store without
-/// one is served by every controller, the joining stack's too, which would
-/// reach the wrong LocalStack for it.
-async fn on_this_cluster(
-    client: &kube::Client,
-    settings: &Settings,
-    config: &ContextConfig,
-) -> Result<Settings, Error> {
-    use crate::profile::names::base;
-    let mut settings = settings.clone();
-    refuse_taking_over_external_secrets(client, &settings, config).await?;
-    if settings.names.shares_cluster() {
-        return Ok(settings);
-    }
-    let stacks = stacks_on_cluster(client).await?;
-    let Some(first) = first_other(&stacks, &settings.name) else {
-        return Ok(settings);
-    };
-    let stores =
-        crate::k8s::dynamic_api(client, "external-secrets.io/v1", "ClusterSecretStore", None);
-    let class = match stores.get_opt(base::STORE).await {
-        Ok(Some(store)) => store.data["spec"]["controller"]
-            .as_str()
-            .filter(|class| !class.is_empty())
-            .map(str::to_string),
-        _ => None,
-    };
-    if class.is_none() {
-        return Err(Error::user(format!(
-            "the cluster of context `{}` runs devstack stack `{}`, whose ClusterSecretStore `{}` names no ESO controller class, so the controller a second stack adds would serve it too",
-            config.context, first.name, base::STORE
-        ))
-        .with_hint(format!(
-            "run `devstack --name {0} up` again with this devstack (on a cluster it did not create, devstack now gives its ESO controller and store a class), or give the cluster's ESO that serves it a `--controller-class`; nothing was created",
-            first.name
-        )));
-    }
-    settings.share_cluster();
-    Ok(settings)
-}
-
-/// Stacks on one cluster must not sync the profile's secrets to the same
-/// place: the later one's ExternalSecret would take over the other's, and
-/// its `down` would delete it.
-async fn refuse_taking_over_external_secrets(
-    client: &kube::Client,
-    settings: &Settings,
-    config: &ContextConfig,
-) -> Result<(), Error> {
-    for secret in settings.secrets.iter().filter(|s| s.sync.is_some()) {
-        let (namespace, name) = crate::profile::settings::profile_external_secret_name(secret);
-        let api = crate::k8s::dynamic_api(
-            client,
-            "external-secrets.io/v1",
-            "ExternalSecret",
-            Some(&namespace),
-        );
-        // Without ESO's CRDs there is none.
-        let Ok(Some(existing)) = api.get_opt(&name).await else {
-            continue;
-        };
-        let labels = existing.metadata.labels.unwrap_or_default();
-        let owner = labels.get(crate::docker::LABEL_STACK);
-        if let Some(owner) = owner.filter(|owner| **owner != settings.name) {
-            return Err(Error::user(format!(
-                "secret `{}` syncs to {namespace}/{name} on the cluster of context `{}`, where stack `{owner}` already syncs one",
-                secret.name, config.context
-            ))
-            .with_hint(format!(
-                "give this stack's profile another `sync.namespace` or `sync.secretName` for `{}`; nothing was created",
-                secret.name
-            )));
-        }
-    }
     Ok(())
+}
+
+/// Whether the cluster's nodes pull the stack's images themselves: some
+/// are not running containers of `engine` (or no engine answers here).
+pub async fn nodes_pull(
+    engine: &dyn Engine,
+    client: &kube::Client,
+    config: &ContextConfig,
+) -> Result<bool, Error> {
+    let nodes = node_names(client, config).await?;
+    Ok(local_nodes(engine, &nodes).await.len() != nodes.len())
 }
 
 /// What `up`, `verify` and `down` do on the cluster: Flux's and ESO's

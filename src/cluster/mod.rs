@@ -45,18 +45,6 @@ pub struct ClusterInfo {
     /// while new nodes boot), so `up` need not check them again.
     #[serde(skip)]
     pub images_loaded: bool,
-    /// The nodes pull the stack's images themselves: they are not
-    /// containers of this machine's Docker engine (an existing cluster).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub nodes_pull: bool,
-    /// The cluster's own External Secrets Operator serves the stack
-    /// (`eso.install`): devstack does not install one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster_eso: Option<crate::profile::ClusterEso>,
-    /// Another stack came first on the cluster: this one names its objects
-    /// after itself and uses the first one's ESO CRDs and webhook.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub shares_cluster: bool,
 }
 
 impl ClusterInfo {
@@ -77,6 +65,11 @@ impl ClusterInfo {
             self.api_server
         )
     }
+
+    /// The host port of the API server.
+    pub fn api_port(&self) -> Option<u16> {
+        url_port(&self.api_server)
+    }
 }
 
 /// Options for [`provision`] and [`up`] that are not settings. None is
@@ -88,7 +81,7 @@ pub struct ProvisionOptions {
     /// be applied in place (image, Kubernetes version, Kind node count...).
     pub recreate: bool,
     /// Return once the nodes are Ready and the images loaded, leaving
-    /// CoreDNS to the caller ([`wait_coredns`]): `up` installs Flux, which
+    /// CoreDNS to the caller ([`crate::k8s::wait_coredns`]): `up` installs Flux, which
     /// needs no DNS, while CoreDNS starts.
     pub coredns_later: bool,
     /// The nodes were restored from a snapshot of a cluster of the same
@@ -127,20 +120,21 @@ pub fn node_name(settings: &Settings, role: &str, index: usize) -> String {
     format!("{}-{role}-{index}", settings.resource_prefix())
 }
 
-/// Brings the cluster up (or converges an existing one), loads the stack's
-/// images into its nodes and waits for CoreDNS (unless `coredns_later`),
-/// all within `timeouts.cluster` (images: `timeouts.preload`). What a
-/// failure leaves is the caller's runner's to roll back.
+/// Brings the cluster up (or converges an existing one) as `plan` says,
+/// which the caller computed and checked ([`Plan::check`]), loads the
+/// stack's images into its nodes and waits for CoreDNS (unless
+/// `coredns_later`), all within `timeouts.cluster` (images:
+/// `timeouts.preload`). What a failure leaves is the caller's runner's to
+/// roll back.
 pub async fn up(
     engine: &Arc<dyn Engine>,
     settings: &Settings,
+    plan: &Plan,
     options: ProvisionOptions,
     step: &Step,
 ) -> Result<ClusterInfo, Error> {
     let started = std::time::Instant::now();
     let provider = provider_for(engine.clone(), settings);
-    let plan = provider.plan(settings).await?;
-    plan.check(options.recreate, settings)?;
     if plan.needs_recreate() {
         step.progress("recreating the cluster (--recreate)");
         provider.delete(settings).await?;
@@ -154,11 +148,8 @@ pub async fn up(
         // Converging an existing cluster imports images added to the profile
         // since; workloads must not start before they are there.
         if !options.images_restored && !info.images_loaded {
-            // ESO's image only when devstack installs ESO.
-            let mut settings = settings.clone();
-            settings.eso.cluster = info.cluster_eso.clone();
             let span = step.span("image loads");
-            span.finish(provider.load_images(&settings, step).await)?;
+            span.finish(provider.load_images(settings, step).await)?;
         }
         if options.coredns_later {
             return Ok(());
@@ -166,41 +157,9 @@ pub async fn up(
         let client = crate::k8s::client_from_kubeconfig(&info.kubeconfig).await?;
         let budget =
             crate::k8s::Budget::since(started, settings.timeouts.cluster.get(), "timeouts.cluster");
-        wait_coredns(&client, budget, step).await
+        crate::k8s::wait_coredns(&client, budget, step).await
     };
     ready.await.map(|()| info)
-}
-
-/// Ready nodes are not yet a usable cluster: pods resolve service names
-/// only once CoreDNS serves.
-pub async fn wait_coredns(
-    client: &kube::Client,
-    budget: crate::k8s::Budget,
-    step: &Step,
-) -> Result<(), Error> {
-    step.progress("waiting for CoreDNS");
-    let span = step.span("CoreDNS available");
-    let names = ["coredns".to_string()];
-    let available = crate::k8s::wait_deployments_available(
-        client,
-        "kube-system",
-        &names,
-        budget,
-        "`kubectl -n kube-system describe pods -l k8s-app=kube-dns` shows why CoreDNS is not running",
-    );
-    let available = crate::k8s::sandbox::wait_recreating_failed_sandboxes(
-        available,
-        client,
-        "kube-system",
-        "k8s-app=kube-dns",
-        |pod| {
-            step.progress(format!("recreated CoreDNS pod {pod}: its sandbox failed"));
-            let _ = step
-                .span(format!("CoreDNS pod {pod} recreated"))
-                .finish(Ok::<(), ()>(()));
-        },
-    );
-    span.finish(available.await)
 }
 
 /// A cluster brought up and wired to this host: its kubeconfig written
@@ -215,11 +174,11 @@ pub struct Provisioned {
 }
 
 /// Whether the stack is (or is to be) on a cluster devstack did not create,
-/// by the profile or by the stack's record. Such a stack needs no Docker
-/// engine on this machine ([`crate::docker::connect_or_absent`]).
+/// by `settings` with what the stack's record knows
+/// (`stack::recorded_settings`). Such a stack needs no Docker engine on
+/// this machine ([`crate::docker::connect_or_absent`]).
 pub fn on_existing_cluster(settings: &Settings) -> bool {
     settings.cluster.provider == Provider::Existing
-        || crate::state::StackRecord::load(settings).provider == Some(Provider::Existing)
 }
 
 /// The provider the settings name, on `engine`.
@@ -261,41 +220,40 @@ pub async fn plan(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<Plan,
     provider_for(engine.clone(), settings).plan(settings).await
 }
 
-/// [`up`], then the kubeconfig files. Fails before creating anything when
-/// the kubeconfig cannot be written.
+/// The kubeconfig files [`provision`] writes can be written: checked
+/// before anything is created.
+pub fn check_kubeconfig_writable(settings: &Settings) -> Result<(), Error> {
+    kubeconfig::check_writable(&crate::state::kubeconfig_path(settings))?;
+    if settings.cluster.merge_kubeconfig {
+        kubeconfig::check_writable(&settings.user_kubeconfig)?;
+    }
+    Ok(())
+}
+
+/// [`up`], then the kubeconfig files, which the caller checked it can
+/// write ([`check_kubeconfig_writable`]).
 pub async fn provision(
     engine: &Arc<dyn Engine>,
     settings: &Settings,
+    plan: &Plan,
     options: ProvisionOptions,
     step: &Step,
 ) -> Result<Provisioned, Error> {
     let path = crate::state::kubeconfig_path(settings);
-    kubeconfig::check_writable(&path)?;
-    if settings.cluster.merge_kubeconfig {
-        kubeconfig::check_writable(&settings.user_kubeconfig)?;
-    }
-    let info = up(engine, settings, options, step).await?;
-    let written = kubeconfig::write_private(&path, &info.kubeconfig).and_then(|()| {
-        settings
-            .cluster
-            .merge_kubeconfig
-            .then(|| {
-                kubeconfig::merge_into_user(
-                    &settings.user_kubeconfig,
-                    &info.kubeconfig,
-                    settings.cluster.switch_context,
-                )
-            })
-            .transpose()
-    });
-    let written = written.and_then(|merged_into| {
-        crate::state::StackRecord::update(settings, |r| {
-            r.ports.api_server = url_port(&info.api_server);
-            r.provider = Some(settings.cluster.provider);
-        })?;
-        Ok(merged_into)
-    });
-    written.map(|merged_into| Provisioned {
+    let info = up(engine, settings, plan, options, step).await?;
+    kubeconfig::write_private(&path, &info.kubeconfig)?;
+    let merged_into = settings
+        .cluster
+        .merge_kubeconfig
+        .then(|| {
+            kubeconfig::merge_into_user(
+                &settings.user_kubeconfig,
+                &info.kubeconfig,
+                settings.cluster.switch_context,
+            )
+        })
+        .transpose()?;
+    Ok(Provisioned {
         info,
         kubeconfig_path: path,
         merged_into,
@@ -311,21 +269,16 @@ pub async fn provision_step(
     settings: &Settings,
     options: ProvisionOptions,
 ) -> Result<Provisioned, Error> {
-    // Only a recreate needs the whole plan (an existing cluster's is a preflight).
-    let plan = if options.recreate {
-        plan(engine, settings).await?
-    } else {
-        let provider = provider_for(engine.clone(), settings);
-        Plan {
-            exists: provider.exists(settings).await?,
-            changes: Vec::new(),
-        }
-    };
+    // A change the cluster cannot take in place is refused before anything
+    // is touched.
+    let plan = plan(engine, settings).await?;
+    plan.check(options.recreate, settings)?;
+    check_kubeconfig_writable(settings)?;
     if plan.creates(options.recreate) {
         let (engine, owned) = (engine.clone(), settings.clone());
         runner.created(
             format!("{} cluster", settings.cluster.provider.as_str()),
-            move || Box::pin(async move { remove(&engine, &owned).await.map(drop) }),
+            move || Box::pin(async move { delete(&engine, &owned).await.map(drop) }),
         );
     }
     let title = format!(
@@ -335,17 +288,20 @@ pub async fn provision_step(
     );
     runner
         .step(title, None, |step| async move {
-            let provisioned = provision(engine, settings, options, &step).await?;
+            let provisioned = provision(engine, settings, &plan, options, &step).await?;
             let summary = provisioned.info.summary();
             Ok((provisioned, summary))
         })
         .await
 }
 
-/// Removes the cluster, its kubeconfig file and context, and the stack
+/// Deletes the cluster (its provider's [`ClusterProvider::delete`]: nodes and
+/// volumes; absent is fine), its kubeconfig file and context, and the stack
 /// network when nothing else uses it. Returns whether anything was removed.
-pub async fn remove(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
-    let removed = down(engine, settings).await?;
+pub async fn delete(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
+    let removed = provider_for(engine.clone(), settings)
+        .delete(settings)
+        .await?;
     let path = crate::state::kubeconfig_path(settings);
     let had_file = std::fs::remove_file(&path).is_ok();
     let had_context =
@@ -355,12 +311,4 @@ pub async fn remove(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<boo
             .await?;
     }
     Ok(removed || had_file || had_context)
-}
-
-/// Removes the cluster's containers and volumes; absent is fine. Returns
-/// whether anything was removed.
-pub async fn down(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
-    provider_for(engine.clone(), settings)
-        .delete(settings)
-        .await
 }

@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 
-use crate::bundle::Bundle;
 use crate::docker::Engine;
 use crate::error::Error;
 use crate::profile::{Provider, Settings};
@@ -26,18 +25,10 @@ pub struct PreloadImage {
     pub system: bool,
 }
 
-pub fn open_bundle(settings: &Settings) -> Result<Option<Bundle>, Error> {
-    settings
-        .bundle_dir()
-        .as_deref()
-        .map(Bundle::open)
-        .transpose()
-}
-
 /// Every image the bundle holds for the cluster, plus the profile's
 /// `images.preload` (from the bundle when it has them).
 pub fn wanted_images(settings: &Settings) -> Result<Vec<PreloadImage>, Error> {
-    let bundle = open_bundle(settings)?;
+    let bundle = crate::bundle::open(settings)?;
     let mut out: Vec<PreloadImage> = Vec::new();
     if let Some(bundle) = &bundle {
         for artifact in bundle.images() {

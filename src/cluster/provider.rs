@@ -135,7 +135,7 @@ engine_provider!(
     up: k3s::up,
     kubeconfig: k3s::kubeconfig,
     load_images: k3s::load_images,
-    delete: k3s::remove_nodes
+    delete: k3s::delete
 );
 
 engine_provider!(
@@ -148,5 +148,5 @@ engine_provider!(
     up: kind::up,
     kubeconfig: kind::kubeconfig,
     load_images: kind::load_images,
-    delete: kind::down
+    delete: kind::delete
 );

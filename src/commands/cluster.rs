@@ -14,17 +14,16 @@ use crate::{docker, k8s};
 
 pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
-    let docker = docker::connect_or_absent(cluster::on_existing_cluster(&settings)).await?;
-    let engine: Arc<dyn docker::Engine> = Arc::new(docker.clone());
+    let engine = docker::connect_or_absent(cluster::on_existing_cluster(&settings)).await?;
     match cmd {
         ClusterCommand::Up { retain, recreate } => {
-            let (settings, choice) = cluster::choice::settle(&docker, &settings).await?;
+            let recorded = crate::stack::Found::recorded(&settings).provider();
+            let (settings, choice) = cluster::choice::settle(&engine, &settings, recorded).await?;
             if let Some(notice) = choice.notice() {
                 ctx.ui.warn(notice);
             }
             up(
                 ctx,
-                &docker,
                 &engine,
                 &settings,
                 retain,
@@ -37,8 +36,9 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
             .await
         }
         ClusterCommand::Down => {
-            let settings = cluster::choice::on_recorded_provider(&docker, settings).await?;
-            let removed = cluster::remove(&engine, &settings).await?;
+            let _lock = super::localstack::lock(ctx, &settings, "cluster down").await?;
+            let settings = crate::stack::recorded_on_its_provider(&engine, &settings).await?;
+            let removed = cluster::delete(&engine, &settings).await?;
             ctx.ui.info(if removed {
                 format!(
                     "removed the {} cluster of stack `{}`",
@@ -59,7 +59,6 @@ pub async fn run(ctx: &Context, cmd: ClusterCommand) -> Result<i32, Error> {
 
 pub async fn up(
     ctx: &Context,
-    docker: &bollard::Docker,
     engine: &Arc<dyn docker::Engine>,
     settings: &Settings,
     retain: bool,
@@ -68,7 +67,14 @@ pub async fn up(
     // One rollback owner, as for `up`: the runner undoes a cluster this run
     // created when provisioning fails or Ctrl-C cancels it.
     let interrupts = Interrupts::watch(true);
+    // The stack's lock, as `up` takes it: two runs must not create (or one
+    // remove) the same cluster at once.
+    let _lock = tokio::select! {
+        lock = super::localstack::lock(ctx, settings, "cluster up") => lock?,
+        _ = interrupts.cancel.cancelled() => return Err(interrupts.attribute(Error::interrupted())),
+    };
     let runner = Runner::with_cancel(&ctx.ui, interrupts.cancel.clone());
+    // Judged once locked: a run that held the lock may just have created it.
     let existed = cluster::exists(engine, settings).await?;
     crate::stack::record_new_state_dir(&runner, settings);
     let provisioned = match cluster::provision_step(&runner, engine, settings, options).await {
@@ -80,14 +86,17 @@ pub async fn up(
             return Err(interrupts.attribute(err));
         }
     };
+    crate::stack::record_cluster(settings, &provisioned.info)?;
     let info = &provisioned.info;
     let path = &provisioned.kubeconfig_path;
     for repair in &info.repaired {
         ctx.ui.info(format!("  repaired: {repair}"));
     }
     let in_cluster = settings.localstack.mode == crate::profile::LocalStackMode::InCluster;
-    let routed = in_cluster
-        || crate::localstack::route_localstack(docker, settings, &info.kubeconfig).await?;
+    let routed = in_cluster || {
+        let client = k8s::client_from_kubeconfig(&info.kubeconfig).await?;
+        crate::localstack::route_for_pods(engine.as_ref(), settings, &client).await?
+    };
     if !routed {
         ctx.ui.warn(format!(
             "LocalStack is not running; pods reach it at {} once `devstack localstack up` starts it",

@@ -23,7 +23,7 @@ pub async fn run(ctx: &Context, args: EnvArgs) -> Result<i32, Error> {
     // Telling the user is useful; failing is not: the exports are right
     // either way once the stack runs.
     if let Ok(docker) = docker::connect().await
-        && docker::inspect(&docker, &localstack::container_name(&settings))
+        && docker::inspect(docker.as_ref(), &localstack::container_name(&settings))
             .await?
             .is_none()
     {

@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use bollard::models::{ContainerSummary, ContainerSummaryStateEnum};
 use serde_json::json;
 
 use crate::commands::Context;
 use crate::docker;
+use crate::docker::models::{ContainerSummary, ContainerSummaryStateEnum};
 use crate::envvars;
 use crate::error::Error;
 use crate::profile::Provider;
@@ -140,7 +140,7 @@ fn table(stacks: &[ListedStack]) -> String {
 async fn stack_containers() -> Result<BTreeMap<String, Vec<ContainerSummary>>, Error> {
     let docker = docker::connect().await?;
     let mut by_stack: BTreeMap<String, Vec<ContainerSummary>> = BTreeMap::new();
-    for container in docker::find_containers(&docker, docker::stack_filter(None)).await? {
+    for container in docker::find_containers(docker.as_ref(), docker::stack_filter(None)).await? {
         let stack = container
             .labels
             .as_ref()
@@ -151,7 +151,7 @@ async fn stack_containers() -> Result<BTreeMap<String, Vec<ContainerSummary>>, E
         }
     }
     let kind = crate::cluster::kind::LABEL_CLUSTER;
-    for container in docker::find_containers(&docker, vec![kind.to_string()]).await? {
+    for container in docker::find_containers(docker.as_ref(), vec![kind.to_string()]).await? {
         let stack = container
             .labels
             .as_ref()

@@ -1,17 +1,24 @@
 //! `devstack localstack up|down|logs|status|forward`: the stack's LocalStack alone.
 
+use std::sync::Arc;
+
 use serde_json::json;
 
 use crate::cli::{LocalstackCommand, ShellKind};
 use crate::commands::Context;
-use crate::docker;
+use crate::docker::{self, Engine};
 use crate::error::Error;
-use crate::localstack;
+use crate::localstack::{self, LocalStackReport};
+use crate::pipeline::{Interrupts, Runner};
 use crate::profile::Settings;
 
 pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
     match cmd {
-        LocalstackCommand::Up { port, image } => {
+        LocalstackCommand::Up {
+            port,
+            image,
+            retain,
+        } => {
             let settings = ctx.settings(|o| {
                 o.localstack_port = port;
                 o.localstack_image = image;
@@ -21,18 +28,9 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
                 return up_in_cluster(ctx, &settings).await;
             }
             let docker = docker::connect().await?;
-            let step = ctx
-                .ui
-                .step(format!("LocalStack {}", settings.localstack.image));
-            let report = match localstack::up(&docker, &settings, &|m| step.progress(m)).await {
-                Ok(r) => r,
-                Err(e) => {
-                    step.fail("failed");
-                    return Err(e);
-                }
-            };
-            step.done(format!("{} at {}", report.action, report.endpoint.url));
-            if localstack::reroute_after_localstack(&docker, &settings).await? {
+            let report = up_container(ctx, &docker, &settings, retain).await?;
+            crate::stack::record_localstack_port(&settings, report.endpoint.host_port)?;
+            if reroute(&docker, &settings).await? {
                 ctx.ui.info(format!(
                     "pods reach it at {}",
                     crate::k8s::localstack_in_cluster_url(&settings.names)
@@ -57,7 +55,7 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
             }
             let _lock = lock(ctx, &settings, "localstack down").await?;
             let docker = docker::connect().await?;
-            let removed = localstack::down(&docker, &settings).await?;
+            let removed = localstack::down(docker.as_ref(), &settings).await?;
             let name = localstack::container_name(&settings);
             ctx.ui.info(if removed {
                 format!("removed {name}")
@@ -84,10 +82,55 @@ pub async fn run(ctx: &Context, cmd: LocalstackCommand) -> Result<i32, Error> {
     }
 }
 
-/// The stack's lock, as `up` and `down` take it: `down` (or `down --all`)
-/// lists the stack's containers once, so a LocalStack created meanwhile
-/// would keep its network in use and the `down` would fail half-way.
-async fn lock(
+/// `localstack up` with LocalStack a container: one step, whose container
+/// a failure or a signal removes, as `up`'s rollback does, unless `retain`.
+async fn up_container(
+    ctx: &Context,
+    engine: &Arc<dyn Engine>,
+    settings: &Settings,
+    retain: bool,
+) -> Result<LocalStackReport, Error> {
+    let interrupts = Interrupts::watch(true);
+    let runner = Runner::with_cancel(&ctx.ui, interrupts.cancel.clone());
+    let title = format!("LocalStack {}", settings.localstack.image);
+    let recorder = &runner;
+    let up = runner.step(title, None, |step| async move {
+        let report = localstack::up(engine, settings, recorder, &|m| step.progress(m)).await?;
+        let summary = format!("{} at {}", report.action, report.endpoint.url);
+        Ok((report, summary))
+    });
+    match up.await {
+        Ok(report) => Ok(report),
+        // Nothing to roll back: the error as it is.
+        Err(err) if runner.created_names().is_empty() => Err(interrupts.attribute(err)),
+        Err(err) => {
+            let err = runner
+                .roll_back_after(err, false, retain, &interrupts.received)
+                .await;
+            Err(interrupts.attribute(err))
+        }
+    }
+}
+
+/// After LocalStack (re)starts: re-points the stack's cluster, when it has
+/// one, at the container's (possibly new) address.
+async fn reroute(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
+    let path = crate::state::kubeconfig_path(settings);
+    let Ok(kubeconfig) = std::fs::read_to_string(&path) else {
+        return Ok(false);
+    };
+    if !crate::cluster::exists(engine, settings).await? {
+        return Ok(false);
+    }
+    let client = crate::k8s::client_from_kubeconfig(&kubeconfig).await?;
+    localstack::route_for_pods(engine.as_ref(), settings, &client).await
+}
+
+/// The stack's lock, as `up` and `down` take it, for `localstack up|down`
+/// and `cluster up|down`: `down` (or `down --all`) lists the stack's
+/// containers once, so a LocalStack or a node created meanwhile would keep
+/// the stack network in use and the `down` would fail half-way.
+pub(super) async fn lock(
     ctx: &Context,
     settings: &Settings,
     command: &str,
@@ -195,7 +238,7 @@ async fn status(ctx: &Context) -> Result<i32, Error> {
     } else {
         let docker = docker::connect().await?;
         let name = localstack::container_name(&settings);
-        let state = docker::inspect(&docker, &name)
+        let state = docker::inspect(docker.as_ref(), &name)
             .await?
             .and_then(|c| c.state)
             .and_then(|s| s.status)

@@ -18,7 +18,9 @@ pub mod profile;
 pub mod pull;
 pub mod seed;
 pub mod snapshot;
+pub mod start;
 pub mod status;
+pub mod stop;
 pub mod sync;
 pub mod up;
 pub mod verify;
@@ -49,12 +51,12 @@ impl Context {
         }
     }
 
-    /// Settings for commands that act on a stack, with the global overrides
-    /// and what the stack's record knows (the ports `auto` chose).
-    pub fn settings(&self, extra: impl FnOnce(&mut Overrides)) -> Result<Settings, Error> {
+    /// What the profile asks for, with the global overrides: what `up`
+    /// starts from.
+    pub fn asked(&self, extra: impl FnOnce(&mut Overrides)) -> Result<Settings, Error> {
         let mut overrides = self.overrides();
         extra(&mut overrides);
-        let mut settings = crate::profile::select(self.global.profile.as_deref(), &overrides)?;
+        let settings = crate::profile::select(self.global.profile.as_deref(), &overrides)?;
         if !self
             .notices_told
             .swap(true, std::sync::atomic::Ordering::Relaxed)
@@ -63,8 +65,14 @@ impl Context {
                 self.ui.warn(notice);
             }
         }
-        crate::state::attach_record(&mut settings);
         Ok(settings)
+    }
+
+    /// Settings for commands that act on a stack an `up` made: what was
+    /// asked, with what the stack's record knows (the ports `auto` chose,
+    /// the provider its cluster was made with...).
+    pub fn settings(&self, extra: impl FnOnce(&mut Overrides)) -> Result<Settings, Error> {
+        Ok(crate::stack::recorded_settings(&self.asked(extra)?))
     }
 }
 
@@ -79,6 +87,8 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         Command::Up(args) => up::run(&ctx, args).await,
         Command::Down(args) => down::run(&ctx, args).await,
         Command::List => list::run(&ctx).await,
+        Command::Stop => stop::run(&ctx).await,
+        Command::Start(args) => start::run(&ctx, args).await,
         Command::Doctor => doctor::run(&ctx).await,
         Command::Profile(cmd) => profile::run(&ctx, cmd),
         Command::Localstack(cmd) => localstack::run(&ctx, cmd).await,

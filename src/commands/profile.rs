@@ -27,7 +27,7 @@ fn validate(ctx: &Context, files: &[std::path::PathBuf]) -> Result<i32, Error> {
         let outcome = loaded
             .and_then(|loaded| profile::Settings::resolve(loaded, &profile::Overrides::default()))
             .and_then(|settings| {
-                crate::gitops::repository::preflight(&settings)?;
+                crate::gitops::repository::check_substitution(&settings)?;
                 // As `up` refuses it in preflight: a version no node image is pinned for.
                 let pins = crate::artifacts::Pins::load(settings.images.pins_file.as_deref())?;
                 crate::artifacts::check_version(&settings, &pins).map_err(|err| {

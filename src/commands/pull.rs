@@ -10,7 +10,8 @@ pub async fn run(ctx: &Context) -> Result<i32, Error> {
     let target = ctx.global.bundle.clone();
     let settings = ctx.settings(|o| o.bundle = None)?;
     let docker = crate::docker::connect().await?;
-    let (settings, choice) = crate::cluster::choice::settle(&docker, &settings).await?;
+    let recorded = crate::stack::Found::recorded(&settings).provider();
+    let (settings, choice) = crate::cluster::choice::settle(&docker, &settings, recorded).await?;
     if let Some(notice) = choice.notice() {
         ctx.ui.warn(notice);
     }
@@ -22,7 +23,7 @@ pub async fn run(ctx: &Context) -> Result<i32, Error> {
     )));
     let progress_step = step.clone();
     let report = artifacts::pull(
-        &docker,
+        docker.as_ref(),
         &settings,
         PullOptions {
             images: true,

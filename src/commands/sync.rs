@@ -11,7 +11,7 @@ use crate::gitops::{self, DeliverOptions};
 /// chain is Ready again.
 pub async fn run(ctx: &Context, args: SyncArgs) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
-    gitops::repository::preflight(&settings)?;
+    gitops::repository::check_substitution(&settings)?;
     let client = crate::k8s::stack_client(&settings).await?;
     // The manifests go to the bucket in LocalStack.
     let reached = crate::localstack::in_cluster::reach(&settings).await?;

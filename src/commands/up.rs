@@ -4,13 +4,12 @@ use crate::cli::UpArgs;
 use crate::commands::Context;
 use crate::error::Error;
 use crate::profile::LocalStackMode;
-use crate::stack::{Stack, UpOptions};
+use crate::stack::{Stack, UpOptions, UpReport};
 use crate::timeline::Timeline;
 
 pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
-    let settings = ctx.settings(|_| {})?;
     let timeline = Timeline::new();
-    let stack = Stack::new(settings)
+    let stack = Stack::new(ctx.asked(|_| {})?)
         .with_ui(ctx.ui.clone())
         .with_timeline(timeline.clone());
     let options = UpOptions {
@@ -39,10 +38,8 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
                 .warn(format!("could not write {}: {e}", path.display())),
         }
     }
-    let report = match result {
-        Ok(report) => report,
-        Err(err) => return Err(crate::commands::diagnose::point(ctx, err).await),
-    };
+    // A failed run was diagnosed before its rollback.
+    let report = result?;
     let restored = report
         .from_snapshot
         .as_ref()
@@ -56,6 +53,14 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
     } else {
         "repaired"
     };
+    render(ctx, &stack, &report, what);
+    Ok(0)
+}
+
+/// The end of a run that brought the stack up (`up`, `start`): how, in how
+/// long, the Kubernetes version's warnings, the next commands, and with
+/// `--json` the report.
+pub fn render(ctx: &Context, stack: &Stack, report: &UpReport, what: &str) {
     ctx.ui.info(format!(
         "stack `{}` is up ({what}) in {}",
         report.stack,
@@ -73,9 +78,8 @@ pub async fn run(ctx: &Context, args: UpArgs) -> Result<i32, Error> {
     ));
     if ctx.ui.json() {
         ctx.ui
-            .emit_json(&serde_json::to_value(&report).expect("report serializes"));
+            .emit_json(&serde_json::to_value(report).expect("report serializes"));
     }
-    Ok(0)
 }
 
 /// What to run next, each command carrying the flags that reach this stack.

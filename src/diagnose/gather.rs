@@ -29,10 +29,9 @@ pub const NOT_SERVED: &str = "not served (its CRDs are not installed)";
 /// does not answer for a stack that has containers.
 pub async fn gather(settings: &Settings) -> Result<Evidence, Error> {
     let docker = docker::connect_or_absent(crate::cluster::on_existing_cluster(settings)).await?;
-    let engine = docker::shared(&docker);
     let (localstack, node_containers) = tokio::join!(
-        read_localstack(&docker, settings),
-        read_node_containers(engine.as_ref(), settings)
+        read_localstack(docker.as_ref(), settings),
+        read_node_containers(docker.as_ref(), settings)
     );
     let kubeconfig = std::fs::read_to_string(state::kubeconfig_path(settings)).ok();
     if kubeconfig.is_none() && localstack.container.is_none() && node_containers.is_empty() {
@@ -62,7 +61,7 @@ pub async fn gather(settings: &Settings) -> Result<Evidence, Error> {
 
 fn container_of(
     name: &str,
-    inspected: &bollard::models::ContainerInspectResponse,
+    inspected: &docker::models::ContainerInspectResponse,
 ) -> ContainerEvidence {
     let state = inspected.state.clone().unwrap_or_default();
     ContainerEvidence {
@@ -92,7 +91,7 @@ fn last_lines(text: &str) -> Vec<String> {
         .collect()
 }
 
-async fn read_localstack(docker: &bollard::Docker, settings: &Settings) -> LocalStackEvidence {
+async fn read_localstack(docker: &dyn Engine, settings: &Settings) -> LocalStackEvidence {
     if settings.localstack.in_cluster() {
         return read_localstack_in_cluster(settings).await;
     }

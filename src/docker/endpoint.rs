@@ -95,7 +95,7 @@ impl Endpoint {
     }
 
     /// A client for this engine; nothing is asked of the engine yet.
-    pub fn client(&self) -> Result<Docker, bollard::errors::Error> {
+    pub(super) fn client(&self) -> Result<Docker, bollard::errors::Error> {
         let version = bollard::API_DEFAULT_VERSION;
         if self.host.starts_with("unix://") {
             return Docker::connect_with_unix(&self.host, REQUEST_TIMEOUT_SECS, version);

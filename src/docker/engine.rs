@@ -1,7 +1,8 @@
-//! The seam between devstack and the Docker engine: the engine calls the
-//! cluster providers and the network helpers make, as one small trait, so
-//! that their converge, drift and rollback logic runs in unit tests against
-//! an in-memory engine. `bollard::Docker` implements it one call each.
+//! The seam between devstack and the Docker engine: every engine call
+//! devstack makes, as one trait, so that the code outside `src/docker`
+//! holds an `Arc<dyn Engine>` and never bollard's client, and runs in unit
+//! tests against an in-memory engine. `bollard::Docker` implements it one
+//! call each.
 //!
 //! Calls that fail in the engine return bollard's error untouched, so the
 //! callers keep telling "not found" and "conflict" apart the same way for
@@ -14,8 +15,8 @@ use std::path::{Path, PathBuf};
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, ContainerSummary, NetworkConnectRequest,
-    NetworkCreateRequest, NetworkInspect, VolumeCreateRequest,
+    ContainerCreateBody, ContainerInspectResponse, ContainerSummary, CreateImageInfo, ImageInspect,
+    Network, NetworkConnectRequest, NetworkCreateRequest, NetworkInspect, VolumeCreateRequest,
 };
 use bytes::Bytes;
 use futures::StreamExt;
@@ -30,6 +31,9 @@ pub type EngineResult<T> = Result<T, DockerError>;
 
 /// What devstack asks of a container engine.
 pub trait Engine: Send + Sync {
+    /// Whether the engine answers at all.
+    fn ping(&self) -> BoxFuture<'_, EngineResult<()>>;
+
     /// Containers, running or not, carrying every `label=value` filter.
     fn list_containers(
         &self,
@@ -45,6 +49,12 @@ pub trait Engine: Send + Sync {
         body: ContainerCreateBody,
     ) -> BoxFuture<'a, EngineResult<()>>;
     fn start_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>>;
+    /// Sends the container its stop signal and kills it after `grace`.
+    fn stop_container<'a>(
+        &'a self,
+        name: &'a str,
+        grace: std::time::Duration,
+    ) -> BoxFuture<'a, EngineResult<()>>;
     fn unpause_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>>;
     /// Freezes every process of a running container (its files then hold
     /// still, as after a power cut, until it is unpaused).
@@ -88,6 +98,19 @@ pub trait Engine: Send + Sync {
     ) -> BoxFuture<'a, Result<(), Error>>;
     /// The last `lines` lines of a container's output (empty when unknown).
     fn logs_tail<'a>(&'a self, container: &'a str, lines: usize) -> BoxFuture<'a, String>;
+    /// The running containers, whoever started them.
+    fn running_containers(&self) -> BoxFuture<'_, EngineResult<Vec<ContainerSummary>>>;
+    /// A container's stdout and stderr, each line timestamped: its last
+    /// `tail` lines (all with `None`) written from `since` (Unix seconds; 0
+    /// for the start) on, then, when `follow`, what it writes until the
+    /// stream is dropped.
+    fn container_logs(
+        &self,
+        container: &str,
+        follow: bool,
+        tail: Option<u64>,
+        since: i32,
+    ) -> BoxStream<'static, EngineResult<Bytes>>;
 
     fn create_volume(&self, request: VolumeCreateRequest) -> BoxFuture<'_, EngineResult<()>>;
     /// Names of the volumes carrying every `label=value` filter.
@@ -95,6 +118,11 @@ pub trait Engine: Send + Sync {
     fn remove_volume<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>>;
 
     fn inspect_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<NetworkInspect>>;
+    /// Networks carrying every `label=value` filter.
+    fn list_networks(
+        &self,
+        label_filters: Vec<String>,
+    ) -> BoxFuture<'_, EngineResult<Vec<Network>>>;
     fn create_network(&self, request: NetworkCreateRequest) -> BoxFuture<'_, EngineResult<()>>;
     fn remove_network<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>>;
     fn connect_network<'a>(
@@ -103,9 +131,38 @@ pub trait Engine: Send + Sync {
         container: &'a str,
     ) -> BoxFuture<'a, EngineResult<()>>;
 
+    fn inspect_image<'a>(&'a self, reference: &'a str)
+    -> BoxFuture<'a, EngineResult<ImageInspect>>;
     /// The image's ID, when the engine has it.
-    fn image_id<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, EngineResult<String>>;
-    fn pull_image<'a>(&'a self, repo: &'a str, tag: &'a str) -> BoxFuture<'a, EngineResult<()>>;
+    fn image_id<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, EngineResult<String>> {
+        Box::pin(async move { Ok(self.inspect_image(reference).await?.id.unwrap_or_default()) })
+    }
+    /// Pulls `repository:tag`, as the engine reports its progress.
+    fn pull_progress(
+        &self,
+        repository: &str,
+        tag: &str,
+    ) -> BoxStream<'static, EngineResult<CreateImageInfo>>;
+    /// Pulls `repository:tag` to the end.
+    fn pull_image<'a>(&'a self, repo: &'a str, tag: &'a str) -> BoxFuture<'a, EngineResult<()>> {
+        let mut progress = self.pull_progress(repo, tag);
+        Box::pin(async move {
+            while let Some(item) = progress.next().await {
+                item?;
+            }
+            Ok(())
+        })
+    }
+    /// Names `image` also `repository:tag`.
+    fn tag_image<'a>(
+        &'a self,
+        image: &'a str,
+        repository: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, EngineResult<()>>;
+    /// Removes one reference to an image, unforced: an image a container
+    /// uses or another reference names stays.
+    fn remove_image<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, EngineResult<()>>;
     /// `docker load` of a tarball on the host.
     fn load_image<'a>(&'a self, tarball: &'a Path) -> BoxFuture<'a, Result<(), Error>>;
     /// `docker save` of one image into a file on the host; of its
@@ -125,6 +182,10 @@ fn label_filter(labels: Vec<String>) -> Option<HashMap<String, Vec<String>>> {
 }
 
 impl Engine for Docker {
+    fn ping(&self) -> BoxFuture<'_, EngineResult<()>> {
+        Box::pin(async move { Docker::ping(self).await.map(drop) })
+    }
+
     fn list_containers(
         &self,
         label_filters: Vec<String>,
@@ -172,6 +233,18 @@ impl Engine for Docker {
             name,
             None::<bollard::query_parameters::StartContainerOptions>,
         ))
+    }
+
+    fn stop_container<'a>(
+        &'a self,
+        name: &'a str,
+        grace: std::time::Duration,
+    ) -> BoxFuture<'a, EngineResult<()>> {
+        let options = bollard::query_parameters::StopContainerOptions {
+            t: Some(grace.as_secs().try_into().unwrap_or(i32::MAX)),
+            signal: None,
+        };
+        Box::pin(Docker::stop_container(self, name, Some(options)))
     }
 
     fn unpause_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
@@ -324,6 +397,34 @@ impl Engine for Docker {
         })
     }
 
+    fn running_containers(&self) -> BoxFuture<'_, EngineResult<Vec<ContainerSummary>>> {
+        Box::pin(Docker::list_containers(
+            self,
+            None::<bollard::query_parameters::ListContainersOptions>,
+        ))
+    }
+
+    fn container_logs(
+        &self,
+        container: &str,
+        follow: bool,
+        tail: Option<u64>,
+        since: i32,
+    ) -> BoxStream<'static, EngineResult<Bytes>> {
+        let options = bollard::query_parameters::LogsOptions {
+            stdout: true,
+            stderr: true,
+            follow,
+            timestamps: true,
+            tail: tail.map_or_else(|| "all".to_string(), |n| n.to_string()),
+            since,
+            ..Default::default()
+        };
+        self.logs(container, Some(options))
+            .map(|chunk| chunk.map(|c| c.into_bytes()))
+            .boxed()
+    }
+
     fn create_volume(&self, request: VolumeCreateRequest) -> BoxFuture<'_, EngineResult<()>> {
         Box::pin(async move { Docker::create_volume(self, request).await.map(drop) })
     }
@@ -359,6 +460,16 @@ impl Engine for Docker {
         ))
     }
 
+    fn list_networks(
+        &self,
+        label_filters: Vec<String>,
+    ) -> BoxFuture<'_, EngineResult<Vec<Network>>> {
+        let options = bollard::query_parameters::ListNetworksOptions {
+            filters: label_filter(label_filters),
+        };
+        Box::pin(Docker::list_networks(self, Some(options)))
+    }
+
     fn create_network(&self, request: NetworkCreateRequest) -> BoxFuture<'_, EngineResult<()>> {
         Box::pin(async move { Docker::create_network(self, request).await.map(drop) })
     }
@@ -379,22 +490,49 @@ impl Engine for Docker {
         Box::pin(Docker::connect_network(self, network, request))
     }
 
-    fn image_id<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, EngineResult<String>> {
-        Box::pin(async move { Ok(self.inspect_image(reference).await?.id.unwrap_or_default()) })
+    fn inspect_image<'a>(
+        &'a self,
+        reference: &'a str,
+    ) -> BoxFuture<'a, EngineResult<ImageInspect>> {
+        Box::pin(Docker::inspect_image(self, reference))
     }
 
-    fn pull_image<'a>(&'a self, repo: &'a str, tag: &'a str) -> BoxFuture<'a, EngineResult<()>> {
+    fn pull_progress(
+        &self,
+        repository: &str,
+        tag: &str,
+    ) -> BoxStream<'static, EngineResult<CreateImageInfo>> {
+        let options = bollard::query_parameters::CreateImageOptions {
+            from_image: Some(repository.to_string()),
+            tag: Some(tag.to_string()),
+            ..Default::default()
+        };
+        self.create_image(Some(options), None, None).boxed()
+    }
+
+    fn tag_image<'a>(
+        &'a self,
+        image: &'a str,
+        repository: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, EngineResult<()>> {
+        let options = bollard::query_parameters::TagImageOptions {
+            repo: Some(repository.to_string()),
+            tag: Some(tag.to_string()),
+        };
+        Box::pin(Docker::tag_image(self, image, Some(options)))
+    }
+
+    fn remove_image<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, EngineResult<()>> {
+        let options = bollard::query_parameters::RemoveImageOptions {
+            force: false,
+            noprune: false,
+            platforms: None,
+        };
         Box::pin(async move {
-            let options = bollard::query_parameters::CreateImageOptions {
-                from_image: Some(repo.to_string()),
-                tag: Some(tag.to_string()),
-                ..Default::default()
-            };
-            let mut stream = self.create_image(Some(options), None, None);
-            while let Some(item) = stream.next().await {
-                item?;
-            }
-            Ok(())
+            Docker::remove_image(self, reference, Some(options), None)
+                .await
+                .map(drop)
         })
     }
 

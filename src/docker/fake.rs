@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use bollard::errors::Error as DockerError;
 use bollard::models::{
     ContainerConfig, ContainerCreateBody, ContainerInspectResponse, ContainerState,
-    ContainerSummary, ContainerSummaryStateEnum, MountPoint, NetworkCreateRequest, NetworkInspect,
-    VolumeCreateRequest,
+    ContainerSummary, ContainerSummaryStateEnum, CreateImageInfo, ImageInspect, MountPoint,
+    Network, NetworkCreateRequest, NetworkInspect, VolumeCreateRequest,
 };
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -199,6 +199,10 @@ fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {
 }
 
 impl Engine for FakeEngine {
+    fn ping(&self) -> BoxFuture<'_, EngineResult<()>> {
+        ready(Ok(()))
+    }
+
     fn list_containers(
         &self,
         label_filters: Vec<String>,
@@ -350,6 +354,14 @@ impl Engine for FakeEngine {
         ready(self.change(format!("start {name}"), name, |c| c.running = true))
     }
 
+    fn stop_container<'a>(
+        &'a self,
+        name: &'a str,
+        _grace: std::time::Duration,
+    ) -> BoxFuture<'a, EngineResult<()>> {
+        ready(self.change(format!("stop {name}"), name, |c| c.running = false))
+    }
+
     fn unpause_container<'a>(&'a self, name: &'a str) -> BoxFuture<'a, EngineResult<()>> {
         ready(self.change(format!("unpause {name}"), name, |c| c.paused = false))
     }
@@ -459,6 +471,41 @@ impl Engine for FakeEngine {
         }))
     }
 
+    fn running_containers(&self) -> BoxFuture<'_, EngineResult<Vec<ContainerSummary>>> {
+        let running = self.list_containers(Vec::new());
+        Box::pin(async move {
+            Ok(running
+                .await?
+                .into_iter()
+                // As `docker ps`: paused containers are running ones.
+                .filter(|c| {
+                    matches!(
+                        c.state,
+                        Some(
+                            ContainerSummaryStateEnum::RUNNING | ContainerSummaryStateEnum::PAUSED
+                        )
+                    )
+                })
+                .collect())
+        })
+    }
+
+    fn container_logs(
+        &self,
+        container: &str,
+        _follow: bool,
+        _tail: Option<u64>,
+        _since: i32,
+    ) -> BoxStream<'static, EngineResult<Bytes>> {
+        let log = self.with(|s| {
+            s.containers
+                .get(container)
+                .map(|c| Bytes::from(c.log.clone()))
+                .ok_or_else(|| not_found(container))
+        });
+        Box::pin(futures::stream::iter([log]))
+    }
+
     fn create_volume(&self, request: VolumeCreateRequest) -> BoxFuture<'_, EngineResult<()>> {
         let name = request.name.unwrap_or_default();
         let result = self.call(format!("create volume {name}")).map(|()| {
@@ -509,6 +556,24 @@ impl Engine for FakeEngine {
         ready(result)
     }
 
+    fn list_networks(
+        &self,
+        label_filters: Vec<String>,
+    ) -> BoxFuture<'_, EngineResult<Vec<Network>>> {
+        let networks = self.with(|s| {
+            s.networks
+                .iter()
+                .filter(|(_, labels)| matches(labels, &label_filters))
+                .map(|(name, labels)| Network {
+                    name: Some(name.clone()),
+                    labels: Some(labels.clone()),
+                    ..Default::default()
+                })
+                .collect()
+        });
+        ready(Ok(networks))
+    }
+
     fn create_network(&self, request: NetworkCreateRequest) -> BoxFuture<'_, EngineResult<()>> {
         let name = request.name.clone();
         let result = self.call(format!("create network {name}")).and_then(|()| {
@@ -544,21 +609,73 @@ impl Engine for FakeEngine {
         }))
     }
 
-    fn image_id<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, EngineResult<String>> {
+    fn inspect_image<'a>(
+        &'a self,
+        reference: &'a str,
+    ) -> BoxFuture<'a, EngineResult<ImageInspect>> {
         let found = self.with(|s| s.images.contains(reference));
         ready(if found {
-            Ok(format!("sha256:{}", hex::encode(reference)))
+            Ok(ImageInspect {
+                id: Some(format!("sha256:{}", hex::encode(reference))),
+                repo_tags: Some(vec![reference.to_string()]),
+                ..Default::default()
+            })
         } else {
             Err(not_found(reference))
         })
     }
 
-    fn pull_image<'a>(&'a self, repo: &'a str, tag: &'a str) -> BoxFuture<'a, EngineResult<()>> {
-        let result = self.call(format!("pull {repo}:{tag}")).map(|()| {
+    fn pull_progress(
+        &self,
+        repository: &str,
+        tag: &str,
+    ) -> BoxStream<'static, EngineResult<CreateImageInfo>> {
+        let result = self.call(format!("pull {repository}:{tag}")).map(|()| {
             self.with(|s| {
-                s.images.insert(format!("{repo}:{tag}"));
-            })
+                s.images.insert(format!("{repository}:{tag}"));
+            });
+            CreateImageInfo {
+                status: Some(format!(
+                    "Status: Downloaded newer image for {repository}:{tag}"
+                )),
+                ..Default::default()
+            }
         });
+        Box::pin(futures::stream::iter([result]))
+    }
+
+    fn tag_image<'a>(
+        &'a self,
+        image: &'a str,
+        repository: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, EngineResult<()>> {
+        let result = self
+            .call(format!("tag {image} {repository}:{tag}"))
+            .and_then(|()| {
+                self.with(|s| {
+                    if !s.images.contains(image) {
+                        return Err(not_found(image));
+                    }
+                    s.images.insert(format!("{repository}:{tag}"));
+                    Ok(())
+                })
+            });
+        ready(result)
+    }
+
+    fn remove_image<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, EngineResult<()>> {
+        let result = self
+            .call(format!("remove image {reference}"))
+            .and_then(|()| {
+                self.with(|s| {
+                    if s.images.remove(reference) {
+                        Ok(())
+                    } else {
+                        Err(not_found(reference))
+                    }
+                })
+            });
         ready(result)
     }
 

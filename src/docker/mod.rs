@@ -1,12 +1,11 @@
 //! The only module that talks to the Docker engine (through bollard).
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::models::{CreateImageInfo, ImageInspect, Network};
-use bytes::Bytes;
-use futures::StreamExt;
-use futures::stream::BoxStream;
+use bollard::models::{ContainerInspectResponse, ContainerSummary, NetworkCreateRequest};
 
 use crate::envvars;
 use crate::error::{Error, Kind};
@@ -20,6 +19,11 @@ pub mod host;
 pub use endpoint::{Endpoint, Source};
 pub use engine::{Engine, EngineResult};
 pub use host::{Cgroup, EngineHost, ImageStore};
+
+/// The engine's data shapes (containers, networks, images, the bodies of
+/// their requests), named through this module: outside it, the engine is
+/// an [`Engine`] and no code names bollard.
+pub use bollard::models;
 
 /// Label carried by everything devstack creates; listing and deleting go by
 /// label filters, never by name patterns.
@@ -99,7 +103,7 @@ fn unreachable_now(detail: impl std::fmt::Display) -> Error {
 }
 
 /// Connects, negotiates the API version with the engine and asks its version.
-pub async fn connect() -> Result<Docker, Error> {
+pub async fn connect() -> Result<Arc<dyn Engine>, Error> {
     let endpoint = endpoint()?;
     let docker = endpoint.client().map_err(|e| unreachable(&endpoint, e))?;
     let docker = tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version())
@@ -113,7 +117,7 @@ pub async fn connect() -> Result<Docker, Error> {
         .map_err(|_| unreachable(&endpoint, "no answer within 10s"))?
         .map_err(|e| unreachable(&endpoint, e))?;
     refuse_unsupported(&version, &endpoint.describe())?;
-    Ok(docker)
+    Ok(Arc::new(docker))
 }
 
 /// Engines that answer Docker's API but would fail a stack halfway are
@@ -154,7 +158,7 @@ pub fn refuse_unsupported(
 /// [`connect`], or, when `optional` and no engine answers, [`absent`]: a run
 /// on a cluster devstack did not create needs the engine only for nodes
 /// that are containers of it.
-pub async fn connect_or_absent(optional: bool) -> Result<Docker, Error> {
+pub async fn connect_or_absent(optional: bool) -> Result<Arc<dyn Engine>, Error> {
     match connect().await {
         Ok(docker) => Ok(docker),
         Err(_) if optional => Ok(absent()),
@@ -162,27 +166,24 @@ pub async fn connect_or_absent(optional: bool) -> Result<Docker, Error> {
     }
 }
 
-/// A client every call of which fails as an unreachable engine does
+/// An engine every call of which fails as an unreachable one does
 /// (`cannot reach the Docker engine at ...`), for code that asks the engine
 /// only about what may be on it.
-pub fn absent() -> Docker {
+pub fn absent() -> Arc<dyn Engine> {
     // bollard builds a Unix client for any path that exists and connects per
     // call; /dev/null exists and is no socket, so every call fails at once.
-    Docker::connect_with_unix("/dev/null", 1, bollard::API_DEFAULT_VERSION)
-        .expect("/dev/null exists")
-}
-
-/// Whether the engine behind `docker` answers a ping within a second.
-pub async fn answers(docker: &Docker) -> bool {
-    matches!(
-        tokio::time::timeout(Duration::from_secs(1), docker.ping()).await,
-        Ok(Ok(_))
+    Arc::new(
+        Docker::connect_with_unix("/dev/null", 1, bollard::API_DEFAULT_VERSION)
+            .expect("/dev/null exists"),
     )
 }
 
-/// The engine behind a connected client, for the code that takes any [`Engine`].
-pub fn shared(docker: &Docker) -> std::sync::Arc<dyn Engine> {
-    std::sync::Arc::new(docker.clone())
+/// Whether `engine` answers a ping within a second.
+pub async fn answers(engine: &dyn Engine) -> bool {
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), engine.ping()).await,
+        Ok(Ok(_))
+    )
 }
 
 /// `docker save` of one image into `dest`, as the engine's image store
@@ -271,10 +272,6 @@ pub fn is_conflict(err: &bollard::errors::Error) -> bool {
         }
     )
 }
-
-use std::collections::HashMap;
-
-use bollard::models::{ContainerInspectResponse, ContainerSummary, NetworkCreateRequest};
 
 /// Labels for a resource of `stack` with `role`.
 pub fn labels(stack: &str, role: &str) -> HashMap<String, String> {
@@ -514,105 +511,6 @@ pub async fn exec_within(
         .map_err(|e| engine_error(what(), e))
 }
 
-// The calls below are on a client, not on an `Engine`: they concern the
-// engine as a whole or images by name, which no converge, drift or rollback
-// logic tested against the fake asks for. Errors stay bollard's, so each
-// caller words its own.
-
-/// Whether the engine answers at all, and bollard's error when not.
-pub async fn ping(docker: &Docker) -> EngineResult<()> {
-    docker.ping().await.map(drop)
-}
-
-/// Networks carrying every `label=value` filter.
-pub async fn list_networks(
-    docker: &Docker,
-    label_filters: Vec<String>,
-) -> EngineResult<Vec<Network>> {
-    let options = bollard::query_parameters::ListNetworksOptions {
-        filters: Some(HashMap::from([("label".to_string(), label_filters)])),
-    };
-    docker.list_networks(Some(options)).await
-}
-
-/// The running containers, whoever started them.
-pub async fn running_containers(docker: &Docker) -> EngineResult<Vec<ContainerSummary>> {
-    docker
-        .list_containers(None::<bollard::query_parameters::ListContainersOptions>)
-        .await
-}
-
-/// A container's stdout and stderr, each line timestamped: its last `tail`
-/// lines (all with `None`) written from `since` (Unix seconds; 0 for the
-/// start) on, then, when `follow`, what it writes until the stream is dropped.
-pub fn container_logs(
-    docker: &Docker,
-    name: &str,
-    follow: bool,
-    tail: Option<u64>,
-    since: i32,
-) -> BoxStream<'static, EngineResult<Bytes>> {
-    let query = bollard::query_parameters::LogsOptions {
-        stdout: true,
-        stderr: true,
-        follow,
-        timestamps: true,
-        tail: tail.map_or_else(|| "all".to_string(), |n| n.to_string()),
-        since,
-        ..Default::default()
-    };
-    docker
-        .logs(name, Some(query))
-        .map(|chunk| chunk.map(|c| c.into_bytes()))
-        .boxed()
-}
-
-pub async fn inspect_image(docker: &Docker, reference: &str) -> EngineResult<ImageInspect> {
-    docker.inspect_image(reference).await
-}
-
-/// Pulls `repository:tag`, as the engine reports its progress.
-pub fn pull_progress(
-    docker: &Docker,
-    repository: &str,
-    tag: &str,
-) -> BoxStream<'static, EngineResult<CreateImageInfo>> {
-    let options = bollard::query_parameters::CreateImageOptions {
-        from_image: Some(repository.to_string()),
-        tag: Some(tag.to_string()),
-        ..Default::default()
-    };
-    docker.create_image(Some(options), None, None).boxed()
-}
-
-/// Names `image` also `repository:tag`.
-pub async fn tag_image(
-    docker: &Docker,
-    image: &str,
-    repository: &str,
-    tag: &str,
-) -> EngineResult<()> {
-    let options = bollard::query_parameters::TagImageOptions {
-        repo: Some(repository.to_string()),
-        tag: Some(tag.to_string()),
-    };
-    docker.tag_image(image, Some(options)).await
-}
-
-/// Removes one reference to an image, unforced: an image a container uses
-/// or another reference names stays.
-pub async fn remove_image(docker: &Docker, reference: &str) -> EngineResult<()> {
-    let options = bollard::query_parameters::RemoveImageOptions {
-        force: false,
-        noprune: false,
-        platforms: None,
-    };
-    docker
-        .remove_image(reference, Some(options), None)
-        .await
-        .map(drop)
-}
-
 #[cfg(test)]
 mod tests {
     use bollard::models::{SystemVersion, SystemVersionComponents};
@@ -651,11 +549,11 @@ mod tests {
 
     #[tokio::test]
     async fn an_absent_engine_fails_every_call_as_unreachable_at_once() {
-        let docker = absent();
+        let engine = absent();
         let started = std::time::Instant::now();
-        assert!(!answers(&docker).await);
-        let err = docker
-            .list_networks(None::<bollard::query_parameters::ListNetworksOptions>)
+        assert!(!answers(engine.as_ref()).await);
+        let err = engine
+            .list_networks(Vec::new())
             .await
             .map_err(|e| engine_error("list networks", e))
             .unwrap_err();

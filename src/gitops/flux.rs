@@ -131,7 +131,7 @@ pub struct InstallReport {
 /// the profile's version. Nothing unpinned is ever applied.
 pub async fn manifests(settings: &Settings) -> Result<(String, ManifestSource), Error> {
     let version = &settings.flux.version;
-    if let Some(bundle) = crate::cluster::preload::open_bundle(settings)? {
+    if let Some(bundle) = crate::bundle::open(settings)? {
         // Without a bundle of the user's, this is devstack's artifact cache.
         let users = settings.images.bundle.is_some();
         match bundle.artifact_version("flux-install", version) {

@@ -6,6 +6,7 @@
 //! source, the stack facts and the root Kustomization, then watch the chain
 //! until it is Ready, nudging each level as the previous one turns Ready.
 
+pub mod census;
 pub mod chain;
 pub mod flux;
 pub mod manifests;
@@ -201,7 +202,7 @@ pub async fn deliver(
                     if existing {
                         return Ok(());
                     }
-                    crate::cluster::wait_coredns(
+                    crate::k8s::wait_coredns(
                         client,
                         Budget::new(settings.timeouts.cluster.get(), "timeouts.cluster"),
                         &step,

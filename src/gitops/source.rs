@@ -67,7 +67,7 @@ pub fn offline_eso(settings: &Settings) -> Result<Option<OfflineEso>, Error> {
     if !settings.eso.installs() {
         return Ok(None);
     }
-    let Some(bundle) = crate::cluster::preload::open_bundle(settings)? else {
+    let Some(bundle) = crate::bundle::open(settings)? else {
         return Ok(None);
     };
     if bundle.artifact("eso-crds").is_none() || bundle.artifact("eso-chart").is_none() {

@@ -9,8 +9,8 @@ use kube::Api;
 use kube::api::ListParams;
 use serde_json::Value;
 
+use super::census::StackOnCluster;
 use super::{ChainPlan, FLUX_NAMESPACE, flux};
-use crate::cluster::existing::{StackOnCluster, first_other};
 use crate::docker::LABEL_STACK;
 use crate::error::Error;
 use crate::k8s;
@@ -20,19 +20,19 @@ const KUSTOMIZATION_API: &str = "kustomize.toolkit.fluxcd.io/v1";
 const HELM_RELEASE_API: &str = "helm.toolkit.fluxcd.io/v2";
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by=devstack";
 
-/// Removes the stack from the cluster; returns what it removed, as the
-/// user reads it.
+/// Removes the stack from the cluster, where `settings` name its objects
+/// as they are named there and `stacks` are the devstack stacks on it
+/// ([`super::census`]); returns what it removed, as the user reads it.
 pub async fn uninstall(
     client: &kube::Client,
     settings: &Settings,
+    stacks: &[StackOnCluster],
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<Vec<String>, Error> {
-    let stacks = crate::cluster::existing::stacks_on_cluster(client).await?;
-    let settings = &under_its_names_on_cluster(settings, &stacks);
     let limit = settings.timeouts.flux.get();
     let mut removed = Vec::new();
     let names = &settings.names;
-    refuse_while_others_share_eso(settings, &stacks)?;
+    refuse_while_others_share_eso(settings, stacks)?;
     // While ESO still runs, so that nothing holds them.
     removed.extend(remove_profile_external_secrets(client, settings).await?);
     // The apps first, while the chain that serves them still runs.
@@ -116,19 +116,6 @@ async fn wait_flux_pruned(
         }
     }
     Ok(())
-}
-
-/// The settings under the names the stack's objects have on the cluster.
-/// Its record says so, but a run interrupted before the record was written
-/// (or a record removed by hand) says "alone": the shipped names are then
-/// this stack's only if no other stack holds them, so `down` never removes
-/// another stack's objects.
-fn under_its_names_on_cluster(settings: &Settings, stacks: &[StackOnCluster]) -> Settings {
-    let mut settings = settings.clone();
-    if !settings.names.shares_cluster() && first_other(stacks, &settings.name).is_some() {
-        settings.share_cluster();
-    }
-    settings
 }
 
 /// The stacks that joined this stack's cluster use the ESO CRDs, webhook

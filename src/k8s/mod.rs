@@ -248,9 +248,13 @@ pub const FIELD_MANAGER: &str = "devstack";
 pub const LOCALSTACK_PORT: u16 = 4566;
 
 /// The in-cluster address pods use for the stack's LocalStack, on either
-/// provider.
+/// provider: its Service's DNS name.
 pub fn localstack_in_cluster_url(names: &StackNames) -> String {
-    names.localstack_in_cluster_url(LOCALSTACK_PORT)
+    format!(
+        "http://{}.{}.svc.cluster.local:{LOCALSTACK_PORT}",
+        names.localstack_service(),
+        names.localstack_namespace()
+    )
 }
 
 /// The cluster IP of Service `namespace/name` as a URL host (IPv6 in
@@ -292,9 +296,10 @@ pub async fn localstack_in_cluster_address(client: &kube::Client, names: &StackN
     }
 }
 
-/// Points the selectorless `localstack` Service at the container's address
-/// on the stack network. Re-run whenever that address may have changed.
-pub async fn route_localstack(
+/// Writes the selectorless `localstack` Service and the EndpointSlice that
+/// points it at `container_ip`, the LocalStack container's address on the
+/// stack network. Re-run whenever that address may have changed.
+pub async fn apply_localstack_service_and_endpoints(
     client: &kube::Client,
     names: &StackNames,
     container_ip: &str,
@@ -368,6 +373,34 @@ pub async fn wait_deployments_available(
     )
     .await
     .map(|_| ())
+}
+
+/// Ready nodes are not yet a usable cluster: pods resolve service names
+/// only once CoreDNS serves.
+pub async fn wait_coredns(client: &kube::Client, budget: Budget, step: &Step) -> Result<(), Error> {
+    step.progress("waiting for CoreDNS");
+    let span = step.span("CoreDNS available");
+    let names = ["coredns".to_string()];
+    let available = wait_deployments_available(
+        client,
+        "kube-system",
+        &names,
+        budget,
+        "`kubectl -n kube-system describe pods -l k8s-app=kube-dns` shows why CoreDNS is not running",
+    );
+    let available = sandbox::wait_recreating_failed_sandboxes(
+        available,
+        client,
+        "kube-system",
+        "k8s-app=kube-dns",
+        |pod| {
+            step.progress(format!("recreated CoreDNS pod {pod}: its sandbox failed"));
+            let _ = step
+                .span(format!("CoreDNS pod {pod} recreated"))
+                .finish(Ok::<(), ()>(()));
+        },
+    );
+    span.finish(available.await)
 }
 
 fn deployments_verdict(deployments: &wait::Objects<Deployment>, names: &[String]) -> Verdict {
@@ -453,6 +486,18 @@ mod tests {
             ..Default::default()
         });
         d
+    }
+
+    #[test]
+    fn pods_reach_localstack_by_its_service_name_alone_or_sharing() {
+        assert_eq!(
+            localstack_in_cluster_url(&StackNames::alone()),
+            "http://localstack.localstack.svc.cluster.local:4566"
+        );
+        assert_eq!(
+            localstack_in_cluster_url(&StackNames::sharing("b")),
+            "http://localstack.localstack-b.svc.cluster.local:4566"
+        );
     }
 
     #[test]

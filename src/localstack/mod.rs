@@ -2,27 +2,29 @@
 //! recreated to match the settings, and waited on until the services the
 //! stack uses report available; or LocalStack in the cluster ([`in_cluster`]).
 
+mod health;
 pub mod in_cluster;
 mod route;
 
-pub use route::{reroute_after_localstack, route_localstack};
+pub use health::{HealthClient, unavailable_services};
+pub use route::route_for_pods;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bollard::Docker;
-use bollard::models::{
-    ContainerCreateBody, HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
-};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::docker::models::{
+    ContainerCreateBody, HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+};
 use crate::docker::{self, Engine, LABEL_SPEC_HASH};
 use crate::envvars;
 use crate::error::{Error, Kind};
 use crate::hostinfo;
+use crate::pipeline::Runner;
 use crate::profile::{HostPort, Settings};
-use crate::state::StackRecord;
 
 /// The port LocalStack listens on inside its container, which pods reach.
 pub const CONTAINER_PORT: u16 = crate::k8s::LOCALSTACK_PORT;
@@ -195,11 +197,17 @@ fn choose_port(settings: &Settings, existing: Option<&Spec>) -> Result<u16, Erro
 }
 
 /// Brings LocalStack to the desired state and waits until it is healthy.
+/// `runner` is told how to remove the container before this creates one,
+/// and this never removes one that failed to start (or to become healthy):
+/// the runner's rollback does, unless the run retains what it created.
 pub async fn up(
-    docker: &Docker,
+    engine: &Arc<dyn Engine>,
     settings: &Settings,
+    runner: &Runner,
     progress: &dyn Fn(&str),
 ) -> Result<LocalStackReport, Error> {
+    let docker = engine.as_ref();
+    let creating = || record_container(runner, engine, settings);
     let name = container_name(settings);
     let network = network_name(settings);
     let started = Instant::now();
@@ -233,14 +241,14 @@ pub async fn up(
             )));
         }
         Decision::Create => {
-            create_on_free_port(docker, &mut bound, &mut spec).await?;
+            create_on_free_port(docker, &mut bound, &mut spec, &creating).await?;
             Action::Created
         }
         Decision::Reuse => Action::Reused,
         Decision::Recreate(why) => {
             progress(&format!("recreating: {why}"));
             docker::remove_container(docker, &name).await?;
-            create_on_free_port(docker, &mut bound, &mut spec).await?;
+            create_on_free_port(docker, &mut bound, &mut spec, &creating).await?;
             Action::Recreated(why)
         }
         Decision::Restart => {
@@ -257,14 +265,13 @@ pub async fn up(
                     docker::remove_container(docker, &name).await?;
                     bound = settings.with_localstack_port(choose_port(settings, None)?);
                     spec = Spec::from_settings(&bound);
-                    create_on_free_port(docker, &mut bound, &mut spec).await?;
+                    create_on_free_port(docker, &mut bound, &mut spec, &creating).await?;
                     Action::Recreated("its host port was taken by another process".into())
                 }
                 Err(e) => return Err(e),
             }
         }
     };
-    StackRecord::update(settings, |r| r.ports.localstack = Some(spec.port))?;
     let settings = &bound;
 
     progress("waiting for services to report available");
@@ -331,20 +338,38 @@ fn port_taken_error(settings: &Settings) -> Error {
     ))
 }
 
+/// Tells `runner` how to remove the stack's LocalStack container, once
+/// per run however many times the run creates it.
+fn record_container(runner: &Runner, engine: &Arc<dyn Engine>, settings: &Settings) {
+    let what = format!("LocalStack container {}", container_name(settings));
+    if runner.created_names().contains(&what) {
+        return;
+    }
+    let (engine, owned) = (engine.clone(), settings.clone());
+    runner.created(what, move || {
+        Box::pin(async move { down(engine.as_ref(), &owned).await.map(drop) })
+    });
+}
+
 /// Creates and starts the container; with `port: auto`, a port taken
 /// between choosing and binding it (another stack starting at the same
-/// moment) is replaced by a fresh free port, a few times.
+/// moment) is replaced by a fresh free port, a few times. `creating` is
+/// called before each container is created.
 async fn create_on_free_port(
-    docker: &Docker,
+    docker: &dyn Engine,
     bound: &mut Settings,
     spec: &mut Spec,
+    creating: &(dyn Fn() + Sync),
 ) -> Result<(), Error> {
     let auto = bound.localstack.port == HostPort::Auto;
     let mut attempts = 0;
     loop {
-        match create_and_start(docker, bound, spec).await {
+        match create_and_start(docker, bound, spec, creating).await {
             Err(e) if auto && e.kind() == Kind::Prerequisite && attempts < 3 => {
                 attempts += 1;
+                // The container that could not bind its port makes way for
+                // one on another port.
+                docker::remove_container(docker, &container_name(bound)).await?;
                 let port = hostinfo::free_port().map_err(|e| {
                     Error::internal(format!("pick a free port for LocalStack: {e}"))
                 })?;
@@ -356,15 +381,17 @@ async fn create_on_free_port(
     }
 }
 
-async fn create_and_start(docker: &Docker, settings: &Settings, spec: &Spec) -> Result<(), Error> {
+async fn create_and_start(
+    docker: &dyn Engine,
+    settings: &Settings,
+    spec: &Spec,
+    creating: &(dyn Fn() + Sync),
+) -> Result<(), Error> {
     let ls = &settings.localstack;
     if !hostinfo::port_is_free(ls.bind_address, spec.port) {
         return Err(port_taken_error(settings));
     }
-    let bundle = match settings.bundle_dir() {
-        Some(dir) => Some(crate::bundle::Bundle::open(&dir)?),
-        None => None,
-    };
+    let bundle = crate::bundle::open(settings)?;
     crate::bundle::ensure_image(docker, &ls.image, bundle.as_ref()).await?;
     let name = container_name(settings);
     let mut env = vec![
@@ -407,19 +434,16 @@ async fn create_and_start(docker: &Docker, settings: &Settings, spec: &Spec) -> 
         }),
         ..Default::default()
     };
-    Engine::create_container(docker, &name, body)
+    creating();
+    docker
+        .create_container(&name, body)
         .await
         .map_err(|e| docker::engine_error(format!("create container {name}"), e))?;
-    if let Err(err) = start(docker, settings, &name).await {
-        // Never leave a created-but-unstartable container behind.
-        let _ = docker::remove_container(docker, &name).await;
-        return Err(err);
-    }
-    Ok(())
+    start(docker, settings, &name).await
 }
 
-async fn start(docker: &Docker, settings: &Settings, name: &str) -> Result<(), Error> {
-    match Engine::start_container(docker, name).await {
+async fn start(docker: &dyn Engine, settings: &Settings, name: &str) -> Result<(), Error> {
+    match docker.start_container(name).await {
         Ok(()) => Ok(()),
         Err(e) => {
             let message = docker::docker_message(&e);
@@ -437,7 +461,7 @@ async fn start(docker: &Docker, settings: &Settings, name: &str) -> Result<(), E
 /// Polls `/_localstack/health` and the container state until every service
 /// the stack needs reports available, the container dies, or time runs out.
 async fn wait_healthy(
-    docker: &Docker,
+    docker: &dyn Engine,
     settings: &Settings,
     started: Instant,
 ) -> Result<BTreeMap<String, String>, Error> {
@@ -495,78 +519,6 @@ async fn wait_healthy(
     }
 }
 
-/// The profile's services that LocalStack's health report does not give as
-/// `available` or `running`.
-pub fn unavailable_services<'a>(
-    settings: &'a Settings,
-    health: &BTreeMap<String, String>,
-) -> Vec<&'a String> {
-    settings
-        .localstack
-        .services
-        .iter()
-        .filter(|s| {
-            !matches!(
-                health.get(*s).map(String::as_str),
-                Some("available" | "running")
-            )
-        })
-        .collect()
-}
-
-/// Service name -> state from LocalStack's health endpoint.
-/// LocalStack's health endpoint (`/_localstack/health`): the one client
-/// `up`, `status`, `verify` and `localstack status` ask, with a short
-/// timeout so a hung LocalStack is reported, not waited on.
-pub struct HealthClient {
-    http: reqwest::Client,
-    url: String,
-}
-
-impl HealthClient {
-    /// For LocalStack at `endpoint` (`http://127.0.0.1:4566`).
-    pub fn new(endpoint: &str) -> Result<Self, Error> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(3))
-            .no_proxy()
-            .build()
-            .map_err(|e| Error::internal(format!("HTTP client: {e}")))?;
-        Ok(HealthClient {
-            http,
-            url: format!("{endpoint}/_localstack/health"),
-        })
-    }
-
-    /// Service name -> state, or why LocalStack did not answer.
-    pub async fn services(&self) -> Result<BTreeMap<String, String>, String> {
-        health(&self.http, &self.url).await
-    }
-}
-
-async fn health(client: &reqwest::Client, url: &str) -> Result<BTreeMap<String, String>, String> {
-    let response = client
-        .get(url)
-        .send()
-        .await
-        .map_err(|e| format!("health endpoint: {e}"))?;
-    if !response.status().is_success() {
-        return Err(format!("health endpoint answered {}", response.status()));
-    }
-    let body: serde_json::Value = response
-        .json()
-        .await
-        .map_err(|e| format!("health endpoint: {e}"))?;
-    Ok(body
-        .get("services")
-        .and_then(|s| s.as_object())
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("?").to_string()))
-                .collect()
-        })
-        .unwrap_or_default())
-}
-
 fn indent(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     if lines.is_empty() {
@@ -580,7 +532,7 @@ fn indent(text: &str) -> String {
 }
 
 /// Where the running container is.
-pub async fn describe(docker: &Docker, settings: &Settings) -> Result<Endpoint, Error> {
+pub async fn describe(docker: &dyn Engine, settings: &Settings) -> Result<Endpoint, Error> {
     let name = container_name(settings);
     let container = docker::inspect(docker, &name).await?;
     let network_ip = container
@@ -616,7 +568,7 @@ pub async fn describe(docker: &Docker, settings: &Settings) -> Result<Endpoint, 
 }
 
 /// Removes the container, and the network when nothing else uses it.
-pub async fn down(docker: &Docker, settings: &Settings) -> Result<bool, Error> {
+pub async fn down(docker: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
     let name = container_name(settings);
     let removed = match docker::inspect(docker, &name).await? {
         Some(c) => {
@@ -700,6 +652,37 @@ mod tests {
         );
     }
 
+    /// A container that does not start is not removed by `up` itself: the
+    /// runner was told how to remove it before it was created, once, and
+    /// its rollback (or `--retain`, which skips it) decides.
+    #[tokio::test]
+    async fn a_container_that_fails_to_start_is_left_to_the_runners_rollback() {
+        use crate::docker::fake::FakeEngine;
+        let settings = settings("");
+        let name = container_name(&settings);
+        let fake = Arc::new(FakeEngine::new());
+        fake.with(|s| {
+            s.images.insert(settings.localstack.image.clone());
+            s.fail_on = Some(format!("start {name}"));
+        });
+        let engine: Arc<dyn Engine> = fake.clone();
+        let runner = Runner::new(&crate::ui::Ui::silent());
+        let err = up(&engine, &settings, &runner, &|_| {}).await.unwrap_err();
+        assert!(err.message().contains("injected failure"), "{err}");
+        assert_eq!(
+            fake.container_names(),
+            [name.as_str()],
+            "left for the rollback"
+        );
+        assert_eq!(
+            runner.created_names(),
+            [format!("LocalStack container {name}")]
+        );
+        let rollback = runner.rollback(&Default::default()).await;
+        assert!(rollback.complete(), "{rollback:?}");
+        assert!(fake.container_names().is_empty());
+    }
+
     #[test]
     fn an_auto_port_stays_with_the_container_and_a_fixed_one_is_the_profiles() {
         let auto = settings("");
@@ -717,5 +700,36 @@ mod tests {
         // recreated, on every later `up`.
         let bound = auto.with_localstack_port(4711);
         assert_eq!(Spec::from_settings(&bound).hash(), existing.hash());
+    }
+
+    #[tokio::test]
+    async fn the_container_is_described_by_its_binding_and_down_removes_only_ours() {
+        use crate::docker::fake::{FakeContainer, FakeEngine};
+        let auto = settings("");
+        let (name, network) = (container_name(&auto), network_name(&auto));
+        let engine = FakeEngine::new();
+        docker::ensure_network(&engine, &auto.name, &network)
+            .await
+            .unwrap();
+        let ours = FakeContainer {
+            labels: docker::labels(&auto.name, ROLE),
+            running: true,
+            networks: [network.clone()].into(),
+            ports: vec![(CONTAINER_PORT, 4711)],
+            ..Default::default()
+        };
+        engine.with(|s| s.containers.insert(name.clone(), ours));
+        let endpoint = describe(&engine, &auto).await.unwrap();
+        assert_eq!(endpoint.host_port, 4711);
+        assert_eq!(endpoint.url, "http://127.0.0.1:4711");
+
+        assert!(down(&engine, &auto).await.unwrap());
+        assert_eq!(engine.container_names(), Vec::<String>::new());
+        assert!(engine.with(|s| s.networks.is_empty()));
+
+        engine.with(|s| s.containers.insert(name.clone(), FakeContainer::default()));
+        let err = down(&engine, &auto).await.unwrap_err();
+        assert!(err.message().contains("not created by devstack"), "{err}");
+        assert_eq!(engine.container_names(), [name]);
     }
 }

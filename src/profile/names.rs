@@ -93,14 +93,6 @@ impl StackNames {
     pub fn eso_values(&self) -> String {
         self.of(base::ESO_VALUES)
     }
-    /// LocalStack's address inside the cluster.
-    pub fn localstack_in_cluster_url(&self, port: u16) -> String {
-        format!(
-            "http://{}.{}.svc.cluster.local:{port}",
-            self.localstack_service(),
-            self.localstack_namespace()
-        )
-    }
 }
 
 #[cfg(test)]
@@ -116,10 +108,6 @@ mod tests {
             alone.helm_release(),
             ("external-secrets".into(), "external-secrets".into())
         );
-        assert_eq!(
-            alone.localstack_in_cluster_url(4566),
-            "http://localstack.localstack.svc.cluster.local:4566"
-        );
         let b = StackNames::sharing("b");
         assert_eq!(b.root(), "devstack-b");
         assert_eq!(b.localstack_namespace(), "localstack-b");
@@ -128,10 +116,6 @@ mod tests {
         assert_eq!(
             b.helm_release(),
             ("external-secrets-b".into(), "external-secrets-b".into())
-        );
-        assert_eq!(
-            b.localstack_in_cluster_url(4566),
-            "http://localstack.localstack-b.svc.cluster.local:4566"
         );
     }
 }

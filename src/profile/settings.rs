@@ -55,14 +55,15 @@ pub enum Origin {
     Default,
 }
 
-/// The profile resolved with flags, environment and defaults. A few fields
-/// are not the profile's but what a run found, filled in once it knows
-/// them (from the stack's record or the cluster), so that code below the
-/// run reads one value: `cluster.provider` once the choice settled an
-/// unpinned provider ([`Self::with_provider`]), `localstack.bound_port`
-/// ([`Self::with_localstack_port`]), `eso.cluster` and `names` (the
-/// cluster's own ESO and the shared cluster's object names). `state_dir`
-/// and `user_kubeconfig` are the environment's, resolved once.
+/// The profile resolved with flags, environment and defaults: what was
+/// asked, which no run changes. Code below the orchestrator reads one
+/// value, so a few fields also carry what runs found (`stack::Found`),
+/// put in by `stack::Found::settings` alone: `cluster.provider` once an
+/// unpinned provider is settled ([`Self::with_provider`]),
+/// `localstack.bound_port`, `eso.cluster`, `images.nodes_pull` and `names`
+/// (the cluster's own ESO, whether its nodes pull the images, and the
+/// object names on a shared cluster). `state_dir` and `user_kubeconfig` are
+/// the environment's, resolved once.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Settings {
@@ -97,7 +98,7 @@ pub struct Settings {
     pub timeouts: Timeouts,
     /// The names of the stack's objects on its cluster: its own when it
     /// shares the cluster with another stack. Known once `up` met the
-    /// cluster; kept in the stack's record.
+    /// cluster (`stack::Found`).
     #[serde(skip_serializing_if = "is_alone")]
     pub names: super::StackNames,
     /// Which layer decided the values that can be overridden.
@@ -146,8 +147,9 @@ pub struct LocalStackSettings {
     /// As configured; the port in use is recorded with the stack
     /// ([`crate::state::StackRecord`]) and reported by `env` and `status`.
     pub port: HostPort,
-    /// The port this stack's LocalStack was given when `port` is `auto`
-    /// (from the stack's record; `None` before it is created).
+    /// The port this machine reaches the stack's LocalStack at when it is
+    /// not the fixed `port`: the one `auto` chose, or a port-forward's
+    /// (`stack::Found`; `None` before LocalStack is created).
     #[serde(skip)]
     pub bound_port: Option<u16>,
     pub bind_address: IpAddr,
@@ -173,7 +175,7 @@ pub struct EsoSettings {
     pub values: serde_json::Map<String, serde_json::Value>,
     /// The ESO the cluster already ran that the stack uses instead of
     /// installing its own (`eso.install`). Known once `up` met the
-    /// cluster; kept in the stack's record.
+    /// cluster (`stack::Found`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterEso>,
 }
@@ -194,7 +196,8 @@ pub struct ClusterEso {
 impl Settings {
     /// Names the stack's objects after it, as a stack that joined a
     /// cluster another stack runs on (see [`super::StackNames`]); its
-    /// round trip's namespace too, which `down` removes.
+    /// round trip's namespace too, which `down` removes. For
+    /// `stack::Found::settings`, which knows when.
     pub fn share_cluster(&mut self) {
         self.names = super::StackNames::sharing(&self.name);
         self.verify.namespace = self.names.of(&self.verify.namespace);
@@ -386,7 +389,7 @@ pub struct ImageSettings {
     pub pins_file: Option<PathBuf>,
     /// The cluster's nodes pull the stack's images themselves (an existing
     /// cluster whose nodes are not containers here), through `mirrors`.
-    /// Known once `up` met the nodes; kept in the stack's record.
+    /// Known once `up` met the nodes (`stack::Found`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub nodes_pull: bool,
 }

@@ -27,13 +27,12 @@ pub async fn remove(settings: &Settings, name: &str) -> Result<Removal, Error> {
         return Err(not_found(name));
     }
     std::fs::remove_dir_all(&dir).map_err(io_error(format!("remove {}", dir.display())))?;
-    let Ok(docker) = docker::connect().await else {
+    let Ok(engine) = docker::connect().await else {
         return Ok(Removal {
             docker_unreachable: true,
             ..Removal::default()
         });
     };
-    let engine = docker::shared(&docker);
     Ok(Removal {
         volumes_in_use: prune_shared_volumes(engine.as_ref(), settings).await?,
         docker_unreachable: false,

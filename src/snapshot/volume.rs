@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateRequest};
 use bytes::Bytes;
 use futures::StreamExt;
 
@@ -12,6 +11,7 @@ use super::manifest::{Manifest, SavedFile};
 use super::store::{Snapshot, manifests, store_dir};
 use super::upload::upload_checked;
 use crate::cluster::k3s::SHARED_IN_NODE;
+use crate::docker::models::{ContainerCreateBody, HostConfig, VolumeCreateRequest};
 use crate::docker::{self, Engine};
 use crate::error::Error;
 use crate::profile::Settings;
@@ -88,7 +88,7 @@ pub(super) async fn fill_shared_volume(
     // Docker writes into a volume only through a container: one that never
     // starts, of the node image the stack has anyway.
     let image = &settings.cluster.image;
-    let bundle = crate::cluster::preload::open_bundle(settings)?;
+    let bundle = crate::bundle::open(settings)?;
     crate::bundle::ensure_image(engine, image, bundle.as_ref()).await?;
     let helper = format!("{volume}-fill");
     let _ = engine.remove_container(&helper).await;

@@ -14,26 +14,37 @@
 //! ```
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::cluster;
+use crate::docker::{self, Engine};
 use crate::error::Error;
 use crate::health::StatusReport;
 use crate::localstack;
 use crate::profile::{Overrides, Provider, Settings};
+use crate::state;
 use crate::timeline::Timeline;
 use crate::ui::Ui;
 use crate::verify::{VerifyOptions, VerifyReport};
-use crate::{docker, state};
 
+mod found;
 mod guard;
+mod joining;
+mod localstack_and_cluster;
+mod preflight;
 mod repair;
+mod run;
+mod stop;
 mod thread_stack;
 mod up;
 
+pub use found::{Found, OnCluster, record_cluster, record_localstack_port, recorded_settings};
 pub use guard::StackGuard;
-pub use up::{UpOptions, UpReport};
+pub use joining::check_existing_cluster;
+pub use stop::{STOP_GRACE, StopReport};
+pub use up::{ClusterReport, UpOptions, UpReport};
 
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -55,36 +66,28 @@ impl DownReport {
 }
 
 pub struct Stack {
-    settings: Settings,
+    /// What the profile asks for, which no run changes; what runs find is
+    /// [`Found`], kept in the stack's record.
+    asked: Settings,
     ui: Ui,
     timeline: Timeline,
 }
 
 impl Stack {
-    pub fn new(settings: Settings) -> Self {
+    /// The stack `asked` describes: a profile resolved with its overrides
+    /// ([`crate::profile::select`]).
+    pub fn new(asked: Settings) -> Self {
         Stack {
-            settings,
+            asked,
             ui: Ui::silent(),
             timeline: Timeline::new(),
         }
     }
 
-    /// The settings with what the stack's record knows now (the ports
-    /// `auto` chose), which an `up` of this same object may have just set.
-    fn current(&self) -> Settings {
-        let mut settings = self.settings.clone();
-        state::attach_record(&mut settings);
-        settings
-    }
-
-    /// This stack on `settings` settled for one run (its provider), with the
-    /// same printer and timeline.
-    fn on(&self, settings: Settings) -> Stack {
-        Stack {
-            settings,
-            ui: self.ui.clone(),
-            timeline: self.timeline.clone(),
-        }
+    /// The settings with what the stack's record knows, read now: an `up`
+    /// of this same object may just have written it.
+    fn as_recorded(&self) -> Settings {
+        recorded_settings(&self.asked)
     }
 
     /// A profile file or shipped profile name (`None`: the default profile).
@@ -110,59 +113,66 @@ impl Stack {
         &self.timeline
     }
 
+    /// What the profile asks for.
     pub fn settings(&self) -> &Settings {
-        &self.settings
+        &self.asked
     }
 
     pub fn name(&self) -> &str {
-        &self.settings.name
+        &self.asked.name
     }
 
     /// `KUBECONFIG`, `AWS_ENDPOINT_URL`, region and test credentials.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        exports(&self.current())
+        exports(&self.as_recorded())
     }
 
     pub async fn kube_client(&self) -> Result<kube::Client, Error> {
-        crate::k8s::stack_client(&self.current()).await
+        crate::k8s::stack_client(&self.as_recorded()).await
     }
 
     /// The health model: every part of the stack, healthy, reconciling,
     /// unhealthy or missing, by the same rules `devstack status` uses.
     pub async fn status(&self) -> StatusReport {
-        crate::health::collect(&self.current()).await
+        crate::health::collect(&self.as_recorded()).await
     }
 
     /// Waits until the stack is settled (everything Ready, nothing
     /// reconciling) or `limit` passes; returns the last report either way.
     pub async fn wait_settled(&self, limit: std::time::Duration) -> StatusReport {
-        crate::health::wait_settled(&self.current(), limit, &|_| {}).await
+        crate::health::wait_settled(&self.as_recorded(), limit, &|_| {}).await
     }
 
     /// Holds this stack's lock for a run that changes it, telling the user
     /// when another run holds it first.
     async fn lock(&self, command: &str) -> Result<state::StackLock, Error> {
         let ui = self.ui.clone();
-        state::StackLock::acquire(&self.settings, command, &move |m| ui.info(m)).await
+        state::StackLock::acquire(&self.asked, command, &move |m| ui.info(m)).await
     }
 
     /// Whether any labelled container of this stack exists, or its cluster.
     /// A stack on an existing cluster has no container (LocalStack runs in
     /// the cluster), and the machine may have no Docker engine to ask.
-    pub async fn exists(&self, docker: &bollard::Docker) -> Result<bool, Error> {
-        if self.settings.cluster.provider != Provider::Existing
-            && !docker::find_containers(docker, docker::stack_filter(Some(&self.settings.name)))
+    async fn exists(&self, docker: &Arc<dyn Engine>, settings: &Settings) -> Result<bool, Error> {
+        if settings.cluster.provider != Provider::Existing
+            && !docker::find_containers(docker.as_ref(), docker::stack_filter(Some(&settings.name)))
                 .await?
                 .is_empty()
         {
             return Ok(true);
         }
-        cluster::exists(&docker::shared(docker), &self.settings).await
+        cluster::exists(docker, settings).await
     }
 
     /// The Docker engine for a run on this stack ([`docker::connect_or_absent`]).
-    async fn engine(&self) -> Result<bollard::Docker, Error> {
-        docker::connect_or_absent(cluster::on_existing_cluster(&self.current())).await
+    async fn engine(&self, found: &Found) -> Result<Arc<dyn Engine>, Error> {
+        docker::connect_or_absent(found.on_existing_cluster(&self.asked)).await
+    }
+
+    /// [`recorded_on_its_provider`]: what a command that acts on the
+    /// stack's containers or cluster reads.
+    async fn on_its_provider(&self, docker: &Arc<dyn Engine>) -> Result<Settings, Error> {
+        recorded_on_its_provider(docker, &self.asked).await
     }
 
     /// Saves the stack's cluster as snapshot `name` (default: the stack's
@@ -173,12 +183,12 @@ impl Stack {
         name: Option<&str>,
     ) -> Result<crate::snapshot::SaveReport, Error> {
         // The name is the user's input: judged before any engine is reached.
-        let name = name.unwrap_or(&self.settings.name).to_string();
+        let name = name.unwrap_or(&self.asked.name).to_string();
         crate::snapshot::check_name(&name)?;
         let docker = docker::connect().await?;
-        let settings = cluster::choice::on_recorded_provider(&docker, self.current()).await?;
+        let settings = self.on_its_provider(&docker).await?;
         // Before the provider check: a stack that is not there has none yet.
-        if !self.exists(&docker).await? {
+        if !self.exists(&docker, &settings).await? {
             return Err(crate::snapshot::nothing_to_save(&settings));
         }
         crate::snapshot::require_k3s(&settings)?;
@@ -196,13 +206,7 @@ impl Stack {
                 .with_hint("`devstack up` repairs the stack; save once it is verified"));
         }
         let ui = self.ui.clone();
-        crate::snapshot::save(
-            docker::shared(&docker).as_ref(),
-            &settings,
-            &name,
-            &move |m| ui.info(m),
-        )
-        .await
+        crate::snapshot::save(docker.as_ref(), &settings, &name, &move |m| ui.info(m)).await
     }
 
     /// The round trip against a running stack.
@@ -217,7 +221,7 @@ impl Stack {
     /// returned value lives; [`exports`] of its settings are the variables
     /// that reach it.
     pub async fn localstack(&self) -> Result<localstack::in_cluster::Reached, Error> {
-        localstack::in_cluster::reach(&self.current()).await
+        localstack::in_cluster::reach(&self.as_recorded()).await
     }
 
     /// Removes the stack's cluster, LocalStack, network, volumes, kubeconfig
@@ -226,17 +230,16 @@ impl Stack {
     /// A profile that does not pin the provider removes the cluster of the
     /// provider it was made with.
     pub async fn down(&self) -> Result<DownReport, Error> {
-        let docker = self.engine().await?;
+        let docker = self.engine(&Found::recorded(&self.asked)).await?;
         let _lock = self.lock("down").await?;
-        let settings = cluster::choice::on_recorded_provider(&docker, self.current()).await?;
-        self.on(settings).remove(&docker).await
+        let found = on_its_provider(&docker, &self.asked, Found::recorded(&self.asked)).await?;
+        self.remove(&docker, &found).await
     }
 
-    async fn remove(&self, docker: &bollard::Docker) -> Result<DownReport, Error> {
-        let settings = &self.settings;
-        let uninstalled = uninstall_from_existing(settings, &self.ui).await?;
-        let engine = docker::shared(docker);
-        let cluster = cluster::remove(&engine, settings).await?;
+    async fn remove(&self, docker: &Arc<dyn Engine>, found: &Found) -> Result<DownReport, Error> {
+        let settings = &found.settings(&self.asked);
+        let uninstalled = uninstall_from_existing(&self.asked, found, &self.ui).await?;
+        let cluster = cluster::delete(docker, settings).await?;
         if settings.cluster.provider == Provider::Existing {
             // LocalStack ran in the cluster, which `uninstalled` emptied.
             let state = remove_state_dir(settings);
@@ -250,9 +253,10 @@ impl Stack {
         }
         // A stack restored from a removed or replaced snapshot held its
         // shared volume: free now, unless another stack uses it.
-        let _ = crate::snapshot::prune_shared_volumes(engine.as_ref(), settings).await;
-        let localstack = localstack::down(docker, settings).await?;
-        docker::remove_network_if_unused(docker, &localstack::network_name(settings)).await?;
+        let _ = crate::snapshot::prune_shared_volumes(docker.as_ref(), settings).await;
+        let localstack = localstack::down(docker.as_ref(), settings).await?;
+        docker::remove_network_if_unused(docker.as_ref(), &localstack::network_name(settings))
+            .await?;
         let state = remove_state_dir(settings);
         Ok(DownReport {
             stack: settings.name.clone(),
@@ -272,20 +276,62 @@ fn remove_state_dir(settings: &Settings) -> bool {
 
 /// On a cluster devstack did not create, what the stack put there; the
 /// cluster stays. Nothing when the stack never reached it.
-pub(crate) async fn uninstall_from_existing(
-    settings: &Settings,
+async fn uninstall_from_existing(
+    asked: &Settings,
+    found: &Found,
     ui: &Ui,
 ) -> Result<Vec<String>, Error> {
-    if settings.cluster.provider != crate::profile::Provider::Existing
-        || !state::kubeconfig_path(settings).is_file()
-    {
+    if !found.on_existing_cluster(asked) || !state::kubeconfig_path(asked).is_file() {
         return Ok(Vec::new());
     }
-    let client = crate::k8s::stack_client(settings).await?;
+    let client = crate::k8s::stack_client(asked).await?;
+    let stacks = crate::gitops::census::stacks_on_cluster(&client).await?;
+    // The record says whether the stack shares the cluster, but a run
+    // interrupted before it wrote the record (or a record removed by hand)
+    // says "alone": the shipped names are then this stack's only if no
+    // other stack holds them, so `down` never removes another stack's
+    // objects.
+    let mut found = found.clone();
+    found.cluster.shares_cluster |=
+        crate::gitops::census::first_other(&stacks, &asked.name).is_some();
+    let settings = found.settings(asked);
     let ui = ui.clone();
-    crate::gitops::uninstall::uninstall(&client, settings, &move |m| ui.info(m))
+    crate::gitops::uninstall::uninstall(&client, &settings, &stacks, &move |m| ui.info(m))
         .await
         .map_err(|e| e.context("removing the stack from the existing cluster"))
+}
+
+/// `found` on the provider of the stack's cluster when the profile does
+/// not pin one: the recorded one, else (a stack made before its record
+/// kept the provider) the one whose cluster runs.
+async fn on_its_provider(
+    docker: &Arc<dyn Engine>,
+    asked: &Settings,
+    mut found: Found,
+) -> Result<Found, Error> {
+    if found.choice.is_none()
+        && !asked.provider_pinned()
+        && let Some(provider) = cluster::found_provider(docker, asked).await?
+    {
+        // The profile may not run on it (several servers on K3s).
+        asked.with_provider(provider)?;
+        found.choice = Some(cluster::choice::Choice {
+            provider,
+            reason: cluster::choice::Reason::Recorded,
+        });
+    }
+    Ok(found)
+}
+
+/// `asked` with what the stack's record knows, on the provider of the
+/// stack's cluster ([`on_its_provider`]): what removing or stopping the
+/// stack's cluster acts on.
+pub async fn recorded_on_its_provider(
+    docker: &Arc<dyn Engine>,
+    asked: &Settings,
+) -> Result<Settings, Error> {
+    let found = on_its_provider(docker, asked, Found::recorded(asked)).await?;
+    Ok(found.settings(asked))
 }
 
 /// Variables for using the stack from other tools; no secret values.
@@ -349,7 +395,7 @@ pub async fn down_all(
         }
         Err(e) => return Err(e),
     };
-    for name in all_stack_names(&docker).await? {
+    for name in all_stack_names(docker.as_ref()).await? {
         let named = Overrides {
             name: Some(name.clone()),
             ..overrides.clone()
@@ -382,7 +428,7 @@ pub async fn down_all(
 }
 
 /// Names of every stack with a labelled container, network or volume here.
-pub async fn all_stack_names(docker: &bollard::Docker) -> Result<BTreeSet<String>, Error> {
+pub async fn all_stack_names(docker: &dyn Engine) -> Result<BTreeSet<String>, Error> {
     let mut names = BTreeSet::new();
     for container in docker::find_containers(docker, docker::stack_filter(None)).await? {
         if let Some(name) = container
@@ -393,7 +439,8 @@ pub async fn all_stack_names(docker: &bollard::Docker) -> Result<BTreeSet<String
             names.insert(name.clone());
         }
     }
-    let networks = docker::list_networks(docker, docker::stack_filter(None))
+    let networks = docker
+        .list_networks(docker::stack_filter(None))
         .await
         .map_err(|e| docker::engine_error("list networks", e))?;
     for network in networks {

@@ -1,4 +1,6 @@
-//! `Stack::up`: its options, its report, and its steps in the order they run.
+//! `Stack::up`: its options, its report, and the run: the provider
+//! settled, the lock, Preflight, then the steps that converge the stack
+//! ([`UpRun::converge`], in the order they run).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -8,26 +10,29 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::Stack;
+use super::found::{Found, OnCluster};
+use super::localstack_and_cluster::LocalStackUp;
+use super::preflight::Preflight;
 use super::repair::{
     CrashedPods, Rescaled, localstack_repair, missing_flux_objects, restore_scaled_down,
 };
+use super::run::UpRun;
 use super::thread_stack::DeepThreadStack;
+use crate::cluster::Provisioned;
 use crate::cluster::choice::{self, Choice};
-use crate::cluster::{self, Provisioned};
+use crate::docker::{self, Engine};
 use crate::error::Error;
 use crate::gitops::{self, DeliverOptions, DeliverReport};
 use crate::health::StatusReport;
-use crate::k8s::forward::PortForward;
 use crate::k8s::version::KubernetesCheck;
 use crate::localstack::{self, LocalStackReport};
 use crate::pipeline::{Interrupts, Runner, StepRecord};
-use crate::profile::{LocalStackMode, Provider, Settings};
-use crate::seed::{self, SeedOptions, SeedReport};
+use crate::profile::{Provider, Settings};
+use crate::seed::SeedReport;
 use crate::snapshot::{self, AfterRestore, Snapshot};
+use crate::state;
 use crate::timeline::Span;
-use crate::ui::Step;
 use crate::verify::{VerifyOptions, VerifyReport};
-use crate::{docker, state};
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UpOptions {
@@ -71,7 +76,7 @@ pub struct UpReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub artifacts: Option<crate::artifacts::PullReport>,
     pub localstack: LocalStackReport,
-    pub cluster: Provisioned,
+    pub cluster: ClusterReport,
     pub seed: SeedReport,
     pub gitops: DeliverReport,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -82,6 +87,17 @@ pub struct UpReport {
     /// The stack as `devstack status` sees it when `up` returns.
     pub health: StatusReport,
     pub elapsed_ms: u64,
+}
+
+/// The cluster as `up` left it, and what the run found it holds for the
+/// stack.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterReport {
+    #[serde(flatten)]
+    pub provisioned: Provisioned,
+    #[serde(flatten)]
+    pub found: OnCluster,
 }
 
 impl Stack {
@@ -96,34 +112,39 @@ impl Stack {
     /// is found (said through the ui, and in the report's `choice`).
     pub async fn up(&self, options: UpOptions) -> Result<UpReport, Error> {
         self.timeline.restart();
+        // What the runs before this one found: read once.
+        let recorded = Found::recorded(&self.asked);
         // Flux 2.9 fails a Kustomization on a `${VAR}` no fact provides:
         // found before anything is reached or created.
-        crate::gitops::repository::preflight(&self.current())?;
+        crate::gitops::repository::check_substitution(&recorded.settings(&self.asked))?;
         // Listening from here: settling the provider can fetch kind, and a
         // signal then ends the run as a later one does, not the process.
         let interrupts = Interrupts::watch(options.handle_interrupt);
-        let docker = self.engine().await?;
-        let current = self.current();
-        let settled = tokio::select! {
-            settled = DeepThreadStack::new(choice::settle(&docker, &current)) => settled?,
+        let docker = self.engine(&recorded).await?;
+        let settle = choice::settle(&docker, &self.asked, recorded.provider());
+        let (_, choice) = tokio::select! {
+            settled = DeepThreadStack::new(settle) => settled?,
             _ = interrupts.cancel.cancelled() => {
                 let err = Error::interrupted().context("nothing was created");
                 return Err(interrupts.attribute(err));
             }
         };
-        let (run, choice) = self.settled(settled);
-        DeepThreadStack::new(run.up_locked(&docker, options, None, choice, &interrupts))
+        let found = self.settled(recorded, &choice);
+        DeepThreadStack::new(self.up_locked(&docker, options, None, found, choice, &interrupts))
             .await
             .map_err(|e| interrupts.attribute(e))
     }
 
-    /// This stack on the settled provider, with the notice the user should
-    /// read before anything else.
-    fn settled(&self, (settings, choice): (Settings, Choice)) -> (Stack, Choice) {
+    /// What was found with the provider settled, after the notice the user
+    /// should read before anything else.
+    fn settled(&self, recorded: Found, choice: &Choice) -> Found {
         if let Some(notice) = choice.notice() {
             self.ui.warn(notice);
         }
-        (self.on(settings), choice)
+        Found {
+            choice: Some(choice.clone()),
+            ..recorded
+        }
     }
 
     /// Creates the stack from snapshot `name` ([`Stack::snapshot_save`]):
@@ -138,21 +159,35 @@ impl Stack {
         options: UpOptions,
     ) -> Result<UpReport, Error> {
         self.timeline.restart();
-        crate::gitops::repository::preflight(&self.current())?;
-        let (run, choice) = self.settled(choice::settle_for_restore(&self.current())?);
-        let snapshot = snapshot::open(&run.settings, name)?;
+        let recorded = Found::recorded(&self.asked);
+        crate::gitops::repository::check_substitution(&recorded.settings(&self.asked))?;
+        let (_, choice) = choice::settle_for_restore(&self.asked)?;
+        let found = self.settled(recorded, &choice);
+        let snapshot = snapshot::open(&found.settings(&self.asked), name)?;
         let docker = docker::connect().await?;
         let interrupts = Interrupts::watch(options.handle_interrupt);
-        DeepThreadStack::new(run.up_locked(&docker, options, Some(&snapshot), choice, &interrupts))
+        let up = self.up_locked(
+            &docker,
+            options,
+            Some(&snapshot),
+            found,
+            choice,
+            &interrupts,
+        );
+        DeepThreadStack::new(up)
             .await
             .map_err(|e| interrupts.attribute(e))
     }
 
+    /// The run, once the provider is settled: under the stack's lock,
+    /// Preflight, then [`UpRun::converge`]; on failure the causes read
+    /// while the stack is there, then the rollback.
     async fn up_locked(
         &self,
-        docker: &bollard::Docker,
+        docker: &Arc<dyn Engine>,
         options: UpOptions,
         restore: Option<&Snapshot>,
+        found: Found,
         choice: Choice,
         interrupts: &Interrupts,
     ) -> Result<UpReport, Error> {
@@ -163,11 +198,11 @@ impl Stack {
         };
         // Judged once locked: a run that held the lock may just have created
         // (or removed) the stack.
-        let existed = self.exists(docker).await?;
+        let existed = self.exists(docker, &found.settings(&self.asked)).await?;
         if let (true, Some(snapshot)) = (existed, restore) {
             return Err(Error::user(format!(
                 "stack `{}` exists, and a snapshot restores into a new stack only",
-                self.settings.name
+                self.asked.name
             ))
             .with_hint(format!(
                 "remove it first (`devstack down`), or restore snapshot `{}` beside it under another stack name (--name)",
@@ -182,84 +217,44 @@ impl Stack {
             existed,
             restore,
             choice,
-            options,
+            recreate: options.recreate,
+            verify: options.verify,
             runner: &runner,
+            started: Instant::now(),
         };
-        let err = match run.converge().await {
-            Ok(report) => return Ok(report),
-            Err(err) => err,
+        super::record_new_state_dir(&runner, &self.asked);
+        let (err, settings) = match run.preflight(&found).await {
+            Ok(preflight) => match run.converge(&preflight).await {
+                Ok(report) => return Ok(report),
+                Err(err) => (err, preflight.settings),
+            },
+            Err(err) => (err, found.settings(&self.asked)),
         };
         // Read the causes while the stack is still there to read: the
         // rollback removes the evidence.
-        let err = if existed || options.retain {
-            err
-        } else {
-            crate::diagnose::point(&self.current(), err).await
-        };
+        let err = crate::diagnose::point(&settings, err).await;
         Err(runner
             .roll_back_after(err, existed, options.retain, &interrupts.received)
             .await)
     }
 }
 
-/// One run of `up`: what it was asked, what it found, and the runner that
-/// times its steps and rolls back what they created.
-struct UpRun<'a> {
-    stack: &'a Stack,
-    docker: &'a bollard::Docker,
-    /// The stack existed before this run.
-    existed: bool,
-    /// The snapshot the cluster is restored from.
-    restore: Option<&'a Snapshot>,
-    choice: Choice,
-    options: UpOptions,
-    runner: &'a Runner,
-}
-
-/// LocalStack as the run left it, seeded.
-struct LocalStackUp {
-    report: LocalStackReport,
-    seeded: SeedReport,
-    /// The settings with LocalStack's port, which every client uses from here on.
-    settings: Settings,
-    /// The GitOps bucket was there: LocalStack kept its state.
-    kept_state: bool,
-    /// The way in to LocalStack in the cluster, open while the run needs it.
-    _forward: Option<PortForward>,
-}
-
 impl UpRun<'_> {
-    /// The steps of `up`. Each one that creates something tells the runner
-    /// how to remove it, before it starts, so that an error or a Ctrl-C in
-    /// the middle of it is undone too.
-    async fn converge(&self) -> Result<UpReport, Error> {
-        let started = Instant::now();
-        self.record_new_state_dir();
-        let cluster_plan = self.preflight().await?;
-        let artifacts = self.pull_artifacts().await?;
-        if self.stack.settings.cluster.provider != Provider::Existing {
-            self.create_network().await?;
+    /// The steps after Preflight. Each one that creates something tells the
+    /// runner how to remove it, before it starts, so that an error or a
+    /// Ctrl-C in the middle of it is undone too. What LocalStack and the
+    /// cluster report completes what the run found: it goes to the stack's
+    /// record once, and its settings are what every later step reads.
+    async fn converge(&self, preflight: &Preflight) -> Result<UpReport, Error> {
+        let artifacts = self.pull_artifacts(&preflight.settings).await?;
+        if preflight.settings.cluster.provider != Provider::Existing {
+            self.create_network(&preflight.settings).await?;
         }
-        let in_cluster = self.stack.settings.localstack.mode == LocalStackMode::InCluster;
-        if !in_cluster {
-            self.record_new_localstack().await?;
-        }
-        self.record_new_cluster(&cluster_plan);
-        let (localstack, provisioned, client) = if in_cluster {
-            // LocalStack runs on the cluster, so it comes after it.
-            let provisioned = self.provision_cluster().await?;
-            let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
-            let settings = self.what_the_cluster_decides(&provisioned.info)?;
-            let localstack = self
-                .in_cluster_localstack_and_seed(&settings, &client)
-                .await?;
-            (localstack, provisioned, client)
-        } else {
-            let (localstack, provisioned) =
-                tokio::try_join!(self.localstack_and_seed(), self.provision_cluster())?;
-            let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
-            (localstack, provisioned, client)
-        };
+        self.record_new_cluster(preflight);
+        let (localstack, provisioned, client) = self.localstack_and_cluster(preflight).await?;
+        let mut found = localstack.found.clone();
+        found.ports.api_server = provisioned.info.api_port();
+        found.record(&localstack.settings)?;
         let settings = &localstack.settings;
         let mut repaired = self.localstack_and_cluster_repairs(&localstack, &provisioned);
 
@@ -267,8 +262,8 @@ impl UpRun<'_> {
         // Only a node that started again (restored, or its container restarted) crashes pods.
         let crashed_pods =
             (self.restore.is_some() || self.existed).then(|| CrashedPods::watch(&client));
-        if !in_cluster {
-            self.route_localstack(settings, &provisioned).await?;
+        if !settings.localstack.in_cluster() {
+            self.localstack_route_for_pods(settings, &client).await?;
         }
         let missing_before = self
             .missing_flux_objects(settings, &provisioned, &client)
@@ -279,7 +274,7 @@ impl UpRun<'_> {
         } else {
             Rescaled::default()
         };
-        let verify_on = self.options.verify.unwrap_or(settings.verify.on_up);
+        let verify_on = self.verify.unwrap_or(settings.verify.on_up);
         let (gitops, verified_beside) = self.deliver_gitops(settings, &client, verify_on).await?;
         rescaled.wait_available(&client, settings).await?;
         let verified_beside_chain = verified_beside.is_some();
@@ -314,7 +309,7 @@ impl UpRun<'_> {
             provider: settings.cluster.provider,
             choice: self.choice.clone(),
             kubernetes: crate::k8s::version::check(settings).await,
-            ports: state::StackRecord::load(settings).ports,
+            ports: found.ports,
             created: !self.existed,
             from_snapshot: self.restore.map(|s| s.manifest.name.clone()),
             repaired,
@@ -322,258 +317,17 @@ impl UpRun<'_> {
             steps: self.runner.records(),
             timings: self.runner.timeline().spans(),
             localstack: localstack.report,
-            cluster: provisioned,
+            cluster: ClusterReport {
+                provisioned,
+                found: found.cluster,
+            },
             seed: localstack.seeded,
             gitops,
             verify,
             verified_beside_chain,
             health,
-            elapsed_ms: started.elapsed().as_millis() as u64,
+            elapsed_ms: self.started.elapsed().as_millis() as u64,
         })
-    }
-
-    fn record_new_state_dir(&self) {
-        super::record_new_state_dir(self.runner, &self.stack.settings);
-    }
-
-    /// The Preflight step: what the cluster's provider will do.
-    async fn preflight(&self) -> Result<cluster::Plan, Error> {
-        let settings = &self.stack.settings;
-        self.runner
-            .step(
-                "Preflight",
-                Some((settings.timeouts.preflight.get(), "timeouts.preflight")),
-                |_| async {
-                    preflight(self.docker, settings, self.options.recreate)
-                        .await
-                        .map(|plan| (plan, String::new()))
-                },
-            )
-            .await
-    }
-
-    /// Online, every artifact is fetched and checked before anything is
-    /// created, into the cache the rest of `up` reads like a bundle.
-    async fn pull_artifacts(&self) -> Result<Option<crate::artifacts::PullReport>, Error> {
-        let settings = &self.stack.settings;
-        if settings.images.bundle.is_some() {
-            return Ok(None);
-        }
-        let docker = self.docker;
-        // Nodes that are not containers here pull the images themselves.
-        let images =
-            settings.cluster.provider != Provider::Existing || docker::answers(docker).await;
-        let report = self
-            .runner
-            .step("Artifacts", None, |step: Arc<Step>| async move {
-                let report = crate::artifacts::pull(
-                    docker,
-                    settings,
-                    crate::artifacts::PullOptions {
-                        dir: settings.artifact_cache(),
-                        with_kind: false,
-                        images,
-                        progress: &|m| step.progress(m),
-                    },
-                )
-                .await?;
-                let mut summary = report.summary();
-                if !images {
-                    summary.push_str(
-                        "; no Docker engine on this machine: the cluster's nodes pull the images",
-                    );
-                }
-                Ok((report, summary))
-            })
-            .await?;
-        Ok(Some(report))
-    }
-
-    /// The stack network, created once for LocalStack and the nodes to join
-    /// (on the snapshot's addressing when restoring).
-    async fn create_network(&self) -> Result<(), Error> {
-        let settings = &self.stack.settings;
-        let network = localstack::network_name(settings);
-        let addressing = self.restore.and_then(|s| s.manifest.addressing());
-        if docker::ensure_network_in(self.docker, &settings.name, &network, addressing.as_ref())
-            .await?
-        {
-            let docker = self.docker.clone();
-            self.runner.created(format!("network {network}"), move || {
-                Box::pin(async move {
-                    docker::remove_network_if_unused(&docker, &network)
-                        .await
-                        .map(|_| ())
-                })
-            });
-        }
-        Ok(())
-    }
-
-    /// Records the LocalStack container for removal when this run makes it.
-    async fn record_new_localstack(&self) -> Result<(), Error> {
-        let settings = &self.stack.settings;
-        let container = localstack::container_name(settings);
-        if docker::inspect(self.docker, &container).await?.is_none() {
-            let (docker, owned) = (self.docker.clone(), settings.clone());
-            self.runner
-                .created(format!("LocalStack container {container}"), move || {
-                    Box::pin(async move { localstack::down(&docker, &owned).await.map(|_| ()) })
-                });
-        }
-        Ok(())
-    }
-
-    /// Records the cluster for removal when this run makes (or remakes) it.
-    fn record_new_cluster(&self, plan: &cluster::Plan) {
-        if !plan.creates(self.options.recreate) {
-            return;
-        }
-        let settings = &self.stack.settings;
-        let (engine, owned) = (docker::shared(self.docker), settings.clone());
-        let ui = self.stack.ui.clone();
-        let what = match settings.cluster.provider {
-            Provider::Existing => "what the stack put in the existing cluster".to_string(),
-            provider => format!("{} cluster", provider.as_str()),
-        };
-        self.runner.created(what, move || {
-            Box::pin(async move {
-                super::uninstall_from_existing(&owned, &ui).await?;
-                cluster::remove(&engine, &owned).await.map(|_| ())
-            })
-        });
-    }
-
-    /// The LocalStack step, then the Seeding step.
-    async fn localstack_and_seed(&self) -> Result<LocalStackUp, Error> {
-        let (docker, settings) = (self.docker, &self.stack.settings);
-        let report = self
-            .runner
-            .step(
-                format!("LocalStack {}", settings.localstack.image),
-                None,
-                |step: Arc<Step>| async move {
-                    let report = localstack::up(docker, settings, &|m| step.progress(m)).await?;
-                    let summary = format!("{} at {}", report.action, report.endpoint.url);
-                    Ok((report, summary))
-                },
-            )
-            .await?;
-        let bound = settings.with_localstack_port(report.endpoint.host_port);
-        self.seeded(report, bound, None).await
-    }
-
-    /// The settings with what only the cluster tells, which the stack's
-    /// record keeps for later commands: whether its nodes pull the images
-    /// themselves (the manifests then name the images in their registries'
-    /// mirrors), the cluster's own ESO that serves the stack, and whether
-    /// it shares the cluster with a stack that came first.
-    fn what_the_cluster_decides(&self, info: &cluster::ClusterInfo) -> Result<Settings, Error> {
-        state::StackRecord::update(&self.stack.settings, |r| {
-            r.nodes_pull = info.nodes_pull;
-            r.cluster_eso = info.cluster_eso.clone();
-            r.shares_cluster = info.shares_cluster;
-        })?;
-        let mut settings = self.stack.settings.clone();
-        state::attach_record(&mut settings);
-        Ok(settings)
-    }
-
-    /// The LocalStack step with LocalStack in the cluster, reached through
-    /// a port-forward that lives as long as the run, then the Seeding step.
-    async fn in_cluster_localstack_and_seed(
-        &self,
-        settings: &Settings,
-        client: &kube::Client,
-    ) -> Result<LocalStackUp, Error> {
-        let (report, forward) = self
-            .runner
-            .step(
-                format!("LocalStack {} in the cluster", settings.localstack.image),
-                None,
-                |step: Arc<Step>| async move {
-                    let (report, forward) =
-                        localstack::in_cluster::up(client, settings, &|m| step.progress(m)).await?;
-                    let summary = format!(
-                        "{} at {} (a port-forward to {})",
-                        report.action, report.endpoint.url, report.endpoint.container
-                    );
-                    Ok(((report, forward), summary))
-                },
-            )
-            .await?;
-        let bound = settings.with_localstack_port(forward.local_addr().port());
-        self.seeded(report, bound, Some(forward)).await
-    }
-
-    /// The Seeding step, on LocalStack as the LocalStack step left it.
-    async fn seeded(
-        &self,
-        report: LocalStackReport,
-        bound: Settings,
-        forward: Option<PortForward>,
-    ) -> Result<LocalStackUp, Error> {
-        let settings = &self.stack.settings;
-        // Only a LocalStack that lost its state lacks the bucket: community
-        // LocalStack keeps none across a restart.
-        let kept_state = gitops::source::bucket_exists(&bound).await;
-        let seeded = self
-            .runner
-            .step(
-                format!("Seeding {} secret(s)", settings.secrets.len()),
-                Some((seed::default_timeout(settings), "timeouts.seed")),
-                |_| async {
-                    let client = crate::aws::secrets_manager(&bound);
-                    let report = seed::seed(&bound, &client, SeedOptions::default()).await?;
-                    let summary = seed::summary(&report);
-                    Ok((report, summary))
-                },
-            )
-            .await?;
-        Ok(LocalStackUp {
-            report,
-            seeded,
-            settings: bound,
-            kept_state,
-            _forward: forward,
-        })
-    }
-
-    /// The Cluster step: the nodes restored from the snapshot first, if any.
-    async fn provision_cluster(&self) -> Result<Provisioned, Error> {
-        let settings = &self.stack.settings;
-        let engine = docker::shared(self.docker);
-        let (restore, recreate) = (self.restore, self.options.recreate);
-        self.runner
-            .step(
-                match settings.cluster.provider {
-                    Provider::Existing => format!(
-                        "Cluster (existing, context {})",
-                        settings.cluster.context.as_deref().unwrap_or("current")
-                    ),
-                    provider => format!(
-                        "Cluster ({}, {})",
-                        provider.as_str(),
-                        settings.cluster.image
-                    ),
-                },
-                None,
-                |step: Arc<Step>| async move {
-                    let options = cluster::ProvisionOptions {
-                        recreate,
-                        // The Flux step waits for it, while Flux installs.
-                        coredns_later: true,
-                        images_restored: restore.is_some(),
-                    };
-                    if let Some(snapshot) = restore {
-                        snapshot::restore_nodes(engine.as_ref(), settings, snapshot, &step).await?;
-                    }
-                    let provisioned = cluster::provision(&engine, settings, options, &step).await?;
-                    let summary = provisioned.info.summary();
-                    Ok((provisioned, summary))
-                },
-            )
-            .await
     }
 
     /// What the LocalStack and Cluster steps found drifted on an existing
@@ -609,27 +363,22 @@ impl UpRun<'_> {
         if self.restore.is_none() {
             return Ok(None);
         }
-        let engine = docker::shared(self.docker);
         Ok(Some(
-            snapshot::after_restore(engine.as_ref(), settings, client).await?,
+            snapshot::after_restore(self.docker.as_ref(), settings, client).await?,
         ))
     }
 
     /// The LocalStack route for pods step: the in-cluster Service that points
     /// at the container.
-    async fn route_localstack(
+    async fn localstack_route_for_pods(
         &self,
         settings: &Settings,
-        provisioned: &Provisioned,
+        client: &kube::Client,
     ) -> Result<(), Error> {
         self.runner
             .step("LocalStack route for pods", None, |_| async {
-                let routed = localstack::route_localstack(
-                    self.docker,
-                    settings,
-                    &provisioned.info.kubeconfig,
-                )
-                .await?;
+                let routed =
+                    localstack::route_for_pods(self.docker.as_ref(), settings, client).await?;
                 if !routed {
                     return Err(Error::internal(
                         "LocalStack has no address on the stack network",
@@ -745,39 +494,4 @@ impl UpRun<'_> {
             )
             .await
     }
-}
-
-/// Docker answers (an existing cluster needs none), the kubeconfig files are
-/// writable, the pins and bundle hold what the profile asks for, and the
-/// cluster's plan is allowed.
-async fn preflight(
-    docker: &bollard::Docker,
-    settings: &Settings,
-    recreate: bool,
-) -> Result<cluster::Plan, Error> {
-    // An existing cluster's nodes may be anywhere: no engine is needed here.
-    if settings.cluster.provider != Provider::Existing {
-        docker::ping(docker)
-            .await
-            .map_err(|e| docker::engine_error("ping the Docker engine", e))?;
-    }
-    // A change the cluster cannot take in place is refused before anything
-    // (LocalStack included) is touched.
-    let plan = cluster::plan(&docker::shared(docker), settings).await?;
-    plan.check(recreate, settings)?;
-    crate::cluster::kubeconfig::check_writable(&state::kubeconfig_path(settings))?;
-    if settings.cluster.merge_kubeconfig {
-        crate::cluster::kubeconfig::check_writable(&settings.user_kubeconfig)?;
-    }
-    // A pinned version the offline bundle lacks fails here, not minutes
-    // later when Flux or the chart is reached.
-    crate::artifacts::check_version(
-        settings,
-        &crate::artifacts::Pins::load(settings.images.pins_file.as_deref())?,
-    )?;
-    // The artifact cache is filled and checked by the next step.
-    if settings.images.bundle.is_some() {
-        crate::bundle::open_checked(settings, docker::shared(docker).as_ref()).await?;
-    }
-    Ok(plan)
 }

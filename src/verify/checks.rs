@@ -60,6 +60,19 @@ fn secret_verdict(
     }
 }
 
+/// The API server could not reach ESO's webhook (as opposed to the webhook
+/// refusing the object).
+fn webhook_unreachable(message: &str) -> bool {
+    message.contains("failed calling webhook")
+        && [
+            "no route to host",
+            "connection refused",
+            "no endpoints available",
+        ]
+        .iter()
+        .any(|m| message.contains(m))
+}
+
 /// What the run may have created, for cleanup (marked before each request:
 /// a request that timed out may still have happened).
 #[derive(Default)]
@@ -290,6 +303,28 @@ impl<'a> RoundTrip<'a> {
         }
     }
 
+    /// Applies `object` through ESO's webhook, waiting while the webhook
+    /// does not answer yet. A node that started again (`devstack start`, a
+    /// machine restart) lists the webhook's pod Ready, as it was before the
+    /// stop, until its kubelet has brought the pod back: the API server's
+    /// calls meanwhile find no route to it.
+    async fn apply_once_the_webhook_answers(&self, object: &Value) -> Result<(), Fail> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let why = match crate::k8s::apply(&self.client, object).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e.message().to_string(),
+            };
+            if !webhook_unreachable(&why) || Instant::now() >= deadline {
+                return Err(Fail::Reason(why));
+            }
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Err(Fail::Cancelled),
+                () = tokio::time::sleep(POLL) => {}
+            }
+        }
+    }
+
     /// Each wait of a check may take `timeouts.verify` (or the caller's bound).
     fn budget(&self, limit: Duration) -> Budget {
         Budget::new(limit, "timeouts.verify")
@@ -440,9 +475,8 @@ impl<'a> RoundTrip<'a> {
         }
         self.touched.external_secret = true;
         let started = Instant::now();
-        crate::k8s::apply(&self.client, &probe_external_secret(&self.probe, None))
-            .await
-            .map_err(|e| Fail::Reason(e.message().to_string()))?;
+        self.apply_once_the_webhook_answers(&probe_external_secret(&self.probe, None))
+            .await?;
         self.wait_secret_value(&self.probe.initial, None).await?;
         Ok((
             started.elapsed(),
@@ -713,6 +747,17 @@ impl<'a> RoundTrip<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_webhook_the_api_server_cannot_reach_is_waited_for() {
+        let unreachable = "apply ExternalSecret/p: ApiError: Internal error occurred: failed calling webhook \"validate.externalsecret.external-secrets.io\": failed to call webhook: Post \"https://external-secrets-webhook.external-secrets.svc:443/validate\": dial tcp 10.96.184.148:443: connect: no route to host";
+        assert!(webhook_unreachable(unreachable));
+        let refused = "apply ExternalSecret/p: ApiError: admission webhook \"validate.externalsecret.external-secrets.io\" denied the request: spec.target is invalid";
+        assert!(!webhook_unreachable(refused));
+        assert!(!webhook_unreachable(
+            "apply ExternalSecret/p: connect: no route to host"
+        ));
+    }
     use crate::verify::REASON_SECRET_SYNCED;
 
     #[test]

@@ -82,7 +82,7 @@ pub async fn run(
     ui: &Ui,
 ) -> Result<VerifyReport, Error> {
     let started = Instant::now();
-    preflight_localstack(settings).await?;
+    require_localstack(settings).await?;
     let probe = Probe::new(&settings.verify.namespace, &settings.names.store());
     let push_secret = options.push_secret || settings.verify.push_secret;
     let timeout = options
@@ -119,7 +119,7 @@ pub async fn run(
 }
 
 /// LocalStack must answer before anything is created.
-async fn preflight_localstack(settings: &Settings) -> Result<(), Error> {
+async fn require_localstack(settings: &Settings) -> Result<(), Error> {
     let endpoint = settings.localstack.endpoint_url();
     let hint = "start it with `devstack localstack up` (or the whole stack with `devstack up`)";
     match crate::localstack::HealthClient::new(&endpoint)?

@@ -4,7 +4,8 @@
 //! (merging its context) -> Ctrl-C during the round trip -> `down` (with a
 //! process frozen in a node, as a killed `runc create` leaves one, and from a
 //! shell without the bundle, kind or network); a foreign kind cluster of the
-//! stack's name refused and left alone; kind missing named with its fix.
+//! stack's name refused and left alone; a failed `kind create` rolled back by
+//! devstack alone, or kept with `--retain`; kind missing named with its fix.
 //! Shape drift and Ctrl-C during create are in providers.rs, one body
 //! for both providers. Where the bundle has no kind CLI or node image, each test prints
 //! `SKIPPED: <test>: <reason>` (tests/run.sh counts those as skipped).
@@ -383,6 +384,59 @@ fn a_foreign_kind_cluster_of_the_stack_name_is_refused_and_left_alone() {
             "{args:?} removed the foreign node"
         );
     }
+}
+
+/// `kind create` fails half-way (the control plane's `cluster.ports` host
+/// port is taken, so its container is created but cannot start) and leaves
+/// its nodes, as devstack runs it with `--retain`: `up` rolls them back
+/// itself, and `up --retain` keeps them, saying how to remove them, which
+/// `down` then does.
+#[test]
+#[ignore = "needs Docker and the offline kit: make test-cluster"]
+fn a_failed_kind_create_is_rolled_back_by_devstack_or_kept_with_retain() {
+    const TEST: &str = "a_failed_kind_create_is_rolled_back_by_devstack_or_kept_with_retain";
+    let Some(kind) = kind_kit(TEST) else {
+        return;
+    };
+    ensure_busybox_image();
+    let stack = TestStack::new("kfail");
+    let _guard = KindGuard::new(kind, &stack);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let profile = dev_profile(&stack, taken.local_addr().unwrap().port());
+    let cluster = kind_cluster(&stack);
+
+    let up = stack.run(&profile, &["up"]);
+    assert_eq!(up.code, 3, "{}", up.all());
+    assert!(
+        up.stderr
+            .contains(&format!("kind cluster `{cluster}` creation failed")),
+        "{}",
+        up.stderr
+    );
+    assert!(up.stderr.contains("rolled back"), "{}", up.stderr);
+    assert_eq!(kind_nodes(&stack), Vec::<String>::new(), "{}", up.stderr);
+    assert_eq!(stack.leftovers(), Vec::<String>::new(), "{}", up.stderr);
+
+    let kept = stack.run(&profile, &["up", "--retain"]);
+    assert_eq!(kept.code, 3, "{}", kept.all());
+    assert!(
+        kept.stderr.contains("is retained (--retain: ")
+            && kept.stderr.contains(" down` removes it"),
+        "{}",
+        kept.stderr
+    );
+    let nodes = kind_nodes(&stack);
+    assert!(
+        nodes.contains(&format!("{cluster}-control-plane")),
+        "the failed create's nodes are kept: {nodes:?}\n{}",
+        kept.stderr
+    );
+
+    let down = stack.run(&profile, &["down"]);
+    assert_eq!(down.code, 0, "{}", down.all());
+    assert_eq!(kind_nodes(&stack), Vec::<String>::new(), "{}", down.stderr);
+    assert_eq!(stack.leftovers(), Vec::<String>::new(), "{}", down.stderr);
+    drop(taken);
 }
 
 #[test]

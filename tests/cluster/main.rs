@@ -21,4 +21,5 @@ mod repository;
 mod restart_k3s;
 mod snapshot_k3s;
 mod stack_k3s;
+mod stop_start;
 mod upgrade_k3s;

@@ -12,21 +12,21 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 
 /// What differs between the providers, as far as these tests care.
-enum Provider {
+pub(crate) enum Provider {
     K3s,
     Kind(PathBuf),
 }
 
 impl Provider {
-    fn k3s() -> Option<Provider> {
+    pub(crate) fn k3s() -> Option<Provider> {
         require_cluster_kit().then_some(Provider::K3s)
     }
 
-    fn kind(test: &str) -> Option<Provider> {
+    pub(crate) fn kind(test: &str) -> Option<Provider> {
         kind_kit(test).map(Provider::Kind)
     }
 
-    fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Provider::K3s => "k3s",
             Provider::Kind(_) => "kind",
@@ -48,7 +48,7 @@ impl Provider {
 
     /// A profile for `stack` on this provider with `agents` worker nodes and
     /// `extra` cluster keys (indented under `cluster:`).
-    fn profile(&self, stack: &TestStack, agents: u8, extra: &str) -> PathBuf {
+    pub(crate) fn profile(&self, stack: &TestStack, agents: u8, extra: &str) -> PathBuf {
         stack.profile(&format!(
             "cluster:\n  provider: {}\n  agents: {agents}\n  kubeconfig: {{merge: false}}\n{extra}images:\n  bundle: {}\n",
             self.name(),
@@ -57,7 +57,7 @@ impl Provider {
     }
 
     /// The stack's node containers, running or not.
-    fn node_containers(&self, stack: &TestStack) -> Vec<String> {
+    pub(crate) fn node_containers(&self, stack: &TestStack) -> Vec<String> {
         match self {
             Provider::Kind(_) => kind_nodes(stack),
             Provider::K3s => docker_lines(&[
@@ -76,7 +76,7 @@ impl Provider {
 
     /// Deletes a kind cluster the test leaves behind; K3s nodes carry
     /// devstack's labels, so `TestStack` already removes them.
-    fn guard(&self, stack: &TestStack) -> Option<KindGuard> {
+    pub(crate) fn guard(&self, stack: &TestStack) -> Option<KindGuard> {
         match self {
             Provider::Kind(kind) => Some(KindGuard::new(kind.clone(), stack)),
             Provider::K3s => None,

@@ -71,6 +71,9 @@ fn an_unreachable_docker_engine_exits_3() {
     );
 }
 
+/// The container the timed-out `localstack up` created is removed by its
+/// rollback, as `up`'s would be; `--retain` keeps it, saying how to remove
+/// it, which `localstack down` does.
 #[test]
 #[ignore = "needs a Docker engine: make test-docker"]
 fn a_wait_past_its_deadline_exits_5() {
@@ -93,6 +96,27 @@ fn a_wait_past_its_deadline_exits_5() {
         "{}",
         run.stderr
     );
+    assert!(run.stderr.contains("rolled back"), "{}", run.stderr);
+    assert!(
+        stack.containers().is_empty(),
+        "left: {:?}\n{}",
+        stack.containers(),
+        run.stderr
+    );
+
+    let kept = stack.run(&profile, &["localstack", "up", "--retain"]);
+    assert_eq!(kept.code, 5, "{}", kept.all());
+    assert!(
+        kept.stderr.contains(&format!(
+            "is retained (--retain: LocalStack container devstack-{}-localstack)",
+            stack.name
+        )) && kept.stderr.contains(" down` removes it"),
+        "{}",
+        kept.stderr
+    );
+    assert_eq!(stack.containers().len(), 1, "{}", kept.stderr);
+    stack.run(&profile, &["localstack", "down"]).ok();
+    assert!(stack.containers().is_empty());
 }
 
 #[test]
@@ -146,6 +170,8 @@ fn an_unhealthy_stack_exits_4() {
         vec!["seed"],
         vec!["sync"],
         vec!["snapshot", "save"],
+        vec!["stop"],
+        vec!["start"],
     ] {
         // `auto`: no port to export before LocalStack is made (a fixed
         // one is exported before, as `facts` works before the stack).
@@ -394,6 +420,112 @@ fn localstack_up_and_down_wait_for_a_run_that_holds_the_stack() {
             assert!(after.is_empty(), "{after:?}\n{stderr}");
         }
     }
+}
+
+/// `cluster up` and `cluster down` take the stack's lock as `up` does: a
+/// `cluster down` started while `localstack up` runs waits for it, naming
+/// it, and goes ahead once it is done; a `cluster up` waits for the run that
+/// holds the lock too, and Ctrl-C ends it there (exit 130) with nothing
+/// created.
+#[test]
+#[ignore = "needs a Docker engine: make test-docker"]
+fn cluster_up_and_down_wait_for_a_run_that_holds_the_stack() {
+    if !require_docker() {
+        return;
+    }
+    require_image(LOCALSTACK_IMAGE);
+    let stack = TestStack::new("cl-lock");
+    // Pinned: settling an open provider may look for kind first.
+    let profile = stack.profile("cluster:\n  provider: k3s\n");
+    let waiting = format!("waiting for another devstack run on stack `{}`", stack.name);
+
+    // LocalStack takes seconds to report healthy: the lock is held that long.
+    let localstack = stack.spawn(&profile, &["localstack", "up"]);
+    let holder = format!("`devstack localstack up`, pid {}", localstack.id());
+    let lock_path = stack
+        .dir
+        .path()
+        .join(format!("state/locks/{}.lock", stack.name));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&lock_path).ok().as_deref() != Some(holder.as_str()) {
+        assert!(
+            Instant::now() < deadline,
+            "`localstack up` never took the lock"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut down = stack.spawn(&profile, &["cluster", "down"]);
+    let stderr = wait_for_line(
+        &mut down,
+        "cluster down",
+        &format!("{waiting} to finish ({holder})"),
+    );
+    let localstack = localstack.wait_with_output().unwrap();
+    assert!(
+        localstack.status.success(),
+        "{}",
+        String::from_utf8_lossy(&localstack.stderr)
+    );
+    let status = down.wait().unwrap();
+    let stderr = stderr.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("has no cluster"), "{stderr}");
+
+    let (_, held) = hold_stack_lock(&stack);
+    let before = stack.leftovers();
+    let mut up = stack.spawn(&profile, &["cluster", "up"]);
+    let stderr = wait_for_line(&mut up, "cluster up", &waiting);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        up.try_wait().unwrap().is_none(),
+        "`cluster up` finished while the lock was held"
+    );
+    // SAFETY: signalling the child this test spawned.
+    unsafe {
+        libc::kill(up.id() as i32, libc::SIGINT);
+    }
+    let status = up.wait().unwrap();
+    let stderr = stderr.join().unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert_eq!(
+        stack.leftovers(),
+        before,
+        "a run that never got the lock creates nothing: {stderr}"
+    );
+    drop(held);
+}
+
+/// `stop` does not wait for a run that holds the stack, as `up` and `down`
+/// do: it is refused at once (exit 3), naming that run, with nothing stopped.
+#[test]
+#[ignore = "needs a Docker engine: make test-docker"]
+fn stop_is_refused_while_another_run_holds_the_stack() {
+    use std::io::Write;
+    if !require_docker() {
+        return;
+    }
+    let stack = TestStack::new("stop-busy");
+    let profile = stack.profile("cluster:\n  provider: k3s\n");
+    let (_, mut held) = hold_stack_lock(&stack);
+    write!(held, "`devstack up`, pid 4242").unwrap();
+    let started = Instant::now();
+    let run = stack.run(&profile, &["stop"]);
+    assert_eq!(run.code, 3, "{}", run.all());
+    assert!(started.elapsed() < Duration::from_secs(10), "it waited");
+    assert!(
+        run.stderr.contains(&format!(
+            "stack `{}` is busy: {}, pid 4242 is working on it, so nothing was stopped",
+            stack.name,
+            quoted_command(&profile, "up")
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(&quoted_command(&profile, "stop")),
+        "{}",
+        run.stderr
+    );
 }
 
 /// Takes `stack`'s lock as another devstack run would hold it; released

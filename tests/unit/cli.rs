@@ -29,6 +29,8 @@ fn help_texts() {
         vec!["--help"],
         vec!["up", "--help"],
         vec!["down", "--help"],
+        vec!["stop", "--help"],
+        vec!["start", "--help"],
         vec!["sync", "--help"],
         vec!["profile", "--help"],
         vec!["localstack", "--help"],

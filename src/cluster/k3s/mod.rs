@@ -147,7 +147,7 @@ struct ServerFacts {
 }
 
 /// The host ports a node publishes besides the API server's.
-fn published_ports(bindings: &bollard::models::PortMap) -> Vec<(u16, u16)> {
+fn published_ports(bindings: &docker::models::PortMap) -> Vec<(u16, u16)> {
     bindings
         .iter()
         .filter_map(|(key, to)| {
@@ -303,7 +303,7 @@ async fn converge_nodes(
     let Some(found) = existing.iter().find(|n| n.name == server) else {
         if !existing.is_empty() {
             // Agents without their server cannot join anything: start over.
-            remove_nodes(engine, settings).await?;
+            delete(engine, settings).await?;
         }
         let api_port = super::choose_api_port(settings)?;
         create_nodes(engine, settings, api_port, step)
@@ -397,9 +397,6 @@ pub async fn up(
             created: converged.created,
             repaired: converged.repaired.clone(),
             images_loaded: converged.created,
-            nodes_pull: false,
-            cluster_eso: None,
-            shares_cluster: false,
         })
     };
     let finish = async {
@@ -568,8 +565,8 @@ fn first_file_in_tar(bytes: &[u8]) -> Option<String> {
     Some(text)
 }
 
-/// Removes the stack's K3s node containers and their volumes.
-pub(super) async fn remove_nodes(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
+/// Deletes the stack's K3s cluster: its node containers and their volumes.
+pub(super) async fn delete(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
     let mut removed = false;
     for node in nodes(engine, settings).await? {
         removed |= docker::remove_container(engine, &node.name).await?;
@@ -1022,7 +1019,7 @@ mod engine_tests {
         });
         let (e, s) = (engine.clone(), f.settings.clone());
         runner.created("k3s cluster", move || {
-            Box::pin(async move { remove_nodes(e.as_ref(), &s).await.map(drop) })
+            Box::pin(async move { delete(e.as_ref(), &s).await.map(drop) })
         });
         let failed: Result<(), Error> = runner
             .step("Fails", None, |_| async { Err(Error::internal("boom")) })

@@ -3,17 +3,16 @@
 
 use std::collections::HashMap;
 
-use bollard::models::{
-    ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum, PortBinding, PortMap,
-    VolumeCreateRequest,
-};
-
 use super::images::{NodeTarball, Stage, file_name, node_tarballs, staged_images_dir};
 use super::{
     API_PORT, IMAGES_IN_NODE, LABEL_API_PORT, LABEL_FIXED_ARGS, LABEL_NODE_NAME, PRELOAD_IN_NODE,
     ROLE_AGENT, ROLE_SERVER, SHARED_IN_NODE, STATE_PATHS, node_labels,
 };
-use crate::cluster::{kubeconfig, node_name, preload};
+use crate::cluster::{kubeconfig, node_name};
+use crate::docker::models::{
+    ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum, PortBinding, PortMap,
+    VolumeCreateRequest,
+};
 use crate::docker::{self, Cgroup, Engine};
 use crate::error::Error;
 use crate::profile::Settings;
@@ -156,7 +155,7 @@ pub(super) async fn create_nodes(
     step: &Step,
 ) -> Result<(), Error> {
     let image = &settings.cluster.image;
-    let bundle = preload::open_bundle(settings)?;
+    let bundle = crate::bundle::open(settings)?;
     step.progress(format!("node image {image}"));
     crate::bundle::ensure_image(engine, image, bundle.as_ref()).await?;
     let tarballs = node_tarballs(engine, settings).await?;
@@ -410,11 +409,11 @@ fn container_body(
         cmd: Some(node.args),
         env: Some(env),
         hostname: Some(node.identity.to_string()),
-        networking_config: node.ip.map(|ip| bollard::models::NetworkingConfig {
+        networking_config: node.ip.map(|ip| docker::models::NetworkingConfig {
             endpoints_config: Some(HashMap::from([(
                 settings.resource_prefix(),
-                bollard::models::EndpointSettings {
-                    ipam_config: Some(bollard::models::EndpointIpamConfig {
+                docker::models::EndpointSettings {
+                    ipam_config: Some(docker::models::EndpointIpamConfig {
                         ipv4_address: Some(ip.to_string()),
                         ..Default::default()
                     }),

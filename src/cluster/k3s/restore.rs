@@ -4,7 +4,7 @@
 
 use super::node::{NewNode, agent_args, create_node, own_server_args, server_args};
 use super::{LABEL_NODE_NAME, ROLE_AGENT, ROLE_SERVER, cluster_token, nodes};
-use crate::cluster::{node_name, preload};
+use crate::cluster::node_name;
 use crate::docker::{self, Engine};
 use crate::error::Error;
 use crate::profile::Settings;
@@ -168,7 +168,7 @@ pub async fn create_restored_nodes(
     let same_subnet =
         addressing.is_some() && docker::network_subnet(engine, &network).await? == saved.subnet;
     let image = &settings.cluster.image;
-    let bundle = preload::open_bundle(settings)?;
+    let bundle = crate::bundle::open(settings)?;
     crate::bundle::ensure_image(engine, image, bundle.as_ref()).await?;
     let api_port = crate::cluster::choose_api_port(settings)?;
     let mut created = Vec::new();

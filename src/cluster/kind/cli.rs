@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use super::{INSTALL_HINT, STDERR_TAIL_LINES};
 use crate::bundle::{Artifact, Bundle};
-use crate::cluster::preload;
 use crate::error::Error;
 use crate::hostinfo::{parse_semver, tool_version};
 use crate::profile::{HumanDuration, Settings};
@@ -88,7 +87,7 @@ fn verified_bundled_kind(settings: &Settings) -> Result<Option<PathBuf>, Error> 
 }
 
 fn bundled_kind_entry(settings: &Settings) -> Option<(Bundle, Artifact)> {
-    let bundle = preload::open_bundle(settings).ok().flatten()?;
+    let bundle = crate::bundle::open(settings).ok().flatten()?;
     let artifact = bundle
         .index
         .artifacts

@@ -9,7 +9,7 @@
 //! listing is [`find_cluster`]'s, the removal [`docker::remove_container`]'s
 //! (forced, anonymous volumes included: the nodes' `/var`), and devstack
 //! never lets kind write a kubeconfig but a throw-away one (its own merged
-//! context is [`crate::cluster::remove`]'s business). So `down` and rollback
+//! context is [`crate::cluster::delete`]'s business). So `down` and rollback
 //! need neither the kind binary nor the Docker CLI: a stack made with a
 //! bundle's or a downloaded kind comes down from a shell that has neither,
 //! offline. kind's shared `kind` network stays, as kind leaves it (other
@@ -29,7 +29,7 @@ use crate::profile::{HumanDuration, Settings};
 /// touched; the stack network and LocalStack are other modules' business. A
 /// cluster of the same name devstack did not create is left alone, with a
 /// warning.
-pub async fn down(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
+pub async fn delete(engine: &dyn Engine, settings: &Settings) -> Result<bool, Error> {
     match find_cluster(engine, settings).await? {
         Found::None => Ok(false),
         Found::Foreign => {
@@ -118,7 +118,7 @@ async fn thaw_from_host(
     image: &str,
     node_ids: &[String],
 ) -> Result<String, Error> {
-    use bollard::models::{ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum};
+    use crate::docker::models::{ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum};
     let helper = format!("{}-thaw", cluster_name(settings));
     let _ = engine.remove_container(&helper).await;
     let mut cmd = vec![

@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use crate::bundle::normalize_reference;
 use crate::cluster::plan::ports_change;
-use crate::cluster::preload;
 use crate::cluster::{Change, ClusterInfo, Plan, ProvisionOptions, kubeconfig};
 use crate::docker::{Engine, exec_in};
 use crate::error::Error;
@@ -38,7 +37,7 @@ use crate::ui::Step;
 
 pub use cli::{KindCli, bundled_kind, find_installed_kind, find_kind, find_kind_from};
 pub use config::{config_yaml, owner_marker_dir};
-pub use delete::down;
+pub use delete::delete;
 
 use cli::{kind_failed, kind_stdout, require_docker_cli, run_kind, scratch_dir};
 use config::validate_mirrors;
@@ -99,7 +98,6 @@ pub(super) async fn up(
         Found::Ours(existing) => {
             // Kind cannot change a running cluster's shape: `plan` reports it
             // and the caller recreates or refuses before this point.
-            plan(engine, settings).await?.check(false, settings)?;
             let repaired = start_stopped(engine, &existing, step).await?;
             return converge(engine, settings, &kind, false, repaired, step).await;
         }
@@ -110,7 +108,7 @@ pub(super) async fn up(
     // kind would pull the node image itself, but only devstack knows the
     // offline bundle.
     step.progress(format!("node image {}", settings.cluster.image));
-    let bundle = preload::open_bundle(settings)?;
+    let bundle = crate::bundle::open(settings)?;
     crate::bundle::ensure_image(engine, &settings.cluster.image, bundle.as_ref()).await?;
 
     let cgroup = engine
@@ -206,6 +204,9 @@ async fn create(
         // devstack waits for Ready itself, with progress and its own timeout.
         OsStr::new("--wait"),
         OsStr::new("0s"),
+        // A failed create leaves its nodes: devstack's rollback alone removes
+        // them, and `--retain` keeps them to look at.
+        OsStr::new("--retain"),
     ];
     let output = run_kind(kind, &args, settings.timeouts.cluster.get())
         .await
@@ -300,9 +301,6 @@ async fn converge(
         created,
         repaired,
         images_loaded: false,
-        nodes_pull: false,
-        cluster_eso: None,
-        shares_cluster: false,
     })
 }
 
@@ -540,16 +538,16 @@ mod engine_tests {
             err.message()
         );
         assert!(!any_node(&engine, &s).await.unwrap());
-        // `down` leaves it alone (and needs no kind binary to decide so).
-        assert!(!down(&engine, &s).await.unwrap());
+        // `delete` leaves it alone (and needs no kind binary to decide so).
+        assert!(!delete(&engine, &s).await.unwrap());
         assert_eq!(engine.container_names().len(), 1);
     }
 
-    /// `down` removes the stack's nodes through the engine alone: no kind
+    /// `delete` removes the stack's nodes through the engine alone: no kind
     /// binary or Docker CLI is looked for (the fake engine is all there is),
     /// and another kind cluster's node stays.
     #[tokio::test]
-    async fn down_removes_its_nodes_through_the_engine_alone() {
+    async fn delete_removes_its_nodes_through_the_engine_alone() {
         let mut s = settings("  agents: 1\n");
         let state = tempfile::tempdir().unwrap();
         s.state_dir = state.path().to_path_buf();
@@ -570,7 +568,7 @@ mod engine_tests {
                 .insert("someone-else-control-plane".into(), other)
         });
 
-        assert!(down(&engine, &s).await.unwrap());
+        assert!(delete(&engine, &s).await.unwrap());
         let cluster = cluster_name(&s);
         assert_eq!(engine.container_names(), ["someone-else-control-plane"]);
         let removals: Vec<String> = engine
@@ -585,8 +583,8 @@ mod engine_tests {
                 format!("remove container {cluster}-worker"),
             ]
         );
-        // Nothing left: a second `down` finds nothing to remove.
-        assert!(!down(&engine, &s).await.unwrap());
+        // Nothing left: a second `delete` finds nothing to remove.
+        assert!(!delete(&engine, &s).await.unwrap());
     }
 
     #[tokio::test]

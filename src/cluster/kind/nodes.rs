@@ -5,13 +5,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use bollard::models::ContainerSummaryStateEnum;
-
 use super::config::{hosts_toml, owner_marker_dir};
 use super::{
     LABEL_CLUSTER, LABEL_ROLE, MARKER_IN_NODE, REGISTRY_CONFIG_DIR, ROLE_CONTROL_PLANE,
     ROLE_WORKER, cluster_name,
 };
+use crate::docker::models::ContainerSummaryStateEnum;
 use crate::docker::{self, Engine, exec_in};
 use crate::error::Error;
 use crate::profile::Settings;
@@ -136,7 +135,7 @@ pub(super) async fn find_cluster(engine: &dyn Engine, settings: &Settings) -> Re
 async fn node_mounts(
     engine: &dyn Engine,
     node: &str,
-) -> Result<Option<Vec<bollard::models::MountPoint>>, Error> {
+) -> Result<Option<Vec<docker::models::MountPoint>>, Error> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         let Some(container) = docker::inspect(engine, node).await? else {

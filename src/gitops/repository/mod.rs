@@ -7,12 +7,12 @@
 //! (Flux Operator's `flux-runtime-info` contract); here devstack does, from
 //! the profile's `facts:`, and before any Kustomization that reads them is
 //! applied, so no level waits on a missing object. Flux 2.9 fails a whole
-//! Kustomization on a `${VAR}` nobody provides: [`preflight`] applies the
-//! same rule before anything is created, with file and line.
+//! Kustomization on a `${VAR}` nobody provides: [`check_substitution`]
+//! applies the same rule before anything is created, with file and line.
 
 mod files;
-mod preflight;
 mod report;
+mod substitution;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -26,8 +26,8 @@ use crate::error::Error;
 use crate::profile::settings::{AppSettings, HelmValuesSettings};
 use crate::profile::{GitopsSourceKind, SecretString, Settings};
 pub use files::repository_files;
-pub use preflight::preflight;
 pub use report::{FactRow, FactsReport, dotenv, report};
+pub use substitution::check_substitution;
 
 /// Label of every object this module publishes, with what it is: so that
 /// objects a later profile no longer asks for are found and removed, and
@@ -602,7 +602,7 @@ mod tests {
     #[test]
     fn the_example_publishes_its_facts_values_and_apps() {
         let (_dir, settings) = example(|_| {});
-        preflight(&settings).unwrap();
+        check_substitution(&settings).unwrap();
         let objects = published(&settings);
 
         let runtime = &find(&objects, "ConfigMap", "flux-runtime-info")["data"];
@@ -696,7 +696,7 @@ mod tests {
             )
             .unwrap();
         });
-        let err = preflight(&settings).unwrap_err();
+        let err = check_substitution(&settings).unwrap_err();
         let message = err.message();
         assert!(message.contains("${NOBODY_SETS_THIS}"), "{message}");
         assert!(message.contains("apps/config.yaml:17:"), "{message}");
@@ -717,7 +717,7 @@ mod tests {
             );
             std::fs::write(profile, text).unwrap();
         });
-        let err = preflight(&settings).unwrap_err();
+        let err = check_substitution(&settings).unwrap_err();
         let message = err.message();
         assert!(
             message.contains("sensitive fact(s) `api_token`"),

@@ -12,7 +12,7 @@ use crate::profile::{GitopsSourceKind, Settings};
 /// created: every `${VAR}` without a default in the apps' manifests (a local
 /// repository) and in the Helm values must have a fact. Every missing name
 /// is reported at its file and line at once.
-pub fn preflight(settings: &Settings) -> Result<(), Error> {
+pub fn check_substitution(settings: &Settings) -> Result<(), Error> {
     let provided = fact_names(settings);
     let mut plain: BTreeMap<String, String> = provided
         .iter()
