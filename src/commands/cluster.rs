@@ -67,6 +67,9 @@ pub async fn up(
     // One rollback owner, as for `up`: the runner undoes a cluster this run
     // created when provisioning fails or Ctrl-C cancels it.
     let interrupts = Interrupts::watch(true);
+    // Before the lock, which lives in the same state directory: an
+    // unwritable one is the user's to fix, said as such.
+    cluster::check_kubeconfig_writable(settings)?;
     // The stack's lock, as `up` takes it: two runs must not create (or one
     // remove) the same cluster at once.
     let _lock = tokio::select! {
