@@ -17,8 +17,7 @@ runs=${BENCH_RUNS:-3}
 source bench/lib.sh
 bash scripts/setup-docker.sh >/dev/null
 bench_binary
-bundle=${DEVSTACK_KIT_BUNDLE:-$HOME/.cache/devstack/kit/bundle}
-[ -f "$bundle/index.json" ] || die "no kit bundle at $bundle (run make kit)"
+require_bundle
 engine=tests/engines/engine.sh
 work=$(mktemp -d)
 chmod 755 "$work"

@@ -12,6 +12,11 @@ die() {
 # bench_binary: the devstack binary to time, in $bin. BENCH_BIN names one
 # (checked to run); otherwise the release build of this checkout, built now,
 # so a figure never comes from a stale binary.
+# require_bundle: the kit's offline bundle in $bundle, or stop the bench.
+require_bundle() {
+  bundle=${DEVSTACK_KIT_BUNDLE:-$HOME/.cache/devstack/kit/bundle}
+  [ -f "$bundle/index.json" ] || die "no kit bundle at $bundle (run make kit)"
+}
 bench_binary() {
   if [ -n "${BENCH_BIN:-}" ]; then
     bin=$BENCH_BIN

@@ -19,8 +19,7 @@ runs=${BENCH_RUNS:-3}
 source bench/lib.sh
 bash scripts/setup-docker.sh >/dev/null
 bench_binary
-bundle=${DEVSTACK_KIT_BUNDLE:-$HOME/.cache/devstack/kit/bundle}
-[ -f "$bundle/index.json" ] || die "no kit bundle at $bundle (run make kit)"
+require_bundle
 keep=${BENCH_KEEP:-$HOME/.cache/devstack/bench/$(date -u +%Y%m%dT%H%M%SZ)-stopstart}
 mkdir -p "$keep"
 work=$(mktemp -d)
