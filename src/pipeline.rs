@@ -56,10 +56,14 @@ impl Interrupts {
             tokio::spawn(async move {
                 for count in 1.. {
                     let signal = signals.next().await;
+                    // Counted before the run is cancelled: a rollback the
+                    // cancel starts must see this signal as the first one,
+                    // not as a second one arriving while it removes things.
+                    let counted = received_tx.send((count, Some(signal)));
                     if first.set(signal).is_ok() {
                         cancel.cancel();
                     }
-                    if received_tx.send((count, Some(signal))).is_err() {
+                    if counted.is_err() {
                         return;
                     }
                 }

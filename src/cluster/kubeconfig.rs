@@ -66,9 +66,18 @@ pub fn rename_context(yaml: &str, name: &str, server: Option<&str>) -> Result<St
 /// Fails with a user error when `path` could not be written later.
 pub fn check_writable(path: &Path) -> Result<(), Error> {
     let dir = path.parent().unwrap_or(Path::new("."));
+    // A check leaves no trace: a directory it had to make would tell the
+    // next step (a rollback deciding whether this run made the stack's
+    // state directory) that it was there before.
+    let existing = dir.ancestors().find(|d| d.exists()).map(Path::to_path_buf);
     let probe = dir.join(".devstack-write-probe");
     let result = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&probe, b""));
     let _ = std::fs::remove_file(&probe);
+    for made in dir.ancestors() {
+        if Some(made) == existing.as_deref() || std::fs::remove_dir(made).is_err() {
+            break;
+        }
+    }
     result.map_err(|e| {
         Error::user(format!("cannot write kubeconfig {}: {e}", path.display())).with_hint(
             "make the directory writable, or set DEVSTACK_HOME / KUBECONFIG to a writable location",
@@ -258,6 +267,20 @@ users:
   user:
     client-certificate-data: Q0VSVA==
 ";
+
+    #[test]
+    fn the_writability_check_leaves_no_directory_it_made() {
+        let home = tempfile::tempdir().unwrap();
+        let path = home.path().join("stacks/dev/kubeconfig");
+        check_writable(&path).unwrap();
+        assert!(!home.path().join("stacks").exists());
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        check_writable(&path).unwrap();
+        assert_eq!(
+            std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
+            0
+        );
+    }
 
     #[test]
     fn renames_and_repoints() {
