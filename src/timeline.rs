@@ -123,6 +123,20 @@ impl Timeline {
         });
     }
 
+    /// Ends a span at a time already past, in milliseconds since the start
+    /// (a pod's Ready read off its conditions; never before the span's
+    /// start). Once, as [`Timeline::end`].
+    pub fn end_at(&self, id: usize, end_ms: u64, ok: bool) {
+        self.with(|inner| {
+            if let Some(span) = inner.spans.iter_mut().find(|s| s.id == id)
+                && span.end_ms.is_none()
+            {
+                span.end_ms = Some(end_ms.max(span.start_ms));
+                span.ok = Some(ok);
+            }
+        });
+    }
+
     /// Records a span that already happened, in milliseconds since the start.
     pub fn record(
         &self,
@@ -387,6 +401,22 @@ mod tests {
         assert_eq!(json["parent"], a);
         assert_eq!(json["startMs"], 0);
         assert_eq!(json["endMs"], 2);
+    }
+
+    #[test]
+    fn a_span_ends_at_a_past_time_once_and_never_before_its_start() {
+        let timeline = Timeline::new();
+        let pod = timeline.record("pod p created -> Ready", None, 1_000, None, None);
+        timeline.end_at(pod, 3_000, true);
+        timeline.end_at(pod, 9_000, false);
+        let early = timeline.record("node n registered -> Ready", None, 2_000, None, None);
+        timeline.end_at(early, 1_000, true);
+        let spans = timeline.spans();
+        assert_eq!(
+            (spans[pod].end_ms, spans[pod].ok),
+            (Some(3_000), Some(true))
+        );
+        assert_eq!(spans[early].duration_ms(), Some(0));
     }
 
     #[test]

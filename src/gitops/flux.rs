@@ -245,6 +245,7 @@ fn tuned_controllers(docs: Vec<Value>) -> Vec<Value> {
                     }
                     if downloads_artifacts {
                         download_artifacts_once(container);
+                        requeue_dependencies_soon(container);
                     }
                 }
             }
@@ -323,6 +324,22 @@ fn download_artifacts_once(container: &mut Value) {
     };
     args.retain(|a| a.as_str().is_none_or(|a| a.split('=').next() != Some(FLAG)));
     args.push(Value::String(format!("{FLAG}=0")));
+}
+
+/// A Kustomization or HelmRelease whose dependency is not Ready is looked
+/// at again after `--requeue-dependency`, 30 s by default. The chain asks a
+/// level again the moment its dependency turns Ready, but a request the
+/// controller handles before its cache shows the dependency Ready ends in
+/// that requeue, and the level then waited out the 30 s (one restore sat
+/// ~28 s so). At 5 s a missed request costs seconds, for one look at a
+/// handful of waiting objects every 5 s.
+fn requeue_dependencies_soon(container: &mut Value) {
+    const FLAG: &str = "--requeue-dependency";
+    let Some(args) = container["args"].as_array_mut() else {
+        return;
+    };
+    args.retain(|a| a.as_str().is_none_or(|a| a.split('=').next() != Some(FLAG)));
+    args.push(Value::String(format!("{FLAG}=5s")));
 }
 
 const SOURCE_CONTROLLER: &str = "source-controller";
@@ -602,7 +619,8 @@ mod tests {
             json!([
                 "--watch-all-namespaces",
                 "--log-level=info",
-                "--http-retry=0"
+                "--http-retry=0",
+                "--requeue-dependency=5s"
             ])
         );
         assert_eq!(tuned[0]["spec"]["strategy"], json!({"type": "Recreate"}));
@@ -644,14 +662,16 @@ mod tests {
             json!([
                 "--log-level=info",
                 "--feature-gates=CancelHealthCheckOnNewRevision=true",
-                "--http-retry=0"
+                "--http-retry=0",
+                "--requeue-dependency=5s"
             ])
         );
         assert_eq!(
             args(1),
             json!([
                 "--feature-gates=StrictPostBuildSubstitutions=true,CancelHealthCheckOnNewRevision=true",
-                "--http-retry=0"
+                "--http-retry=0",
+                "--requeue-dependency=5s"
             ])
         );
         // A gate the install sets on purpose is left as it is.
@@ -659,10 +679,18 @@ mod tests {
             args(2),
             json!([
                 "--feature-gates=CancelHealthCheckOnNewRevision=false",
-                "--http-retry=0"
+                "--http-retry=0",
+                "--requeue-dependency=5s"
             ])
         );
-        assert_eq!(args(3), json!(["--log-level=info", "--http-retry=0"]));
+        assert_eq!(
+            args(3),
+            json!([
+                "--log-level=info",
+                "--http-retry=0",
+                "--requeue-dependency=5s"
+            ])
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod conditions;
 pub mod context;
 pub mod forward;
 pub mod sandbox;
+pub mod system_pods;
 pub mod version;
 pub mod wait;
 

@@ -47,6 +47,53 @@ fn dev_profile(stack: &TestStack, host_port: u16) -> PathBuf {
     path
 }
 
+/// Asserts that `up --json`'s timings show, under the Cluster step (at any
+/// depth), a span ended ok whose name starts with each of `parts` (or with
+/// one of its `|`-separated alternatives): the waterfall says where the
+/// cluster's seconds went.
+#[track_caller]
+pub(crate) fn assert_cluster_step_parts(report: &serde_json::Value, parts: &[&str]) {
+    let spans = report["timings"].as_array().expect("timings");
+    let by_id = |id: &serde_json::Value| spans.iter().find(|s| s["id"] == *id);
+    let under_cluster = |span: &serde_json::Value| {
+        let mut parent = by_id(&span["parent"]);
+        while let Some(p) = parent {
+            if p["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("Cluster ("))
+            {
+                return true;
+            }
+            parent = by_id(&p["parent"]);
+        }
+        false
+    };
+    let names: Vec<String> = spans
+        .iter()
+        .filter(|s| under_cluster(s))
+        .map(|s| {
+            format!(
+                "{} {}..{} ok={}",
+                s["name"], s["startMs"], s["endMs"], s["ok"]
+            )
+        })
+        .collect();
+    for part in parts {
+        assert!(
+            spans.iter().any(|s| {
+                s["name"]
+                    .as_str()
+                    .is_some_and(|n| part.split('|').any(|p| n.starts_with(p)))
+                    && s["endMs"].is_u64()
+                    && s["ok"] == true
+                    && under_cluster(s)
+            }),
+            "no span `{part}...` ended ok under the Cluster step; its parts:\n{}",
+            names.join("\n")
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs Docker and the offline kit: make test-cluster"]
 fn kind_dev_profile_up_verify_status_warm_up_down() {
@@ -84,6 +131,35 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
         [format!("{name}-control-plane"), format!("{name}-worker")],
         "{report}"
     );
+    // The Cluster step's waterfall: kind's phases, the cluster's own pods
+    // from creation to Ready, each node's Ready.
+    let control_plane_node = format!("node {name}-control-plane registered -> Ready");
+    let worker_node = format!("node {name}-worker registered -> Ready");
+    assert_cluster_step_parts(
+        &report,
+        &[
+            "kind create cluster",
+            "kind: Ensuring node image",
+            "kind: Preparing nodes",
+            "kind: Writing configuration",
+            "kind: Starting control-plane",
+            "kind: Installing CNI",
+            "kind: Installing StorageClass",
+            "kind: Joining worker nodes",
+            "pod etcd-",
+            "pod kube-apiserver-",
+            "pod kube-controller-manager-",
+            "pod kube-scheduler-",
+            "pod kube-proxy-",
+            // The CNI: kind's kindnet, or the kit's flannel when the
+            // profile's kind config installs it.
+            "pod kindnet-|pod kube-flannel-ds-",
+            "pod coredns-",
+            "pod local-path-provisioner-",
+            &control_plane_node,
+            &worker_node,
+        ],
+    );
     assert!(
         cluster["apiServer"]
             .as_str()
@@ -111,8 +187,10 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
     );
     assert!(cluster["mergedInto"].is_null(), "{report}");
 
-    // Every node is on the stack network and has the stack's images: the
-    // source-controller at the version the bundle holds.
+    // Every node is on the stack network and has the profile's preloaded
+    // image; the stack's images (the source-controller at the version the
+    // bundle holds) are on the worker alone, the tainted control plane never
+    // runs them.
     let bundle = devstack::bundle::Bundle::open(&bundle_dir()).unwrap();
     let held = bundle.images_for("flux-source-controller");
     assert_eq!(
@@ -132,14 +210,35 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
         assert!(networks.contains(&name), "{node}: {networks}");
         let images = docker(&["exec", node, "ctr", "-n", "k8s.io", "images", "ls", "-q"]);
         let images = String::from_utf8_lossy(&images.stdout).to_string();
-        for wanted in [
-            source_controller.as_str(),
-            devstack::versions::ESO_IMAGE,
-            "docker.io/devstack-test/busybox:1",
-        ] {
-            assert!(images.contains(wanted), "{node} lacks {wanted}:\n{images}");
+        assert!(
+            images.contains("docker.io/devstack-test/busybox:1"),
+            "{node} lacks the profile's busybox:\n{images}"
+        );
+        let worker = node.ends_with("-worker");
+        for stack_image in [source_controller.as_str(), devstack::versions::ESO_IMAGE] {
+            assert_eq!(
+                images.contains(stack_image),
+                worker,
+                "{node} and {stack_image}:\n{images}"
+            );
         }
     }
+    // kubeadm made ECDSA keys (the node image's kubeadm writes v1beta4).
+    let apiserver_cert = docker(&[
+        "exec",
+        &nodes[0],
+        "openssl",
+        "x509",
+        "-in",
+        "/etc/kubernetes/pki/apiserver.crt",
+        "-noout",
+        "-text",
+    ]);
+    let apiserver_cert = String::from_utf8_lossy(&apiserver_cert.stdout).to_string();
+    assert!(
+        apiserver_cert.contains("id-ecPublicKey"),
+        "the API server's key:\n{apiserver_cert}"
+    );
     // The profile's port mapping, on a free port.
     let published = docker(&["port", &nodes[0], "30080/tcp"]);
     assert!(
@@ -160,11 +259,12 @@ fn kind_dev_profile_up_verify_status_warm_up_down() {
         assert!(logs.contains("secretsmanager"), "{node}: {logs}");
     }
 
-    // CoreDNS, created by kubeadm, probed every second (see
-    // `probe_coredns_readiness_every_second`).
+    // CoreDNS, created by kubeadm, one replica probed every second (see
+    // `one_coredns_probed_every_second`).
     let coredns: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
         kube::Api::namespaced(client.clone(), "kube-system");
     let coredns = rt.block_on(coredns.get("coredns")).unwrap();
+    assert_eq!(coredns.spec.replicas, Some(1), "CoreDNS's replicas");
     let period = coredns
         .spec
         .template

@@ -69,6 +69,15 @@ fn up_verify_status_down_with_drift_repair() {
         "{spans:?}"
     );
     assert!(!spans.contains(&"image loads"), "{spans:?}");
+    // The Cluster step's waterfall: K3s runs its control plane and flannel
+    // in one process, so its own pods are CoreDNS; and the node's Ready.
+    crate::cluster_kind::assert_cluster_step_parts(
+        &report,
+        &[
+            "pod coredns-",
+            &format!("node devstack-{}-server-0 registered -> Ready", stack.name),
+        ],
+    );
     // The chain's step ends with the store ESO has accepted, not only applied.
     assert!(
         spans.contains(&"ClusterSecretStore localstack Ready"),

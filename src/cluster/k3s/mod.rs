@@ -374,6 +374,9 @@ pub async fn up(
             .saturating_sub(started.elapsed());
         let config = span.finish(kubeconfig_within(engine, settings, budget).await)?;
         let client = crate::k8s::client_from_kubeconfig(&config).await?;
+        let _system_pods = converged
+            .created
+            .then(|| crate::k8s::system_pods::watch(&client, step));
         for agent in &converged.removed_agents {
             crate::k8s::delete_node(&client, agent).await?;
         }

@@ -11,6 +11,7 @@ use crate::bundle::{Artifact, Bundle};
 use crate::error::Error;
 use crate::hostinfo::{parse_semver, tool_version};
 use crate::profile::{HumanDuration, Settings};
+use crate::timeline::{SpanGuard, Timeline};
 use crate::versions::KIND_MIN_VERSION;
 
 /// A usable kind CLI.
@@ -236,6 +237,19 @@ pub(super) async fn run_kind(
     args: &[&OsStr],
     timeout: Duration,
 ) -> Result<Output, Error> {
+    run_kind_streaming(kind, args, timeout, |_| {}).await
+}
+
+/// [`run_kind`], showing `on_stderr_line` each line of kind's stderr as it
+/// is written (kind reports its progress there), while keeping the whole of
+/// it for the error message.
+pub(super) async fn run_kind_streaming(
+    kind: &Path,
+    args: &[&OsStr],
+    timeout: Duration,
+    mut on_stderr_line: impl FnMut(&str),
+) -> Result<Output, Error> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
     let mut command = tokio::process::Command::new(kind);
     command
         .args(args)
@@ -251,14 +265,46 @@ pub(super) async fn run_kind(
         // it started (see `KillGroup`); devstack handles Ctrl-C itself.
         .process_group(0)
         .kill_on_drop(true);
-    let child = command.spawn().map_err(|e| {
+    let mut child = command.spawn().map_err(|e| {
         Error::prerequisite(format!("cannot run {}", kind.display()))
             .with_source(e)
             .with_hint(format!("reinstall kind: {INSTALL_HINT}"))
     })?;
     let mut group = KillGroup(child.id());
-    let result = tokio::time::timeout(timeout, child.wait_with_output()).await;
-    match result {
+    let (Some(mut stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(Error::internal(format!(
+            "{} started without its output pipes",
+            kind.display()
+        )));
+    };
+    let run = async {
+        let read_stdout = async {
+            let mut all = Vec::new();
+            stdout.read_to_end(&mut all).await.map(|_| all)
+        };
+        let read_stderr = async {
+            let mut reader = tokio::io::BufReader::new(stderr);
+            let mut all = Vec::new();
+            loop {
+                let from = all.len();
+                if reader.read_until(b'\n', &mut all).await? == 0 {
+                    break;
+                }
+                on_stderr_line(
+                    String::from_utf8_lossy(&all[from..]).trim_end_matches(['\n', '\r']),
+                );
+            }
+            Ok::<_, std::io::Error>(all)
+        };
+        let (stdout, stderr) = tokio::try_join!(read_stdout, read_stderr)?;
+        let status = child.wait().await?;
+        Ok::<_, std::io::Error>(Output {
+            status,
+            stdout,
+            stderr,
+        })
+    };
+    match tokio::time::timeout(timeout, run).await {
         Ok(Ok(output)) => {
             group.0 = None;
             Ok(output)
@@ -271,6 +317,114 @@ pub(super) async fn run_kind(
             display_command(args),
             HumanDuration(timeout)
         ))),
+    }
+}
+
+/// A progress line of `kind create cluster`. Writing to a pipe (no
+/// spinner), kind's status prints ` • PHASE  ...` when a phase starts and
+/// ` ✓ PHASE` or ` ✗ PHASE` when it ends (sigs.k8s.io/kind
+/// pkg/internal/cli/status.go), PHASE ending in emoji.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum KindProgress {
+    Started(String),
+    Ended { phase: String, ok: bool },
+}
+
+pub(super) fn parse_progress_line(line: &str) -> Option<KindProgress> {
+    let line = without_color(line);
+    let rest = line.strip_prefix(' ')?;
+    let mut chars = rest.chars();
+    let marker = chars.next()?;
+    let text = chars.as_str().strip_prefix(' ')?;
+    let progress = match marker {
+        '•' => KindProgress::Started(phase_name(text.trim_end().strip_suffix("...")?)),
+        '✓' => KindProgress::Ended {
+            phase: phase_name(text),
+            ok: true,
+        },
+        '✗' => KindProgress::Ended {
+            phase: phase_name(text),
+            ok: false,
+        },
+        _ => return None,
+    };
+    match &progress {
+        KindProgress::Started(p) | KindProgress::Ended { phase: p, .. } if p.is_empty() => None,
+        _ => Some(progress),
+    }
+}
+
+/// A phase's words without the emoji kind ends them with: "Preparing
+/// nodes 📦 📦" is "Preparing nodes".
+fn phase_name(text: &str) -> String {
+    let mut words: Vec<&str> = text.split_whitespace().collect();
+    while words
+        .last()
+        .is_some_and(|w| !w.chars().any(|c| c.is_ascii_alphanumeric()))
+    {
+        words.pop();
+    }
+    words.join(" ")
+}
+
+/// Without the colors kind puts on its ✓ and ✗ when it thinks it writes to
+/// a terminal (`ESC [ ... m`).
+fn without_color(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// kind's phases as spans under `parent` on the run's timeline, named
+/// `kind: PHASE`, each from its start line to its end line (or to kind's
+/// exit, for one kind never ended).
+pub(super) struct KindPhases {
+    timeline: Option<(Timeline, usize)>,
+    open: Option<(String, SpanGuard)>,
+}
+
+impl KindPhases {
+    pub(super) fn new(timeline: Option<(Timeline, usize)>) -> Self {
+        KindPhases {
+            timeline,
+            open: None,
+        }
+    }
+
+    pub(super) fn line(&mut self, line: &str) {
+        match parse_progress_line(line) {
+            Some(KindProgress::Started(phase)) => {
+                self.end(true);
+                if let Some((timeline, parent)) = &self.timeline {
+                    let span = timeline.span(format!("kind: {phase}"), Some(*parent));
+                    self.open = Some((phase, span));
+                }
+            }
+            Some(KindProgress::Ended { phase, ok })
+                if self.open.as_ref().is_some_and(|(open, _)| *open == phase) =>
+            {
+                self.end(ok);
+            }
+            _ => {}
+        }
+    }
+
+    /// Ends the open phase, if any: kind exited.
+    pub(super) fn end(&mut self, ok: bool) {
+        if let Some((_, span)) = self.open.take() {
+            let _ = span.finish(if ok { Ok(()) } else { Err(()) });
+        }
     }
 }
 
@@ -488,6 +642,152 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(cli.origin, "DEVSTACK_KIND");
+    }
+
+    /// What kind v0.33.0 writes to a pipe for a two-node cluster: the
+    /// status lines of pkg/internal/cli/status.go (` • %s  ...`, ` ✓ %s`)
+    /// around the phases of pkg/cluster/internal/create and the docker
+    /// provider, verbatim with their emoji.
+    const KIND_CREATE_STDERR: &str = "Creating cluster \"devstack-dev\" ...\n \
+ • Ensuring node image (kindest/node:v1.35.0) 🖼️  ...\n \
+ ✓ Ensuring node image (kindest/node:v1.35.0) 🖼️\n \
+ • Preparing nodes 📦 📦   ...\n \
+ ✓ Preparing nodes 📦 📦 \n \
+ • Writing configuration 📜  ...\n \
+ ✓ Writing configuration 📜\n \
+ • Starting control-plane 🕹️  ...\n \
+ ✓ Starting control-plane 🕹️\n \
+ • Installing CNI 🔌  ...\n \
+ ✓ Installing CNI 🔌\n \
+ • Installing StorageClass 💾  ...\n \
+ ✓ Installing StorageClass 💾\n \
+ • Joining worker nodes 🚜  ...\n \
+ ✓ Joining worker nodes 🚜\n\
+Set kubectl context to \"kind-devstack-dev\"\n";
+
+    #[test]
+    fn kind_progress_lines_name_the_phase_without_emoji() {
+        let parsed: Vec<KindProgress> = KIND_CREATE_STDERR
+            .lines()
+            .filter_map(parse_progress_line)
+            .collect();
+        let phases = [
+            "Ensuring node image (kindest/node:v1.35.0)",
+            "Preparing nodes",
+            "Writing configuration",
+            "Starting control-plane",
+            "Installing CNI",
+            "Installing StorageClass",
+            "Joining worker nodes",
+        ];
+        let expected: Vec<KindProgress> = phases
+            .iter()
+            .flat_map(|p| {
+                [
+                    KindProgress::Started(p.to_string()),
+                    KindProgress::Ended {
+                        phase: p.to_string(),
+                        ok: true,
+                    },
+                ]
+            })
+            .collect();
+        assert_eq!(parsed, expected);
+
+        // A failure, as a terminal would show it (colored), and phases
+        // with words after non-ASCII ones.
+        assert_eq!(
+            parse_progress_line(" \u{1b}[31m✗\u{1b}[0m Starting control-plane 🕹️"),
+            Some(KindProgress::Ended {
+                phase: "Starting control-plane".into(),
+                ok: false
+            })
+        );
+        assert_eq!(
+            parse_progress_line(" • Waiting ≤ 5m0s for control-plane = Ready ⏳  ..."),
+            Some(KindProgress::Started(
+                "Waiting ≤ 5m0s for control-plane = Ready".into()
+            ))
+        );
+        for other in [
+            "",
+            "Creating cluster \"x\" ...",
+            "ERROR: failed to create cluster: failed to init node with kubeadm",
+            " • 📦  ...",
+            "DEBUG: docker/images.go:58] Image: kindest/node:v1.35.0 present locally",
+        ] {
+            assert_eq!(parse_progress_line(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn kind_phases_become_spans_ended_by_their_end_line_or_kinds_exit() {
+        let timeline = Timeline::new();
+        let parent = timeline.start("kind create cluster", None);
+        let mut phases = KindPhases::new(Some((timeline.clone(), parent)));
+        for line in KIND_CREATE_STDERR.lines() {
+            phases.line(line);
+        }
+        phases.line(" • Joining more control-plane nodes 🎮  ...");
+        phases.end(false);
+        let spans = timeline.spans();
+        let names: Vec<(&str, Option<usize>, Option<bool>)> = spans
+            .iter()
+            .skip(1)
+            .map(|s| (s.name.as_str(), s.parent, s.ok))
+            .collect();
+        assert_eq!(names.len(), 8, "{names:?}");
+        assert_eq!(
+            names[1],
+            ("kind: Preparing nodes", Some(parent), Some(true))
+        );
+        assert_eq!(
+            names[7],
+            (
+                "kind: Joining more control-plane nodes",
+                Some(parent),
+                Some(false)
+            )
+        );
+        assert!(spans.iter().skip(1).all(|s| s.end_ms.is_some()));
+    }
+
+    #[tokio::test]
+    async fn kinds_stderr_is_streamed_line_by_line_and_kept_whole() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kind");
+        std::fs::write(
+            &path,
+            "#!/bin/sh\necho out\nprintf ' • Preparing nodes 📦   ...\\n' >&2\nprintf 'no newline' >&2\nexit 3\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut lines = Vec::new();
+        let mut output = None;
+        // ETXTBSY, as in `retried`.
+        for _ in 0..4 {
+            lines.clear();
+            match run_kind_streaming(&path, &[], Duration::from_secs(30), |l| {
+                lines.push(l.to_string())
+            })
+            .await
+            {
+                Ok(o) => {
+                    output = Some(o);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        let output = output.expect("the fake kind ran");
+        assert_eq!(output.status.code(), Some(3));
+        assert_eq!(output.stdout, b"out\n");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stderr),
+            " • Preparing nodes 📦   ...\nno newline"
+        );
+        assert_eq!(lines, [" • Preparing nodes 📦   ...", "no newline"]);
     }
 
     #[test]

@@ -69,6 +69,23 @@ const KUBELET_CGROUP_V1_PATCH: &str = "kind: KubeletConfiguration\nfailCgroupV1:
 const KUBE_PROXY_SYNC_AT_ONCE_PATCH: &str =
     "kind: KubeProxyConfiguration\niptables:\n  minSyncPeriod: 100ms\n";
 
+/// kubeadm makes about 16 RSA-2048 keys, one after another, while the
+/// control plane's components wait for them and kind's other node competes
+/// for the CPU; ECDSA P-256 keys take microseconds each. The field is
+/// kubeadm's v1beta4 (Kubernetes >= 1.31); the patch names that version, so
+/// kind applies it only where it writes a v1beta4 config (kind >= v0.32 for
+/// Kubernetes >= 1.36) and leaves an older config as it is.
+const ECDSA_KEYS_PATCH: &str = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nencryptionAlgorithm: ECDSA-P256\n";
+
+/// The first Kubernetes whose kubeadm knows `encryptionAlgorithm`.
+const ECDSA_KEYS_SINCE: (u64, u64, u64) = (1, 31, 0);
+
+/// Whether the node image's kubeadm can make ECDSA keys; an image whose tag
+/// names no version is left to kubeadm's default.
+fn ecdsa_keys_supported(image: &str) -> bool {
+    crate::versions::kubernetes_of_image(image).is_some_and(|v| v >= ECDSA_KEYS_SINCE)
+}
+
 /// The directory whose bind mount marks a kind cluster as this stack's.
 /// Absolute but not canonicalized: Docker records the source as given, and
 /// the same settings must compute the same path on every run.
@@ -134,6 +151,7 @@ pub fn config_yaml(settings: &Settings, api_port: u16, cgroup: Cgroup) -> String
             .then_some(KUBELET_CGROUP_V1_PATCH)
             .into_iter()
             .chain([KUBE_PROXY_SYNC_AT_ONCE_PATCH])
+            .chain(ecdsa_keys_supported(image).then_some(ECDSA_KEYS_PATCH))
             .collect(),
         containerd_config_patches: patches,
     };
@@ -235,6 +253,7 @@ mod tests {
                 "kubeadmConfigPatches": [
                     "kind: KubeletConfiguration\nfailCgroupV1: false\n",
                     "kind: KubeProxyConfiguration\niptables:\n  minSyncPeriod: 100ms\n",
+                    "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nencryptionAlgorithm: ECDSA-P256\n",
                 ],
             })
         );
@@ -295,6 +314,10 @@ kubeadmConfigPatches:
   kind: KubeProxyConfiguration
   iptables:
     minSyncPeriod: 100ms
+- |
+  apiVersion: kubeadm.k8s.io/v1beta4
+  kind: ClusterConfiguration
+  encryptionAlgorithm: ECDSA-P256
 containerdConfigPatches:
 - |-
   [plugins."io.containerd.grpc.v1.cri".registry]
@@ -418,5 +441,30 @@ containerdConfigPatches:
             assert!(yaml.contains("KubeProxyConfiguration"), "{yaml}");
         }
         assert!(config_yaml(&settings, 6443, Cgroup::V1).contains("failCgroupV1: false"));
+    }
+
+    #[test]
+    fn ecdsa_keys_only_where_the_node_image_kubeadm_knows_them() {
+        let mut settings = kind_settings();
+        let ecdsa = |settings: &Settings| {
+            config_yaml(settings, 6443, Cgroup::V2).contains("encryptionAlgorithm: ECDSA-P256")
+        };
+        assert!(ecdsa(&settings), "{}", settings.cluster.image);
+        for image in [
+            "kindest/node:v1.36.4@sha256:099e049362a1526b2db71494e1947aae99bd16290d7c895f2b7ea312e3cbfaed",
+            "kindest/node:v1.37.0",
+            "kindest/node:v1.31.0",
+        ] {
+            settings.cluster.image = image.into();
+            assert!(ecdsa(&settings), "{image}");
+        }
+        for image in [
+            "kindest/node:v1.30.13",
+            "kindest/node:latest",
+            "registry.example/node",
+        ] {
+            settings.cluster.image = image.into();
+            assert!(!ecdsa(&settings), "{image}");
+        }
     }
 }

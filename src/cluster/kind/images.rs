@@ -6,7 +6,7 @@ use std::process::Stdio;
 
 use super::cli::tail_lines;
 use super::nodes::KindNode;
-use super::{STDERR_TAIL_LINES, cluster_name};
+use super::{ROLE_WORKER, STDERR_TAIL_LINES, cluster_name};
 use crate::bundle::normalize_reference;
 use crate::cluster::preload::{self, PreloadImage};
 use crate::docker::{Engine, exec_in};
@@ -68,15 +68,41 @@ fn parse_snapshotter(dump: &str) -> Option<String> {
     })
 }
 
+/// Imports the stack's images into the kind nodes that run them (see
+/// [`workload_nodes`]); the profile's own `images.preload` go into every
+/// node, since only the profile knows where its workloads run.
 pub(super) async fn preload_images(
     engine: &dyn Engine,
     settings: &Settings,
     nodes: &[&KindNode],
     step: &Step,
 ) -> Result<usize, Error> {
-    let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+    let every: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+    let roles: Vec<(&str, &str)> = nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.role.as_str()))
+        .collect();
+    let workloads = workload_nodes(&roles);
     let what = format!("kind cluster `{}`", cluster_name(settings));
-    import_into_nodes(engine, settings, &names, &what, step).await
+    import(engine, settings, &every, &workloads, &what, step).await
+}
+
+/// The nodes the stack's pods are scheduled on: kind taints its control
+/// planes when the cluster has workers, so the stack's pods (none of which
+/// tolerates that taint) run on the workers alone, and an image imported
+/// into a control plane there only takes CPU from kubeadm. Without workers
+/// the control planes are untainted and run everything.
+fn workload_nodes<'a>(nodes: &[(&'a str, &str)]) -> Vec<&'a str> {
+    let workers: Vec<&str> = nodes
+        .iter()
+        .filter(|(_, role)| *role == ROLE_WORKER)
+        .map(|(name, _)| *name)
+        .collect();
+    if workers.is_empty() {
+        nodes.iter().map(|(name, _)| *name).collect()
+    } else {
+        workers
+    }
 }
 
 /// Imports every wanted image into the node containers `nodes` (of the
@@ -90,25 +116,63 @@ pub(in crate::cluster) async fn import_into_nodes(
     what: &str,
     step: &Step,
 ) -> Result<usize, Error> {
+    import(engine, settings, nodes, nodes, what, step).await
+}
+
+/// [`import_into_nodes`], with the stack's own images only into
+/// `workload_nodes` (some of `nodes`) and the profile's `images.preload`
+/// into all of `nodes`.
+async fn import(
+    engine: &dyn Engine,
+    settings: &Settings,
+    nodes: &[&str],
+    workload_nodes: &[&str],
+    what: &str,
+    step: &Step,
+) -> Result<usize, Error> {
     let wanted = preload::wanted_images(settings)?;
     if wanted.is_empty() || nodes.is_empty() {
         return Ok(0);
     }
+    let profile_preloads: HashSet<String> = settings
+        .images
+        .preload
+        .iter()
+        .map(|r| normalize_reference(r))
+        .collect();
+    let targets = |image: &PreloadImage| -> &[&str] {
+        if profile_preloads.contains(&normalize_reference(&image.reference)) {
+            nodes
+        } else {
+            workload_nodes
+        }
+    };
+    // Only the nodes some image goes to are asked what they hold.
+    let asked: Vec<&str> = nodes
+        .iter()
+        .copied()
+        .filter(|n| wanted.iter().any(|i| targets(i).contains(n)))
+        .collect();
     let timeout = settings.timeouts.preload;
     let work = async {
         step.progress("checking images already in the nodes");
-        let present = futures::future::join_all(nodes.iter().map(|n| node_images(engine, n))).await;
-        let mut todo: Vec<(PreloadImage, Vec<&str>)> = Vec::new();
-        for image in wanted {
-            let want = normalize_reference(&image.reference);
-            let missing: Vec<&str> = nodes
+        let present = futures::future::join_all(asked.iter().map(|n| node_images(engine, n))).await;
+        let has = |node: &str, image: &str| {
+            asked
                 .iter()
                 .zip(&present)
-                .filter(|(_, have)| !have.contains(&want))
-                .map(|(node, _)| *node)
+                .any(|(n, have)| *n == node && have.contains(image))
+        };
+        let mut todo: Vec<(PreloadImage, Vec<&str>)> = Vec::new();
+        for image in &wanted {
+            let want = normalize_reference(&image.reference);
+            let missing: Vec<&str> = targets(image)
+                .iter()
+                .copied()
+                .filter(|node| !has(node, &want))
                 .collect();
             if !missing.is_empty() {
-                todo.push((image, missing));
+                todo.push((image.clone(), missing));
             }
         }
         if todo.is_empty() {
@@ -117,10 +181,15 @@ pub(in crate::cluster) async fn import_into_nodes(
         let images: Vec<PreloadImage> = todo.iter().map(|(i, _)| i.clone()).collect();
         // Local-store images become tarballs (cached) like the bundle's.
         let tarballs = preload::tarballs(engine, settings, &images).await?;
+        let receiving: Vec<&str> = asked
+            .iter()
+            .copied()
+            .filter(|n| todo.iter().any(|(_, missing)| missing.contains(n)))
+            .collect();
         let snapshotters: Vec<String> =
-            futures::future::join_all(nodes.iter().map(|n| node_snapshotter(engine, n))).await;
+            futures::future::join_all(receiving.iter().map(|n| node_snapshotter(engine, n))).await;
         let snapshotter_of = |node: &str| {
-            nodes
+            receiving
                 .iter()
                 .zip(&snapshotters)
                 .find(|(n, _)| **n == node)
@@ -236,5 +305,27 @@ mod tests {
         }
         assert_eq!(have.len(), 3);
         assert!(!have.contains(&normalize_reference("nginx:1.26")));
+    }
+
+    #[test]
+    fn stack_images_go_to_the_workers_or_to_every_untainted_control_plane() {
+        let dev = [("s-control-plane", "control-plane"), ("s-worker", "worker")];
+        assert_eq!(workload_nodes(&dev), ["s-worker"]);
+        let wide = [
+            ("s-control-plane", "control-plane"),
+            ("s-control-plane2", "control-plane"),
+            ("s-worker", "worker"),
+            ("s-worker2", "worker"),
+        ];
+        assert_eq!(workload_nodes(&wide), ["s-worker", "s-worker2"]);
+        // Without workers kind leaves the control planes untainted.
+        let single = [("s-control-plane", "control-plane")];
+        assert_eq!(workload_nodes(&single), ["s-control-plane"]);
+        let ha = [
+            ("s-control-plane", "control-plane"),
+            ("s-control-plane2", "control-plane"),
+        ];
+        assert_eq!(workload_nodes(&ha), ["s-control-plane", "s-control-plane2"]);
+        assert!(workload_nodes(&[]).is_empty());
     }
 }

@@ -22,6 +22,7 @@ mod images;
 
 pub(super) use images::import_into_nodes;
 mod nodes;
+pub mod snapshot;
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -39,7 +40,9 @@ pub use cli::{KindCli, bundled_kind, find_installed_kind, find_kind, find_kind_f
 pub use config::{config_yaml, owner_marker_dir};
 pub use delete::delete;
 
-use cli::{kind_failed, kind_stdout, require_docker_cli, run_kind, scratch_dir};
+use cli::{
+    KindPhases, kind_failed, kind_stdout, require_docker_cli, run_kind_streaming, scratch_dir,
+};
 use config::validate_mirrors;
 use images::preload_images;
 use nodes::{
@@ -208,13 +211,26 @@ async fn create(
         // them, and `--retain` keeps them to look at.
         OsStr::new("--retain"),
     ];
-    let output = run_kind(kind, &args, settings.timeouts.cluster.get())
-        .await
-        .map_err(|e| match e.kind() {
-            // kind never started.
-            crate::error::Kind::Prerequisite => e,
-            _ => e.with_hint("raise `timeouts.cluster` in the profile if the machine is slow"),
-        })?;
+    // kind's phases (nodes, control plane, CNI, StorageClass, workers) are
+    // the parts of the Cluster step a waterfall must show.
+    let span = step.span("kind create cluster");
+    let mut phases = KindPhases::new(
+        step.timeline()
+            .zip(span.id())
+            .map(|((t, _), id)| (t.clone(), id)),
+    );
+    let ran = run_kind_streaming(kind, &args, settings.timeouts.cluster.get(), |line| {
+        phases.line(line);
+    })
+    .await;
+    let succeeded = ran.as_ref().is_ok_and(|o| o.status.success());
+    phases.end(succeeded);
+    let _ = span.finish(if succeeded { Ok(()) } else { Err(()) });
+    let output = ran.map_err(|e| match e.kind() {
+        // kind never started.
+        crate::error::Kind::Prerequisite => e,
+        _ => e.with_hint("raise `timeouts.cluster` in the profile if the machine is slow"),
+    })?;
     if output.status.success() {
         return Ok(());
     }
@@ -286,9 +302,10 @@ async fn converge(
     // (which `kind load` imports into) may not be up yet.
     step.progress(format!("waiting for {} node(s) Ready", nodes.len()));
     let client = crate::k8s::client_from_kubeconfig(&kubeconfig).await?;
+    let _system_pods = created.then(|| crate::k8s::system_pods::watch(&client, step));
     let budget = crate::k8s::Budget::new(settings.timeouts.cluster.get(), "timeouts.cluster");
     if created {
-        probe_coredns_readiness_every_second(&client).await;
+        one_coredns_probed_every_second(&client).await;
     }
     crate::k8s::wait_nodes_ready(&client, nodes.len(), budget, step).await?;
     crate::k8s::wait_node_networking_ready(&client, budget, step).await?;
@@ -304,11 +321,13 @@ async fn converge(
     })
 }
 
-/// kubeadm's CoreDNS first probes readiness before it serves, then 10 s
+/// kubeadm's CoreDNS runs two replicas, whose second pod only adds a sandbox
+/// and a start to the nodes' busiest seconds: one stack's lookups need one
+/// (K3s runs one). It first probes readiness before it serves, then 10 s
 /// later: every second, it is Ready once it serves. Patched at creation,
 /// while its pods are pending, so the rollout replaces no serving pod.
 /// Best effort.
-async fn probe_coredns_readiness_every_second(client: &kube::Client) {
+async fn one_coredns_probed_every_second(client: &kube::Client) {
     use k8s_openapi::api::apps::v1::Deployment;
     use kube::api::{Patch, PatchParams};
     let api: kube::Api<Deployment> = kube::Api::namespaced(client.clone(), "kube-system");
@@ -322,11 +341,17 @@ async fn probe_coredns_readiness_every_second(client: &kube::Client) {
             .and_then(|c| c.readiness_probe.as_ref())
             .map(|p| p.period_seconds.unwrap_or(10))
     };
+    let tuned = |deployment: &Deployment| {
+        period(deployment).is_none_or(|p| p <= 1) && deployment.spec.replicas == Some(1)
+    };
     match api.get_opt("coredns").await {
-        Ok(Some(deployment)) if period(&deployment).is_some_and(|p| p > 1) => {
-            let patch = serde_json::json!({"spec": {"template": {"spec": {"containers": [
-                {"name": "coredns", "readinessProbe": {"periodSeconds": 1}}
-            ]}}}});
+        Ok(Some(deployment)) if !tuned(&deployment) => {
+            let mut patch = serde_json::json!({"spec": {"replicas": 1}});
+            if period(&deployment).is_some_and(|p| p > 1) {
+                patch["spec"]["template"] = serde_json::json!({"spec": {"containers": [
+                    {"name": "coredns", "readinessProbe": {"periodSeconds": 1}}
+                ]}});
+            }
             if let Err(e) = api
                 .patch(
                     "coredns",
@@ -335,7 +360,7 @@ async fn probe_coredns_readiness_every_second(client: &kube::Client) {
                 )
                 .await
             {
-                tracing::debug!("probe CoreDNS's readiness every second: {e}");
+                tracing::debug!("run one CoreDNS, probed every second: {e}");
             }
         }
         Ok(_) => {}
