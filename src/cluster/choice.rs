@@ -23,7 +23,7 @@ pub enum Reason {
     Default,
     /// The default needs kind and none is usable: K3s instead. Carries why.
     KindMissing(String),
-    /// A snapshot restores into K3s, the provider snapshots hold.
+    /// A snapshot restores into the provider its cluster was made with.
     Snapshot,
 }
 
@@ -158,18 +158,24 @@ async fn settle_with(
     Ok((settings.with_provider(choice.provider)?, choice))
 }
 
-/// `settings` for a restore from a snapshot: K3s unless pinned (a pinned
-/// Kind is refused by the restore itself, naming the reason).
-pub fn settle_for_restore(settings: &Settings) -> Result<(Settings, Choice), Error> {
+/// `settings` for a restore from a snapshot: the provider the snapshot's
+/// cluster was made with (`saved`; K3s when it does not say) unless pinned
+/// (a pinned provider the snapshot does not hold is refused by the restore
+/// itself, naming the fix).
+pub fn settle_for_restore(
+    settings: &Settings,
+    saved: Option<Provider>,
+) -> Result<(Settings, Choice), Error> {
     if settings.provider_pinned() {
         let choice = decide(Some(settings.cluster.provider), None, Ok(()));
         return Ok((settings.clone(), choice));
     }
+    let provider = saved.unwrap_or(Provider::K3s);
     let choice = Choice {
-        provider: Provider::K3s,
+        provider,
         reason: Reason::Snapshot,
     };
-    Ok((settings.with_provider(Provider::K3s)?, choice))
+    Ok((settings.with_provider(provider)?, choice))
 }
 
 #[cfg(test)]

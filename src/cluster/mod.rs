@@ -312,3 +312,100 @@ pub async fn delete(engine: &Arc<dyn Engine>, settings: &Settings) -> Result<boo
     }
     Ok(removed || had_file || had_context)
 }
+
+/// How a provider's nodes go into a snapshot: the paths read from each
+/// node, the first of them split into the node's own part and the part
+/// every restored stack shares, and which directories below that first
+/// path's last component are the shared part (with their place in the
+/// shared volume).
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotLayout {
+    pub paths: &'static [&'static str],
+    pub shared_dirs: &'static [(&'static str, &'static str)],
+}
+
+/// The snapshot layout of the provider's nodes (K3s's for a provider
+/// whose clusters are not snapshotted, which `snapshot::require_supported`
+/// refuses first).
+pub fn snapshot_layout(provider: Provider) -> SnapshotLayout {
+    match provider {
+        Provider::Kind => SnapshotLayout {
+            paths: kind::snapshot::SNAPSHOT_PATHS,
+            shared_dirs: kind::snapshot::SHARED_DIRS,
+        },
+        Provider::K3s | Provider::Existing => SnapshotLayout {
+            paths: k3s::SNAPSHOT_PATHS,
+            shared_dirs: k3s::SHARED_DIRS,
+        },
+    }
+}
+
+/// The stack's nodes, every one running, as a snapshot records them.
+pub async fn saved_cluster(
+    engine: &dyn Engine,
+    settings: &Settings,
+) -> Result<k3s::SavedCluster, Error> {
+    match settings.cluster.provider {
+        Provider::Kind => kind::snapshot::saved_cluster(engine, settings).await,
+        _ => k3s::saved_cluster(engine, settings).await,
+    }
+}
+
+/// The versions a snapshot records beyond the profile's: for Kind, the
+/// kind release and the node image's ID.
+pub async fn snapshot_versions(
+    engine: &dyn Engine,
+    settings: &Settings,
+) -> Result<std::collections::BTreeMap<String, String>, Error> {
+    match settings.cluster.provider {
+        Provider::Kind => kind::snapshot::snapshot_versions(engine, settings).await,
+        _ => Ok(Default::default()),
+    }
+}
+
+/// Whether this machine can restore snapshot `name` recorded with
+/// `versions` ([`snapshot_versions`]'s among them). Creates nothing but
+/// the node image, when it must be loaded.
+pub async fn check_restorable(
+    engine: &dyn Engine,
+    settings: &Settings,
+    name: &str,
+    versions: &std::collections::BTreeMap<String, String>,
+) -> Result<(), Error> {
+    match settings.cluster.provider {
+        Provider::Kind => kind::snapshot::check_restorable(engine, settings, name, versions).await,
+        _ => Ok(()),
+    }
+}
+
+/// The node containers of a cluster restored from a snapshot, created
+/// stopped for the caller to fill; `shared` names, by node, the snapshot
+/// volume it shares.
+pub async fn create_restored_nodes(
+    engine: &dyn Engine,
+    settings: &Settings,
+    saved: &k3s::SavedCluster,
+    shared: &[Option<String>],
+) -> Result<k3s::RestoredNodes, Error> {
+    match settings.cluster.provider {
+        Provider::Kind => {
+            kind::snapshot::create_restored_nodes(engine, settings, saved, shared).await
+        }
+        _ => k3s::create_restored_nodes(engine, settings, saved, shared).await,
+    }
+}
+
+/// Starts the restored node containers, once filled.
+pub async fn start_restored_nodes(
+    engine: &dyn Engine,
+    settings: &Settings,
+    restored: &k3s::RestoredNodes,
+    step: &Step,
+) -> Result<(), Error> {
+    match settings.cluster.provider {
+        Provider::Kind => {
+            kind::snapshot::start_restored_nodes(engine, settings, restored, step).await
+        }
+        _ => k3s::start_restored_nodes(engine, settings, restored, step).await,
+    }
+}

@@ -35,7 +35,8 @@ pub struct Manifest {
     pub versions: BTreeMap<String, String>,
     pub nodes: Vec<SavedNode>,
     pub files: Vec<SavedFile>,
-    /// The K3s cluster token (never printed: see [`Info`]).
+    /// The K3s cluster token (never printed: see [`Info`]); empty for Kind.
+    #[serde(default)]
     pub(super) k3s_token: String,
     /// The stack network's subnet, which a restore asks for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -190,7 +191,17 @@ pub fn check(manifest: &Manifest, settings: &Settings) -> Result<(), Error> {
             "save it again with this devstack (`devstack snapshot save {name}` on a stack it brought up)"
         )));
     }
-    require_k3s(settings)?;
+    require_supported(settings)?;
+    let had_provider = manifest.versions.get("provider").map(String::as_str);
+    let provider = settings.cluster.provider.as_str();
+    if let Some(had) = had_provider.filter(|had| *had != provider) {
+        return Err(Error::user(format!(
+            "snapshot `{name}` holds a {had} cluster, and this stack's provider is {provider}"
+        ))
+        .with_hint(format!(
+            "restore it with `--provider {had}` (or `cluster.provider: {had}` in the profile)"
+        )));
+    }
     let want = versions(settings);
     // LocalStack is created anew on restore: its image may differ.
     let differ: Vec<String> = want
@@ -243,40 +254,41 @@ pub fn check(manifest: &Manifest, settings: &Settings) -> Result<(), Error> {
     Ok(())
 }
 
-/// Snapshots hold K3s clusters only: Kind's nodes keep kubeadm's
-/// certificates and etcd's member address bound to the node's IP, which a
-/// restore into a new network changes.
 /// `snapshot save` of a stack that does not exist (exit 4, as every command
 /// reading a missing stack): the command that creates one it can save.
 pub fn nothing_to_save(settings: &Settings) -> Error {
-    let create = if settings.cluster.provider == Provider::K3s {
-        "`devstack up`"
-    } else {
-        // Snapshots hold K3s clusters only.
-        "`devstack up --provider k3s` (or `cluster.provider: k3s` in the profile)"
-    };
     Error::unhealthy(format!(
         "stack `{}` does not exist: there is no cluster to save",
         settings.name
     ))
-    .with_hint(format!("create it with {create}, then save it"))
+    .with_hint("create it with `devstack up`, then save it")
 }
 
-pub fn require_k3s(settings: &Settings) -> Result<(), Error> {
+/// Whether a stack of these settings can be saved and restored: a K3s or
+/// Kind cluster devstack made, with one Kind control plane (etcd's members
+/// keep their addresses, which a restore changes), and LocalStack beside
+/// it (a restored cluster would lack an in-cluster LocalStack's secrets
+/// and GitOps bucket).
+pub fn require_supported(settings: &Settings) -> Result<(), Error> {
     if settings.localstack.mode == crate::profile::LocalStackMode::InCluster {
         return Err(Error::user(
-            "snapshots hold a K3s cluster with LocalStack beside it, and this stack runs LocalStack in its cluster (`localstack.mode: in-cluster`), whose secrets and GitOps bucket a restored cluster would not have",
+            "snapshots hold a cluster with LocalStack beside it, and this stack runs LocalStack in its cluster (`localstack.mode: in-cluster`), whose secrets and GitOps bucket a restored cluster would not have",
         )
         .with_hint("use `localstack.mode: container` (the default) for stacks you snapshot"));
     }
-    if settings.cluster.provider == Provider::K3s {
-        return Ok(());
+    match settings.cluster.provider {
+        Provider::K3s => Ok(()),
+        Provider::Kind if settings.cluster.servers == 1 => Ok(()),
+        Provider::Kind => Err(Error::user(format!(
+            "snapshots hold Kind clusters of one control plane, and this profile has {} (`cluster.servers`): etcd's members keep the addresses they had, and restored nodes get new ones",
+            settings.cluster.servers
+        ))
+        .with_hint("use `cluster.servers: 1` (workers are fine) for stacks you snapshot")),
+        Provider::Existing => Err(Error::user(
+            "snapshots hold clusters devstack runs in Docker, and this stack's cluster is an existing one devstack did not create",
+        )
+        .with_hint("use `--provider k3s` or `--provider kind` for stacks you snapshot")),
     }
-    Err(Error::user(format!(
-        "snapshots hold K3s clusters, and this stack's provider is {}",
-        settings.cluster.provider.as_str()
-    ))
-    .with_hint("use `--provider k3s` (or `cluster.provider: k3s` in the profile)"))
 }
 
 #[cfg(test)]
@@ -370,11 +382,43 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn kind_stacks_are_refused() {
-        let settings = settings().with_provider(Provider::Kind).unwrap();
-        let err = check(&manifest_for(&settings), &settings).unwrap_err();
-        assert!(err.message().contains("K3s"), "{}", err.message());
-        assert!(err.hint().unwrap().contains("--provider k3s"));
+    fn a_kind_snapshot_fits_kind_and_is_refused_on_k3s_with_the_fix() {
+        let kind = settings().with_provider(Provider::Kind).unwrap();
+        let manifest = manifest_for(&kind);
+        check(&manifest, &kind).unwrap();
+        let k3s = settings();
+        let err = check(&manifest, &k3s).unwrap_err();
+        assert!(
+            err.message().contains("holds a kind cluster"),
+            "{}",
+            err.message()
+        );
+        assert!(err.hint().unwrap().contains("--provider kind"));
+    }
+
+    #[test]
+    fn several_kind_control_planes_and_existing_clusters_are_refused() {
+        let mut kind = settings().with_provider(Provider::Kind).unwrap();
+        kind.cluster.servers = 3;
+        let err = require_supported(&kind).unwrap_err();
+        assert!(
+            err.message().contains("one control plane"),
+            "{}",
+            err.message()
+        );
+        assert!(err.hint().unwrap().contains("cluster.servers: 1"));
+        let existing = settings().with_provider(Provider::Existing).unwrap();
+        let err = require_supported(&existing).unwrap_err();
+        assert!(err.hint().is_some());
+    }
+
+    #[test]
+    fn a_manifest_without_a_token_reads() {
+        let settings = settings();
+        let mut value = serde_json::to_value(manifest_for(&settings)).unwrap();
+        value.as_object_mut().unwrap().remove("k3sToken");
+        let manifest: Manifest = serde_json::from_value(value).unwrap();
+        assert_eq!(manifest.k3s_token, "");
     }
 
     #[test]

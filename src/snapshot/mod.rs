@@ -1,10 +1,11 @@
-//! Snapshots: a verified K3s stack's cluster saved as files, and new stacks
-//! created from them in seconds instead of a cold `up`.
+//! Snapshots: a verified K3s or Kind stack's cluster saved as files, and
+//! new stacks created from them in seconds instead of a cold `up`.
 //!
 //! A snapshot is a directory under `<state dir>/snapshots/<name>/`: one tar
-//! archive per saved path of each node
-//! ([`crate::cluster::k3s::SNAPSHOT_PATHS`]: the datastore, containerd's
-//! images and containers, kubelet and CNI files, the node password) and
+//! archive per saved path of each node ([`crate::cluster::snapshot_layout`]:
+//! for K3s the datastore, containerd's images and containers, kubelet and
+//! CNI files, the node password; for Kind the node's `/var` and what
+//! kubeadm, kind and devstack wrote in its root filesystem) and
 //! `manifest.json` ([`Manifest`]), which records the profile and the
 //! version matrix it was made with, the nodes' Kubernetes names and every
 //! archive's size and BLAKE3 checksum. `export` packs the directory into
@@ -38,13 +39,13 @@ mod upload;
 mod volume;
 
 pub use manifest::{
-    FORMAT, Info, Manifest, SavedFile, check, nothing_to_save, profile_digests, require_k3s,
+    FORMAT, Info, Manifest, SavedFile, check, nothing_to_save, profile_digests, require_supported,
     versions,
 };
 pub use remove::{Removal, remove};
-pub use restore::{AfterRestore, after_restore, restore_nodes};
+pub use restore::{AfterRestore, after_restore, check_restorable, restore_nodes};
 pub use save::{SaveReport, save};
-pub use store::{Snapshot, check_name, list, open, store_dir};
+pub use store::{Snapshot, check_name, list, open, saved_provider, store_dir};
 pub use transfer::{export, import};
 pub use volume::prune_shared_volumes;
 

@@ -12,7 +12,6 @@ use super::manifest::SavedFile;
 use super::store::{Snapshot, damaged};
 use super::upload::upload_checked;
 use super::volume::fill_shared_volume;
-use crate::cluster::k3s;
 use crate::docker::{self, Engine};
 use crate::error::Error;
 use crate::profile::Settings;
@@ -29,6 +28,7 @@ pub async fn restore_nodes(
     step: &Step,
 ) -> Result<(), Error> {
     let manifest = &snapshot.manifest;
+    check_restorable(engine, settings, snapshot).await?;
     step.progress(format!("restoring snapshot `{}`", manifest.name));
     let mut shared = Vec::new();
     for node in &manifest.nodes {
@@ -50,7 +50,7 @@ pub async fn restore_nodes(
     let restored = {
         let span = step.span("restored node containers");
         let saved = manifest.saved_cluster();
-        span.finish(k3s::create_restored_nodes(engine, settings, &saved, &shared).await)?
+        span.finish(crate::cluster::create_restored_nodes(engine, settings, &saved, &shared).await)?
     };
     let container_of: BTreeMap<&str, &str> = manifest
         .nodes
@@ -69,7 +69,19 @@ pub async fn restore_nodes(
         }
     });
     span.finish(futures::future::try_join_all(uploads).await)?;
-    k3s::start_restored_nodes(engine, settings, &restored, step).await
+    crate::cluster::start_restored_nodes(engine, settings, &restored, step).await
+}
+
+/// What this machine must have to restore `snapshot` that the profile
+/// does not say (for Kind: the same kind, the very node image): checked
+/// before anything is created.
+pub async fn check_restorable(
+    engine: &dyn Engine,
+    settings: &Settings,
+    snapshot: &Snapshot,
+) -> Result<(), Error> {
+    let manifest = &snapshot.manifest;
+    crate::cluster::check_restorable(engine, settings, &manifest.name, &manifest.versions).await
 }
 
 /// What a restored cluster needs once its API server answers: each node
@@ -80,6 +92,12 @@ pub async fn after_restore(
     settings: &Settings,
     client: &kube::Client,
 ) -> Result<AfterRestore, Error> {
+    // A kind node's kubelet registers its new address itself (kind's
+    // entrypoint rewrote its `--node-ip`), and the API server does not
+    // check kubelets' certificates there.
+    if settings.cluster.provider != crate::profile::Provider::K3s {
+        return Ok(AfterRestore { kubelets: None });
+    }
     let moved = correct_node_addresses(engine, settings, client).await?;
     let kubelets = (!moved.is_empty()).then(|| {
         tokio::spawn(wait_kubelets_reachable(
@@ -128,7 +146,7 @@ async fn correct_node_addresses(
     use k8s_openapi::api::core::v1::Node;
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
     let mut corrected = Vec::new();
-    for node in k3s::saved_cluster(engine, settings).await?.nodes {
+    for node in crate::cluster::saved_cluster(engine, settings).await?.nodes {
         let Some(ip) = node.ip else { continue };
         let registered = nodes
             .get_opt(&node.identity)
@@ -202,10 +220,10 @@ async fn upload(
     file: &SavedFile,
     snapshot: &str,
 ) -> Result<(), Error> {
-    let (parent, last) = file
-        .path
-        .rsplit_once('/')
-        .filter(|(parent, _)| parent.starts_with('/'))
+    let (parent, last) = Some(file.path.as_str())
+        .filter(|path| path.starts_with('/'))
+        .and_then(|path| path.rsplit_once('/'))
+        .filter(|(_, last)| !last.is_empty())
         .ok_or_else(|| damaged(snapshot, &format!("the path {} is not absolute", file.path)))?;
     let parent = if parent.is_empty() { "/" } else { parent };
     // The parent may be missing in a container that never ran (`/etc/rancher`):

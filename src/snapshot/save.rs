@@ -1,6 +1,6 @@
 //! `snapshot save`: the stack's nodes paused, each saved path read into a
-//! hashed archive (the K3s state split into its own and its shared part),
-//! and the snapshot moved into the store.
+//! hashed archive (the node's state, K3s's or Kind's `/var`, split into its
+//! own and its shared part), and the snapshot moved into the store.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -12,12 +12,13 @@ use serde::Serialize;
 
 use super::CHUNK;
 use super::manifest::{
-    FORMAT, Info, Manifest, SavedFile, profile_digests, profile_name, require_k3s, versions,
+    FORMAT, Info, Manifest, SavedFile, profile_digests, profile_name, require_supported, versions,
 };
 use super::shared;
 use super::store::{Partial, Snapshot, check_name, io_error, store_dir, write_manifest};
 use super::volume::{fill_shared_volume, prune_shared_volumes};
-use crate::cluster::k3s::{self, SHARED_IN_NODE};
+use crate::cluster::SnapshotLayout;
+use crate::cluster::k3s::SHARED_IN_NODE;
 use crate::docker::{self, Engine};
 use crate::error::Error;
 use crate::profile::Settings;
@@ -50,8 +51,11 @@ pub async fn save(
 ) -> Result<SaveReport, Error> {
     let started = Instant::now();
     check_name(name)?;
-    require_k3s(settings)?;
-    let cluster = k3s::saved_cluster(engine, settings).await?;
+    require_supported(settings)?;
+    let cluster = crate::cluster::saved_cluster(engine, settings).await?;
+    let layout = crate::cluster::snapshot_layout(settings.cluster.provider);
+    let mut versions = versions(settings);
+    versions.extend(crate::cluster::snapshot_versions(engine, settings).await?);
     let partial = Partial::new(settings, name)?;
     let containers: Vec<&str> = cluster.nodes.iter().map(|n| n.container.as_str()).collect();
     progress(format!("pausing {} node(s)", containers.len()));
@@ -71,9 +75,10 @@ pub async fn save(
         progress("reading the nodes' files".into());
         let dir = partial.path();
         let reads = cluster.nodes.iter().flat_map(|node| {
-            k3s::SNAPSHOT_PATHS
+            layout
+                .paths
                 .iter()
-                .map(move |path| read_node_path(engine, &node.container, path, dir))
+                .map(move |path| read_node_path(engine, &node.container, path, layout, dir))
         });
         result = futures::future::try_join_all(reads)
             .await
@@ -101,7 +106,7 @@ pub async fn save(
         stack: settings.name.clone(),
         profile: profile_name(settings),
         profile_digests: profile_digests(settings),
-        versions: versions(settings),
+        versions,
         nodes: cluster.nodes,
         files,
         k3s_token: cluster.token,
@@ -127,12 +132,13 @@ pub async fn save(
     })
 }
 
-/// The archives of one of a node's [`k3s::SNAPSHOT_PATHS`]: the K3s state
-/// directory in two ([`shared`]), the others whole.
+/// The archives of one of a node's saved paths (`layout.paths`): the
+/// first, the node's state, in two ([`shared`]), the others whole.
 async fn read_node_path(
     engine: &dyn Engine,
     container: &str,
     path: &str,
+    layout: SnapshotLayout,
     dir: &Path,
 ) -> Result<Vec<SavedFile>, Error> {
     let file = archive_name(container, path);
@@ -145,7 +151,7 @@ async fn read_node_path(
             blake3,
             shared,
         };
-    if path != k3s::SNAPSHOT_PATHS[0] {
+    if path != layout.paths[0] {
         let out = HashedFile::create(&dir.join(&file))?;
         let out = feed(engine, container, path, out, |out, mut archive| {
             std::io::copy(&mut archive, out).map(drop)
@@ -157,6 +163,7 @@ async fn read_node_path(
     let split = shared::Split::new(
         HashedFile::create(&dir.join(&file))?,
         HashedFile::create(&dir.join(&shared_file))?,
+        layout.shared_dirs,
     );
     let root = last_component(path).to_string();
     let split = feed(engine, container, path, split, move |split, archive| {

@@ -14,13 +14,21 @@
 use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
 
-use crate::cluster::k3s::{SHARED_DIRS, SHARED_IN_NODE};
+use crate::cluster::k3s::SHARED_IN_NODE;
+
+/// The directories below a node archive's root that are shared, each with
+/// its place in the volume (`crate::cluster::SnapshotLayout::shared_dirs`).
+pub type SharedDirs = &'static [(&'static str, &'static str)];
 
 /// A shared entry's place: the directory it is under in the volume
 /// (`snapshots`) and its path below that (`12/fs/bin`).
-fn shared_place<'p>(path: &'p str, root: &str) -> Option<(&'static str, &'p str)> {
+fn shared_place<'p>(
+    dirs: SharedDirs,
+    path: &'p str,
+    root: &str,
+) -> Option<(&'static str, &'p str)> {
     let below_root = path.strip_prefix(root)?.strip_prefix('/')?;
-    SHARED_DIRS.iter().find_map(|(dir, in_volume)| {
+    dirs.iter().find_map(|(dir, in_volume)| {
         below_root
             .strip_prefix(dir)
             .and_then(|rest| rest.strip_prefix('/'))
@@ -41,6 +49,7 @@ fn invalid(what: String) -> io::Error {
 
 /// Splits archives of a node's state into its own part and the shared part.
 pub struct Split<O: Write, S: Write> {
+    dirs: SharedDirs,
     own: tar::Builder<O>,
     shared: tar::Builder<S>,
     /// Shared tops a symlink was written for (`snapshots/12`).
@@ -53,8 +62,9 @@ pub struct Split<O: Write, S: Write> {
 }
 
 impl<O: Write, S: Write> Split<O, S> {
-    pub fn new(own: O, shared: S) -> Self {
+    pub fn new(own: O, shared: S, dirs: SharedDirs) -> Self {
         Split {
+            dirs,
             own: tar::Builder::new(own),
             shared: tar::Builder::new(shared),
             linked: BTreeSet::new(),
@@ -76,7 +86,7 @@ impl<O: Write, S: Write> Split<O, S> {
         for entry in archive.entries()? {
             let mut entry = entry?;
             let path = entry_path(&entry)?;
-            let Some((in_volume, rest)) = shared_place(&path, root) else {
+            let Some((in_volume, rest)) = shared_place(self.dirs, &path, root) else {
                 copy_entry(&mut self.own, &mut entry, &path, None)?;
                 continue;
             };
@@ -98,14 +108,16 @@ impl<O: Write, S: Write> Split<O, S> {
                 append_symlink(&mut self.own, at, &format!("{SHARED_IN_NODE}/{key}"))?;
             }
             let hard_link = match (entry.header().entry_type(), link) {
-                (tar::EntryType::Link, Some(target)) => match shared_place(&target, root) {
-                    Some((dir, below)) => Some(format!("{dir}/{below}")),
-                    None => {
-                        return Err(invalid(format!(
-                            "{path} is a hard link to {target}, outside the shared directories"
-                        )));
+                (tar::EntryType::Link, Some(target)) => {
+                    match shared_place(self.dirs, &target, root) {
+                        Some((dir, below)) => Some(format!("{dir}/{below}")),
+                        None => {
+                            return Err(invalid(format!(
+                                "{path} is a hard link to {target}, outside the shared directories"
+                            )));
+                        }
                     }
-                },
+                }
                 _ => None,
             };
             copy_entry(
@@ -128,7 +140,7 @@ impl<O: Write, S: Write> Split<O, S> {
             let Some(below) = path.strip_prefix(root).and_then(|p| p.strip_prefix('/')) else {
                 continue;
             };
-            let Some(key) = SHARED_DIRS.iter().find_map(|(_, in_volume)| {
+            let Some(key) = self.dirs.iter().find_map(|(_, in_volume)| {
                 let rest = below.strip_prefix(in_volume)?.strip_prefix('/')?;
                 (!rest.is_empty()).then(|| format!("{in_volume}/{}", top(rest)))
             }) else {
@@ -254,6 +266,7 @@ fn append_symlink<W: Write>(out: &mut tar::Builder<W>, at: &str, target: &str) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::k3s::SHARED_DIRS;
 
     const BLOBS: &str = "k3s/agent/containerd/io.containerd.content.v1.content/blobs/sha256";
     const SNAPS: &str = "k3s/agent/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots";
@@ -347,7 +360,7 @@ mod tests {
             Item::Symlink(&format!("{SNAPS}/7/fs/sh"), "/bin/busybox"),
             Item::File(&long, b"long"),
         ]);
-        let mut split = Split::new(Vec::new(), Vec::new());
+        let mut split = Split::new(Vec::new(), Vec::new(), SHARED_DIRS);
         split.node_archive(node.as_slice(), "k3s").unwrap();
         assert!(!split.needs_volume());
         let (own, shared) = split.finish().unwrap();
@@ -399,7 +412,7 @@ mod tests {
             Item::Dir("snapshot/snapshots/8"),
             Item::File("snapshot/snapshots/8/gone", b"no longer linked"),
         ]);
-        let mut split = Split::new(Vec::new(), Vec::new());
+        let mut split = Split::new(Vec::new(), Vec::new(), SHARED_DIRS);
         split.node_archive(node.as_slice(), "k3s").unwrap();
         assert!(split.needs_volume());
         split.volume_archive(volume.as_slice(), "snapshot").unwrap();
@@ -431,13 +444,51 @@ mod tests {
             &format!("{SNAPS}/7"),
             "/devstack/snapshot/snapshots/7",
         )]);
-        let mut split = Split::new(Vec::new(), Vec::new());
+        let mut split = Split::new(Vec::new(), Vec::new(), SHARED_DIRS);
         split.node_archive(node.as_slice(), "k3s").unwrap();
         split
             .volume_archive(archive(&[Item::Dir("snapshot")]).as_slice(), "snapshot")
             .unwrap();
         let err = split.finish().expect_err("a missing layer fails");
         assert!(err.to_string().contains("snapshots/7"), "{err}");
+    }
+
+    #[test]
+    fn a_kind_nodes_var_shares_containerds_layers_and_keeps_the_rest() {
+        use crate::cluster::kind::snapshot::SHARED_DIRS as KIND;
+        let blobs = "var/lib/containerd/io.containerd.content.v1.content/blobs/sha256";
+        let snaps = "var/lib/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots";
+        let node = archive(&[
+            Item::Dir("var"),
+            Item::File("var/lib/etcd/member/snap/db", b"etcd"),
+            Item::File(&format!("{blobs}/ab"), b"blob"),
+            Item::Dir(&format!("{snaps}/3")),
+            Item::File(&format!("{snaps}/3/fs/kubelet"), b"bin"),
+        ]);
+        let mut split = Split::new(Vec::new(), Vec::new(), KIND);
+        split.node_archive(node.as_slice(), "var").unwrap();
+        let (own, shared) = split.finish().unwrap();
+        assert_eq!(
+            entries(&own),
+            [
+                e("var", 'd', ""),
+                e("var/lib/etcd/member/snap/db", 'f', "etcd"),
+                e(
+                    &format!("{blobs}/ab"),
+                    's',
+                    "/devstack/snapshot/blobs/sha256/ab"
+                ),
+                e(&format!("{snaps}/3"), 's', "/devstack/snapshot/snapshots/3"),
+            ]
+        );
+        assert_eq!(
+            entries(&shared),
+            [
+                e("blobs/sha256/ab", 'f', "blob"),
+                e("snapshots/3", 'd', ""),
+                e("snapshots/3/fs/kubelet", 'f', "bin"),
+            ]
+        );
     }
 
     #[test]
@@ -455,7 +506,7 @@ mod tests {
             .append_data(&mut header, format!("{SNAPS}/7/fs/etc/"), io::empty())
             .unwrap();
         let node = builder.into_inner().unwrap();
-        let mut split = Split::new(Vec::new(), Vec::new());
+        let mut split = Split::new(Vec::new(), Vec::new(), SHARED_DIRS);
         split.node_archive(node.as_slice(), "k3s").unwrap();
         let (_, shared) = split.finish().unwrap();
         let mut archive = tar::Archive::new(shared.as_slice());

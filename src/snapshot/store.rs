@@ -155,6 +155,18 @@ pub fn open(settings: &Settings, name: &str) -> Result<Snapshot, Error> {
     Ok(Snapshot { manifest, dir })
 }
 
+/// The provider snapshot `name`'s cluster was made with, when the store
+/// has it and its manifest says (what [`open`] then checks).
+pub fn saved_provider(settings: &Settings, name: &str) -> Option<crate::profile::Provider> {
+    check_name(name).ok()?;
+    let manifest = read_manifest(&store_dir(settings).join(name), name).ok()?;
+    match manifest.versions.get("provider")?.as_str() {
+        "kind" => Some(crate::profile::Provider::Kind),
+        "k3s" => Some(crate::profile::Provider::K3s),
+        _ => None,
+    }
+}
+
 /// Every snapshot in the store, by name.
 pub fn list(settings: &Settings) -> Result<Vec<Info>, Error> {
     let store = store_dir(settings);

@@ -191,7 +191,7 @@ impl Stack {
         if !self.exists(&docker, &settings).await? {
             return Err(crate::snapshot::nothing_to_save(&settings));
         }
-        crate::snapshot::require_k3s(&settings)?;
+        crate::snapshot::require_supported(&settings)?;
         let _lock = self.lock("snapshot save").await?;
         let client = self
             .kube_client()

@@ -155,6 +155,8 @@ pub(super) async fn restore_scaled_down(
 async fn recreate_crashed_pods(client: kube::Client, recreated: Arc<Mutex<Vec<String>>>) {
     let namespaces = [
         "kube-system",
+        // The kit's Kind node image runs flannel there.
+        "kube-flannel",
         crate::gitops::FLUX_NAMESPACE,
         crate::gitops::SHARED_ESO_RELEASE.0,
     ];

@@ -161,10 +161,13 @@ impl Stack {
         self.timeline.restart();
         let recorded = Found::recorded(&self.asked);
         crate::gitops::repository::check_substitution(&recorded.settings(&self.asked))?;
-        let (_, choice) = choice::settle_for_restore(&self.asked)?;
+        let saved = snapshot::saved_provider(&self.asked, name);
+        let (_, choice) = choice::settle_for_restore(&self.asked, saved)?;
         let found = self.settled(recorded, &choice);
         let snapshot = snapshot::open(&found.settings(&self.asked), name)?;
         let docker = docker::connect().await?;
+        snapshot::check_restorable(docker.as_ref(), &found.settings(&self.asked), &snapshot)
+            .await?;
         let interrupts = Interrupts::watch(options.handle_interrupt);
         let up = self.up_locked(
             &docker,

@@ -20,6 +20,7 @@ mod providers;
 mod repository;
 mod restart_k3s;
 mod snapshot_k3s;
+mod snapshot_kind;
 mod stack_k3s;
 mod stop_start;
 mod upgrade_k3s;
