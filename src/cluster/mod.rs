@@ -115,6 +115,28 @@ fn url_port(url: &str) -> Option<u16> {
     url.rsplit(':').next()?.trim_end_matches('/').parse().ok()
 }
 
+/// Creates a node container of `provider` (a word for the error); a name
+/// some other container holds is the user's to free, said as such.
+pub(crate) async fn create_node_container(
+    engine: &dyn Engine,
+    name: &str,
+    body: crate::docker::models::ContainerCreateBody,
+    provider: &str,
+) -> Result<(), Error> {
+    engine.create_container(name, body).await.map_err(|e| {
+        if crate::docker::is_conflict(&e) {
+            Error::prerequisite(format!(
+                "a container named `{name}` exists but is not this stack's {provider} node"
+            ))
+            .with_hint(format!(
+                "remove it (`docker rm -f {name}`) or use another stack name with --name"
+            ))
+        } else {
+            crate::docker::engine_error(format!("create node {name}"), e)
+        }
+    })
+}
+
 /// Kubernetes node container name `devstack-<stack>-<role><index>`.
 pub fn node_name(settings: &Settings, role: &str, index: usize) -> String {
     format!("{}-{role}-{index}", settings.resource_prefix())

@@ -255,18 +255,7 @@ pub(super) async fn create_node(
         ));
     }
     let body = container_body(settings, node, binds);
-    engine.create_container(name, body).await.map_err(|e| {
-        if docker::is_conflict(&e) {
-            Error::prerequisite(format!(
-                "a container named `{name}` exists but is not this stack's K3s node"
-            ))
-            .with_hint(format!(
-                "remove it (`docker rm -f {name}`) or use another stack name with --name"
-            ))
-        } else {
-            docker::engine_error(format!("create node {name}"), e)
-        }
-    })?;
+    crate::cluster::create_node_container(engine, name, body, "K3s").await?;
     if !start {
         return Ok(());
     }

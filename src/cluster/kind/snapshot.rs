@@ -293,18 +293,7 @@ pub async fn create_restored_nodes(
             shared: shared.get(index).and_then(Option::as_deref),
         };
         let body = container_body(settings, &new, &marker.display().to_string());
-        engine.create_container(&name, body).await.map_err(|e| {
-            if docker::is_conflict(&e) {
-                Error::prerequisite(format!(
-                    "a container named `{name}` exists but is not this stack's kind node"
-                ))
-                .with_hint(format!(
-                    "remove it (`docker rm -f {name}`) or use another stack name with --name"
-                ))
-            } else {
-                docker::engine_error(format!("create node {name}"), e)
-            }
-        })?;
+        crate::cluster::create_node_container(engine, &name, body, "kind").await?;
         created.push(name);
     }
     Ok(RestoredNodes {
