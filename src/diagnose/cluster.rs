@@ -67,19 +67,32 @@ pub fn unreachable(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
         }
         None => "the node runs but its API server does not answer".to_string(),
     };
-    vec![
-        Finding::new(
-            "cluster-unreachable",
-            object,
-            "the cluster's API server does not answer",
+    let finding = Finding::new(
+        "cluster-unreachable",
+        object,
+        "the cluster's API server does not answer",
+    )
+    .evidence(std::iter::once(format!("API: {error}")).chain(node_lines))
+    .cause(cause);
+    // Every node ended by a stop (`devstack stop`, `docker stop`, a machine
+    // shut down) rather than a crash: the stack is stopped, and `start` is
+    // the command that says so.
+    let all_stopped = !cluster.node_containers.is_empty()
+        && stopped.len() == cluster.node_containers.len()
+        && stopped
+            .iter()
+            .all(|node| matches!(node.exit_code, None | Some(0 | 130 | 137 | 143)));
+    vec![if all_stopped {
+        finding.fix(
+            Some(devstack(settings, "start")),
+            "starts the stack's stopped containers and brings it back to a verified round trip",
         )
-        .evidence(std::iter::once(format!("API: {error}")).chain(node_lines))
-        .cause(cause)
-        .fix(
+    } else {
+        finding.fix(
             Some(up),
             "starts stopped nodes (or recreates a missing cluster) and converges the stack",
-        ),
-    ]
+        )
+    }]
 }
 
 /// Nodes NotReady, or under memory, disk or PID pressure, and kubelets that
@@ -250,6 +263,19 @@ mod tests {
         );
         // Nothing in the cluster is judged when nothing was read.
         assert_eq!(super::super::detect(&evidence, &settings()).len(), 1);
+    }
+
+    #[test]
+    fn nodes_ended_by_a_stop_are_started_again_by_start() {
+        let evidence = with(|e| {
+            e["cluster"]["apiError"] = json!("tcp connect error: Connection refused");
+            e["cluster"]["nodeContainers"] = json!([
+                {"name": "devstack-dev-control-plane", "status": "exited", "exitCode": 137, "logTail": []},
+                {"name": "devstack-dev-worker", "status": "exited", "exitCode": 0, "logTail": []}
+            ]);
+        });
+        let finding = only(&evidence, "cluster-unreachable");
+        assert_eq!(finding.fix.command.as_deref(), Some("devstack start"));
     }
 
     #[test]
