@@ -28,7 +28,9 @@ if [ "${BENCH_PROVIDER:-k3s}" = kind ]; then
   ds() { "$bin" --profile "$profile" -q "$@"; }
   cleanup() {
     for s in kb0 $(seq -f 'kb%g' 1 "$runs"); do ds --name "$s" down >/dev/null 2>&1 || true; done
-    ds snapshot rm base >/dev/null 2>&1 || true
+    # Without --profile, which `snapshot rm` refuses: a refused rm left the
+    # snapshot's shared volumes (~3 GB) behind on every run.
+    "$bin" -q snapshot rm base >/dev/null 2>&1 || true
     rm -rf "$h"
   }
   trap cleanup EXIT
