@@ -137,6 +137,22 @@ pub(crate) async fn create_node_container(
     })
 }
 
+/// Starts a node container; ports another process holds are the profile's
+/// to change, said as such.
+pub(crate) async fn start_node_container(engine: &dyn Engine, name: &str) -> Result<(), Error> {
+    engine.start_container(name).await.map_err(|e| {
+        let message = crate::docker::docker_message(&e);
+        if message.contains("port is already allocated")
+            || message.contains("address already in use")
+        {
+            Error::prerequisite(format!("node {name} cannot publish its ports: {message}"))
+                .with_hint("choose other ports (`cluster.apiServerPort`, `cluster.ports`)")
+        } else {
+            crate::docker::engine_error(format!("start node {name}"), e)
+        }
+    })
+}
+
 /// Kubernetes node container name `devstack-<stack>-<role><index>`.
 pub fn node_name(settings: &Settings, role: &str, index: usize) -> String {
     format!("{}-{role}-{index}", settings.resource_prefix())

@@ -259,17 +259,7 @@ pub(super) async fn create_node(
     if !start {
         return Ok(());
     }
-    engine.start_container(name).await.map_err(|e| {
-        let message = docker::docker_message(&e);
-        if message.contains("port is already allocated")
-            || message.contains("address already in use")
-        {
-            Error::prerequisite(format!("node {name} cannot publish its ports: {message}"))
-                .with_hint("choose other ports (`cluster.apiServerPort`, `cluster.ports`)")
-        } else {
-            docker::engine_error(format!("start node {name}"), e)
-        }
-    })
+    crate::cluster::start_node_container(engine, name).await
 }
 
 /// Creates the named volumes of a node's state; returns their binds.

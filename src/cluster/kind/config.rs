@@ -94,6 +94,20 @@ pub fn owner_marker_dir(settings: &Settings) -> PathBuf {
     std::path::absolute(&dir).unwrap_or(dir)
 }
 
+/// Writes the stack's owner marker (the directory the nodes mount, holding
+/// the stack's name) and returns its directory.
+pub(super) fn write_owner_marker(settings: &Settings) -> Result<PathBuf, Error> {
+    let marker = owner_marker_dir(settings);
+    std::fs::create_dir_all(&marker)
+        .and_then(|()| std::fs::write(marker.join("stack"), format!("{}\n", settings.name)))
+        .map_err(|e| {
+            Error::internal(format!("cannot create {}", marker.display()))
+                .with_source(e)
+                .with_hint("make devstack's state directory (DEVSTACK_HOME) writable")
+        })?;
+    Ok(marker)
+}
+
 /// The Kind cluster config (`kind.x-k8s.io/v1alpha4`) for the profile.
 ///
 /// Registry mirrors only switch containerd to `hosts.toml` files here; the

@@ -37,6 +37,7 @@ use crate::profile::{Provider, Settings};
 use crate::ui::Step;
 
 pub use cli::{KindCli, bundled_kind, find_installed_kind, find_kind, find_kind_from};
+use config::write_owner_marker;
 pub use config::{config_yaml, owner_marker_dir};
 pub use delete::delete;
 
@@ -181,14 +182,7 @@ async fn create(
     let scratch = scratch_dir()?;
     let config = scratch.path().join("kind-config.yaml");
     let kubeconfig = scratch.path().join("kubeconfig");
-    let marker = owner_marker_dir(settings);
-    std::fs::create_dir_all(&marker)
-        .and_then(|()| std::fs::write(marker.join("stack"), format!("{}\n", settings.name)))
-        .map_err(|e| {
-            Error::internal(format!("cannot create {}", marker.display()))
-                .with_source(e)
-                .with_hint("make devstack's state directory (DEVSTACK_HOME) writable")
-        })?;
+    write_owner_marker(settings)?;
     std::fs::write(&config, config_yaml(settings, api_port, cgroup)).map_err(|e| {
         Error::internal(format!("cannot write {}", config.display())).with_source(e)
     })?;

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::nodes::{Found, KindNode, find_cluster, foreign_cluster};
 use super::{
     KIND_API_PORT, LABEL_CLUSTER, LABEL_ROLE, MARKER_IN_NODE, ROLE_CONTROL_PLANE, ROLE_WORKER,
-    cluster_name, find_kind, owner_marker_dir,
+    cluster_name, find_kind, write_owner_marker,
 };
 use crate::cluster::k3s::{RestoredNodes, SHARED_IN_NODE, SavedCluster, SavedNode};
 use crate::docker::models::{
@@ -263,14 +263,7 @@ pub async fn create_restored_nodes(
 ) -> Result<RestoredNodes, Error> {
     let network = settings.resource_prefix();
     docker::ensure_network(engine, &settings.name, &network).await?;
-    let marker = owner_marker_dir(settings);
-    std::fs::create_dir_all(&marker)
-        .and_then(|()| std::fs::write(marker.join("stack"), format!("{}\n", settings.name)))
-        .map_err(|e| {
-            Error::internal(format!("cannot create {}", marker.display()))
-                .with_source(e)
-                .with_hint("make devstack's state directory (DEVSTACK_HOME) writable")
-        })?;
+    let marker = write_owner_marker(settings)?;
     let api_port = crate::cluster::choose_api_port(settings)?;
     let mut created = Vec::new();
     let mut workers = 0;
@@ -440,7 +433,7 @@ pub async fn start_restored_nodes(
     let start = |name: &str| {
         let name = name.to_string();
         async move {
-            start_node(engine, &name).await?;
+            crate::cluster::start_node_container(engine, &name).await?;
             // Before its kubelet starts, seconds later.
             let (code, out) =
                 exec_in(engine, &name, &["sh", "-c", PUT_BACK_FLANNEL_SUBNET]).await?;
@@ -475,20 +468,6 @@ pub async fn start_restored_nodes(
         }
     }
     Ok(())
-}
-
-async fn start_node(engine: &dyn Engine, name: &str) -> Result<(), Error> {
-    engine.start_container(name).await.map_err(|e| {
-        let message = docker::docker_message(&e);
-        if message.contains("port is already allocated")
-            || message.contains("address already in use")
-        {
-            Error::prerequisite(format!("node {name} cannot publish its ports: {message}"))
-                .with_hint("choose other ports (`cluster.apiServerPort`, `cluster.ports`)")
-        } else {
-            docker::engine_error(format!("start node {name}"), e)
-        }
-    })
 }
 
 #[cfg(test)]
