@@ -65,10 +65,12 @@ e2e:
 bench:
 	bash bench/run.sh
 	bash bench/online.sh
+	BENCH_PROVIDER=kind bash bench/online.sh
 	bash bench/existing.sh
 	bash bench/engines.sh
 	bash bench/repository.sh
 	bash bench/stopstart.sh
+	bash bench/parameters.sh
 
 ci:
 	bash .ci/run

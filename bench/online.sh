@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`, online rows: a cold `up` (K3s, to a verified round trip) as
+# `make bench`, online rows: a cold `up` (to a verified round trip) as
 # a user with network runs it — no bundle, the artifacts fetched into an
 # empty cache through the local registry and file server that stand in for
 # upstream (tests/online/mirror.sh) — and with a warm cache, beside the same
@@ -9,9 +9,17 @@
 #   BENCH_RUNS   runs per figure (default 3)
 #   BENCH_BIN    the devstack binary to time (default: a release build,
 #                built here); both sides always use the same one
+#   BENCH_PROVIDER  k3s (default: the ci shape, one server) or kind (the
+#                default profile's shape: a control plane and a worker)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${BENCH_RUNS:-3}
+provider=${BENCH_PROVIDER:-k3s}
+case "$provider" in
+  k3s) cluster_yaml='  provider: k3s' ;;
+  kind) cluster_yaml=$'  provider: kind\n  servers: 1\n  agents: 1' ;;
+  *) echo "error: BENCH_PROVIDER=$provider: k3s or kind" >&2; exit 2 ;;
+esac
 source bench/lib.sh
 bash scripts/setup-docker.sh >/dev/null
 bench_binary
@@ -36,7 +44,7 @@ unset DEVSTACK_MIRRORS DEVSTACK_DOWNLOAD_MIRROR DEVSTACK_PINS DEVSTACK_BUNDLE
 profile() { # $1 name, $2 with the offline bundle (1) or not (0)
   local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  printf 'apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: %s\nlocalstack:\n  port: %s\ncluster:\n  provider: k3s\n  kubeconfig: {merge: false}\n' "$1" "$port" >"$work/$1.yaml"
+  printf 'apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: %s\nlocalstack:\n  port: %s\ncluster:\n%s\n  kubeconfig: {merge: false}\n' "$1" "$port" "$cluster_yaml" >"$work/$1.yaml"
   [ "$2" = 1 ] && printf 'images:\n  bundle: %s\n' "$bundle" >>"$work/$1.yaml"
   return 0
 }
@@ -81,7 +89,7 @@ row() { # $1 label, $2 array name
   [ -n "${failures[$2]:-}" ] && printf '    failed: %s\n' "${failures[$2]}"
   return 0
 }
-echo "--- online path (K3s, cold up to a verified round trip, median)"
+echo "--- online path ($provider, cold up to a verified round trip, median)"
 row "offline bundle (make kit)" offline
 row "online, empty cache (through the local mirror)" online_cold
 row "online, warm cache (a second stack on the same cache)" online_warm

@@ -11,11 +11,13 @@
 #
 #   BENCH_RUNS   stop/start cycles per provider (default 3)
 #   BENCH_BIN    the devstack binary to time (default: a release build)
+#   BENCH_PROVIDERS  which providers, in order (default "k3s kind")
 #   BENCH_KEEP   where each start's `--json` is kept
 #                (default ~/.cache/devstack/bench/<start time>-stopstart)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 runs=${BENCH_RUNS:-3}
+providers=${BENCH_PROVIDERS:-k3s kind}
 source bench/lib.sh
 bash scripts/setup-docker.sh >/dev/null
 bench_binary
@@ -31,7 +33,7 @@ ds() { # $1 provider, rest: arguments
     --bundle "$bundle" -q "$@"
 }
 cleanup() {
-  for provider in k3s kind; do ds "$provider" down >/dev/null 2>&1; done
+  for provider in $providers; do ds "$provider" down >/dev/null 2>&1; done
   docker rm -f -v $(docker ps -aq --filter "label=dev.devstack.stack=$stack") >/dev/null 2>&1 || true
   docker network rm $(docker network ls -q --filter "label=dev.devstack.stack=$stack") >/dev/null 2>&1 || true
   rm -rf "$work"
@@ -52,7 +54,7 @@ spread() {
     awk 'NR == 1 {lo = $1} {hi = $1} END {if (NR) printf "    spread: %.1f-%.1f s\n", lo / 1000, hi / 1000}'
 }
 
-for provider in k3s kind; do
+for provider in $providers; do
   bench_run=0
   if ! measure "${provider}_up" ds "$provider" up --json; then
     missed "the cold up failed" "${provider}_stop" "${provider}_start" "${provider}_mem"
@@ -78,7 +80,7 @@ for provider in k3s kind; do
 done
 
 echo "--- stop and start of a verified stack (ci profile, offline bundle), median"
-for provider in k3s kind; do
+for provider in $providers; do
   row "$provider: stop (every container stopped)" "${provider}_stop" s 1000
   spread "${provider}_stop"
   row "$provider: start, to a verified round trip" "${provider}_start" s 1000

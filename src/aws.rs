@@ -37,29 +37,40 @@ fn timeouts() -> TimeoutConfig {
         .build()
 }
 
+// One builder for every service: each SDK crate has its own `Config` type,
+// so a macro rather than a function keeps them pinned to the same settings.
+macro_rules! localstack_client {
+    ($sdk:ident, $settings:expr $(, $extra:ident($arg:expr))*) => {{
+        let settings: &Settings = $settings;
+        let config = $sdk::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(settings.localstack.endpoint_url())
+            .region(Region::new(settings.localstack.region.clone()))
+            .credentials_provider(credentials())
+            $(.$extra($arg))*
+            .retry_config(retry())
+            .timeout_config(timeouts())
+            .build();
+        $sdk::Client::from_conf(config)
+    }};
+}
+
 pub fn secrets_manager(settings: &Settings) -> aws_sdk_secretsmanager::Client {
-    let config = aws_sdk_secretsmanager::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(settings.localstack.endpoint_url())
-        .region(Region::new(settings.localstack.region.clone()))
-        .credentials_provider(credentials())
-        .retry_config(retry())
-        .timeout_config(timeouts())
-        .build();
-    aws_sdk_secretsmanager::Client::from_conf(config)
+    localstack_client!(aws_sdk_secretsmanager, settings)
 }
 
 /// S3 on the stack's LocalStack, path-style (LocalStack's host name does not
 /// resolve bucket subdomains).
 pub fn s3(settings: &Settings) -> aws_sdk_s3::Client {
-    let config = aws_sdk_s3::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(settings.localstack.endpoint_url())
-        .region(Region::new(settings.localstack.region.clone()))
-        .credentials_provider(credentials())
-        .force_path_style(true)
-        .retry_config(retry())
-        .timeout_config(timeouts())
-        .build();
-    aws_sdk_s3::Client::from_conf(config)
+    localstack_client!(aws_sdk_s3, settings, force_path_style(true))
+}
+
+/// SSM (Parameter Store) on the stack's LocalStack.
+pub fn ssm(settings: &Settings) -> aws_sdk_ssm::Client {
+    localstack_client!(aws_sdk_ssm, settings)
+}
+
+/// IAM on the stack's LocalStack: the role `eso.auth: serviceAccount` uses.
+pub fn iam(settings: &Settings) -> aws_sdk_iam::Client {
+    localstack_client!(aws_sdk_iam, settings)
 }

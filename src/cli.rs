@@ -269,10 +269,11 @@ ports and kubeconfig file. Nothing on stdout, and exit 0, when there is none.",
     Cluster(ClusterCommand),
     /// Create or update the profile's secrets in LocalStack's Secrets Manager
     #[command(
-        long_about = "Create or update the profile's secrets in LocalStack's Secrets Manager; \
-unchanged secrets are left alone. Every source is read before anything is written. Exit 2 when a \
-secret's source cannot be read or a value is over Secrets Manager's limits, 4 when the stack's \
-LocalStack is not there.",
+        long_about = "Create or update the profile's secrets in LocalStack's Secrets Manager, its \
+parameters in SSM Parameter Store and, with `eso.auth: serviceAccount`, the role ESO assumes; \
+unchanged ones are left alone. Every source is read before anything is written. Exit 2 when a \
+source cannot be read or a value is over its service's limits, 4 when the stack's LocalStack is \
+not there.",
         after_help = "Examples:
   devstack seed --dry-run           # what would be created or updated, writing nothing
   devstack seed                     # create or update the profile's secrets
@@ -339,8 +340,8 @@ source is followed at once and lines are printed as they arrive, until Ctrl-C, S
     /// Print shell exports for using the stack from other tools
     #[command(
         long_about = "Print shell exports for using the stack from other tools: AWS_ENDPOINT_URL \
-(on the port the stack was given), the region, test credentials, DEVSTACK_STACK and, once the \
-stack has a cluster, KUBECONFIG. Exit 4 before the stack's LocalStack exists (its `auto` port is \
+(on the port the stack was given), the region, test credentials, DEVSTACK_STACK, once the \
+stack has a cluster KUBECONFIG, and with `registry.enabled` DEVSTACK_REGISTRY (`localhost:<port>`). Exit 4 before the stack's LocalStack exists (its `auto` port is \
 not known yet), 2 with `localstack.mode: in-cluster`, which has no host port (`devstack \
 localstack forward` prints the same lines).",
         after_help = "Examples:
@@ -349,6 +350,20 @@ localstack forward` prints the same lines).",
   devstack env --json               # the same as one JSON object"
     )]
     Env(EnvArgs),
+    /// Put images from this machine's Docker into the stack's nodes, without a registry
+    #[command(
+        long_about = "Put images from this machine's Docker image store into every node of the \
+stack's cluster, as `kind load docker-image` and `k3d image import` do, through the import `up` \
+uses for `images.preload`; a name a node already holds is replaced, so a rebuilt image takes the \
+old one's place. Pods use the reference as given, with `imagePullPolicy: IfNotPresent` or `Never` \
+(a `:latest` tag defaults to `Always`, which pulls). Nothing is loaded unless every image exists \
+locally. Exit 2 for an image not in the local store or on a cluster devstack did not create, 3 \
+when Docker does not answer, 4 when the stack has no cluster.",
+        after_help = "Examples:
+  docker build -t myapp:dev . && devstack load myapp:dev
+  devstack load myapp:dev worker:dev    # several at once"
+    )]
+    Load(LoadArgs),
     /// Print the facts Flux substitutes in the stack's manifests, with where each comes from
     #[command(
         long_about = "Print the facts the stack publishes for Flux's `postBuild.substituteFrom`: \
@@ -622,6 +637,13 @@ its secrets stay. Exit 0 also when there was nothing to remove, 3 when Docker do
   devstack cluster down             # LocalStack and its secrets stay"
     )]
     Down,
+}
+
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Images of this machine's Docker image store (`docker images`)
+    #[arg(required = true, value_name = "IMAGE")]
+    pub images: Vec<String>,
 }
 
 #[derive(Debug, Args)]

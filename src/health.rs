@@ -20,10 +20,10 @@ use crate::gitops::FLUX_NAMESPACE;
 use crate::k8s::conditions::{self, one_line};
 use crate::k8s::dynamic_api;
 use crate::profile::Settings;
-use crate::profile::settings::profile_external_secret_name;
 use crate::verify::{ESO_GROUP, ESO_VERSION};
 use crate::{docker, localstack, state};
 
+mod registry;
 mod stopped;
 pub use stopped::{START_HINT, StackContainer, stack_containers};
 
@@ -193,6 +193,7 @@ pub async fn collect(settings: &Settings) -> StatusReport {
         .count();
     let in_cluster = rows.split_off(split);
     rows.push(localstack);
+    rows.extend(registry::row(settings).await);
     rows.extend(in_cluster);
     StatusReport {
         stack: settings.name.clone(),
@@ -507,6 +508,9 @@ async fn cluster_rows(settings: &Settings) -> Vec<StatusRow> {
         Some(eso) => rows.push(cluster_eso_row(&client, eso).await),
     }
     rows.push(cluster_secret_store_row(&client, &settings.names.store()).await);
+    if !settings.parameters.is_empty() {
+        rows.push(cluster_secret_store_row(&client, &settings.names.parameter_store()).await);
+    }
     let eso_api = format!("{ESO_GROUP}/{ESO_VERSION}");
     rows.extend(external_secret_rows(&client, settings, &eso_api).await);
     rows
@@ -767,8 +771,8 @@ async fn external_secret_rows(
                 .detail(e.to_string()),
         ),
     }
-    for secret in settings.secrets.iter().filter(|s| s.sync.is_some()) {
-        let (ns, name) = profile_external_secret_name(secret);
+    for target in crate::profile::parameters::sync_targets(settings) {
+        let (ns, name) = (target.namespace, target.name);
         if !seen.contains(&(ns.clone(), name.clone())) {
             rows.push(
                 StatusRow::new(
@@ -777,7 +781,7 @@ async fn external_secret_rows(
                     Health::Missing,
                     "missing",
                 )
-                .detail(format!("declared by the profile for `{}`", secret.name))
+                .detail(format!("declared by the profile for {}", target.of))
                 .hint("`devstack up` creates the profile's ExternalSecrets"),
             );
         }

@@ -25,6 +25,7 @@ pub mod localstack;
 pub mod logs;
 pub mod pipeline;
 pub mod profile;
+pub mod registry;
 pub mod seed;
 pub mod signals;
 pub mod snapshot;

@@ -64,8 +64,17 @@ pub struct SeedReport {
     pub updated: usize,
     pub unchanged: usize,
     pub secrets: Vec<SecretResult>,
+    /// The profile's SSM parameters, converged like the secrets.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parameters: Vec<parameters::ParameterResult>,
+    /// The ESO role of `eso.auth: serviceAccount`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<role::RoleResult>,
     pub elapsed_ms: u64,
 }
+
+pub mod parameters;
+pub mod role;
 
 /// The value a secret should have, once its source is read.
 enum Desired {
@@ -81,35 +90,9 @@ fn resolve_all(secrets: &[SecretSettings]) -> Result<Vec<Desired>, Error> {
 
 fn resolve_one(secret: &SecretSettings) -> Result<Desired, Error> {
     let name = &secret.name;
-    let value = match &secret.source {
-        SecretSource::Literal(_) | SecretSource::Json(_) => secret
-            .source
-            .inline_value()
-            .expect("value and json sources are known from the profile"),
-        SecretSource::Env(var) => match std::env::var(var) {
-            Ok(v) => SecretString::new(v),
-            Err(_) => {
-                return Err(Error::user(format!(
-                    "secret `{name}` reads environment variable {var}, which is not set"
-                ))
-                .with_hint(format!(
-                    "export {var}=... before seeding, or change the secret's source"
-                )));
-            }
-        },
-        SecretSource::File(path) => match std::fs::read_to_string(path) {
-            // One trailing newline is an artefact of editors and `echo`, not part of the value.
-            Ok(v) => SecretString::new(v.strip_suffix('\n').unwrap_or(&v).to_string()),
-            Err(e) => {
-                return Err(Error::user(format!(
-                    "secret `{name}` reads file {}, which cannot be read: {}",
-                    path.display(),
-                    e.kind()
-                ))
-                .with_hint("check the path (relative paths start at the profile's directory) and its permissions"));
-            }
-        },
-        SecretSource::Generate(spec) => return Ok(Desired::Generate(*spec)),
+    let value = match read_source(&format!("secret `{name}`"), &secret.source)? {
+        Desired::Value(value) => value,
+        generate => return Ok(generate),
     };
     if let Err(why) = check_secret_size(&value) {
         return Err(Error::user(format!(
@@ -119,28 +102,63 @@ fn resolve_one(secret: &SecretSettings) -> Result<Desired, Error> {
         .with_hint(SECRET_SIZE_HINT));
     }
     if secret.format == SecretFormat::Json {
-        match serde_json::from_str::<serde_json::Value>(value.expose()) {
-            Ok(serde_json::Value::Object(_)) => {}
-            Ok(_) => {
-                return Err(Error::user(format!(
-                    "secret `{name}` must be a JSON object (format: json)"
-                ))
-                .with_hint("write the value as {\"key\": \"value\", ...}"));
-            }
-            // serde_json's messages give line and column only, never the input.
-            Err(e) => {
-                return Err(Error::user(format!(
-                    "secret `{name}` is not valid JSON (format: json): {e}"
-                ))
-                .with_hint("fix the JSON, or remove `format: json` to store it as text"));
-            }
-        }
+        json_object(name, &value)?;
     }
     Ok(Desired::Value(value))
 }
 
+/// Reads a value's source; `what` names its owner in errors ("secret `x`").
+fn read_source(what: &str, source: &SecretSource) -> Result<Desired, Error> {
+    let value = match source {
+        SecretSource::Literal(_) | SecretSource::Json(_) => source
+            .inline_value()
+            .expect("value and json sources are known from the profile"),
+        SecretSource::Env(var) => match std::env::var(var) {
+            Ok(v) => SecretString::new(v),
+            Err(_) => {
+                return Err(Error::user(format!(
+                    "{what} reads environment variable {var}, which is not set"
+                ))
+                .with_hint(format!(
+                    "export {var}=... before seeding, or change the source in the profile"
+                )));
+            }
+        },
+        SecretSource::File(path) => match std::fs::read_to_string(path) {
+            // One trailing newline is an artefact of editors and `echo`, not part of the value.
+            Ok(v) => SecretString::new(v.strip_suffix('\n').unwrap_or(&v).to_string()),
+            Err(e) => {
+                return Err(Error::user(format!(
+                    "{what} reads file {}, which cannot be read: {}",
+                    path.display(),
+                    e.kind()
+                ))
+                .with_hint("check the path (relative paths start at the profile's directory) and its permissions"));
+            }
+        },
+        SecretSource::Generate(spec) => return Ok(Desired::Generate(*spec)),
+    };
+    Ok(Desired::Value(value))
+}
+
+/// Refuses a value that is not a JSON object (`format: json`).
+fn json_object(name: &str, value: &SecretString) -> Result<(), Error> {
+    match serde_json::from_str::<serde_json::Value>(value.expose()) {
+        Ok(serde_json::Value::Object(_)) => Ok(()),
+        Ok(_) => Err(Error::user(format!(
+            "secret `{name}` must be a JSON object (format: json)"
+        ))
+        .with_hint("write the value as {\"key\": \"value\", ...}")),
+        // serde_json's messages give line and column only, never the input.
+        Err(e) => Err(Error::user(format!(
+            "secret `{name}` is not valid JSON (format: json): {e}"
+        ))
+        .with_hint("fix the JSON, or remove `format: json` to store it as text")),
+    }
+}
+
 /// Where a value comes from, for messages: never the value itself.
-fn describe_source(source: &SecretSource) -> String {
+pub(crate) fn describe_source(source: &SecretSource) -> String {
     match source {
         SecretSource::Literal(_) => "`value`".into(),
         SecretSource::Json(_) => "`json`".into(),
@@ -176,6 +194,8 @@ pub async fn seed(
 ) -> Result<SeedReport, Error> {
     let started = Instant::now();
     let desired = resolve_all(&settings.secrets)?;
+    // Every value is read before the first write, the parameters' too.
+    let parameter_values = parameters::resolve_all(&settings.parameters)?;
     let endpoint = settings.localstack.endpoint_url();
     let work = settings
         .secrets
@@ -212,6 +232,8 @@ pub async fn seed(
             err
         });
     }
+    let parameters = parameters::seed(settings, parameter_values, options).await?;
+    let role = role::ensure(settings, options).await?;
     let count = |o: Outcome| secrets.iter().filter(|s| s.outcome == o).count();
     Ok(SeedReport {
         dry_run: options.dry_run,
@@ -219,6 +241,8 @@ pub async fn seed(
         updated: count(Outcome::Updated),
         unchanged: count(Outcome::Unchanged),
         secrets,
+        parameters,
+        role,
         elapsed_ms: started.elapsed().as_millis() as u64,
     })
 }
@@ -516,13 +540,32 @@ pub fn summary(report: &SeedReport) -> String {
     } else {
         "seeded"
     };
-    format!(
+    let mut text = format!(
         "{verb} {} secret(s): {} created, {} updated, {} unchanged",
         report.secrets.len(),
         report.created,
         report.updated,
         report.unchanged
-    )
+    );
+    if !report.parameters.is_empty() {
+        text.push_str(&format!("; {}", parameters::summary(&report.parameters)));
+    }
+    if let Some(role) = &report.role {
+        text.push_str(&format!("; role {} {}", role.name, role.outcome_word()));
+    }
+    text
+}
+
+/// The Seeding step's title: the secrets, and the parameters when the
+/// profile has any (a profile without parameters keeps the title it had).
+pub fn step_title(settings: &Settings) -> String {
+    match settings.parameters.len() {
+        0 => format!("Seeding {} secret(s)", settings.secrets.len()),
+        parameters => format!(
+            "Seeding {} secret(s) and {parameters} parameter(s)",
+            settings.secrets.len()
+        ),
+    }
 }
 
 pub fn default_timeout(settings: &Settings) -> Duration {
@@ -578,5 +621,34 @@ mod tests {
         );
         assert!(err.hint().unwrap().contains("65,536"));
         assert!(resolve_all(&secrets[..1]).is_ok());
+    }
+
+    #[test]
+    fn the_seeding_title_names_the_parameters_only_when_there_are_some() {
+        let loaded = crate::profile::load_reference("ci").unwrap();
+        let mut settings = Settings::resolve(loaded, &Default::default()).unwrap();
+        assert_eq!(settings.secrets.len(), 1);
+        assert_eq!(step_title(&settings), "Seeding 1 secret(s)");
+        for name in ["/dev/app/db-url", "flat"] {
+            settings
+                .parameters
+                .push(crate::profile::parameters::ParameterSettings {
+                    name: name.into(),
+                    kind: crate::profile::parameters::ParameterType::String,
+                    tier: crate::profile::parameters::ParameterTier::Standard,
+                    description: None,
+                    source: SecretSource::Env("UNUSED".into()),
+                    sync: None,
+                });
+        }
+        assert_eq!(
+            step_title(&settings),
+            "Seeding 1 secret(s) and 2 parameter(s)"
+        );
+        settings.secrets.clear();
+        assert_eq!(
+            step_title(&settings),
+            "Seeding 0 secret(s) and 2 parameter(s)"
+        );
     }
 }

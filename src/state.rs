@@ -54,6 +54,9 @@ pub struct Ports {
     pub localstack: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_server: Option<u16>,
+    /// The stack registry's (`registry.enabled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<u16>,
 }
 
 /// What devstack records about a stack next to its kubeconfig: what its
@@ -271,6 +274,7 @@ mod tests {
             ports: Ports {
                 localstack: Some(4566),
                 api_server: None,
+                registry: None,
             },
             provider: None,
             nodes_pull: false,

@@ -44,6 +44,9 @@ pub const KIND_CLI_VERSION: &str = "v0.33.0";
 /// The last LocalStack release that runs without an auth token: `latest`
 /// and the calendar-versioned tags need `LOCALSTACK_AUTH_TOKEN`.
 pub const LOCALSTACK_IMAGE: &str = "localstack/localstack:4.14.0";
+/// The stack registry's image (`registry.enabled`): Docker's official image
+/// of distribution v3.0.0, the current release of the reference registry.
+pub const REGISTRY_IMAGE: &str = "registry:3.0.0";
 /// Flux 2.9's newest release whose controllers devstack is tested with
 /// (2.10 needs Kubernetes >= 1.35.2, which the K3s provider cannot reach).
 pub const FLUX_VERSION: &str = "v2.9.5";
@@ -141,6 +144,15 @@ pub const LOCALSTACK_IMAGES: &[ImagePin] = &[ImagePin {
     reference: LOCALSTACK_IMAGE,
     digest: "sha256:3ebc37595918b8accb852f8048fef2aff047d465167edd655528065b07bc364a",
     published: "https://hub.docker.com/r/localstack/localstack/tags?name=4.14.0",
+}];
+
+/// The official image's multi-platform index digest for the tag, as
+/// Docker Hub serves it; ten unrelated public repositories pin the same
+/// digest for `registry:3.0.0` (2026).
+pub const REGISTRY_IMAGES: &[ImagePin] = &[ImagePin {
+    reference: REGISTRY_IMAGE,
+    digest: "sha256:6c5666b861f3505b116bb9aa9b25175e71210414bd010d92035ff64018f9457e",
+    published: "https://hub.docker.com/_/registry/tags?name=3.0.0",
 }];
 
 /// The controller images Flux v2.9.5's install.yaml names (by tag; the
@@ -245,6 +257,7 @@ pub fn image_pins() -> impl Iterator<Item = &'static ImagePin> {
         .chain(K3S_IMAGES)
         .chain(K3S_SYSTEM_IMAGES)
         .chain(LOCALSTACK_IMAGES)
+        .chain(REGISTRY_IMAGES)
         .chain(FLUX_IMAGES)
         .chain(ESO_IMAGES)
 }
@@ -392,6 +405,16 @@ pub const MATRIX: &[Component] = &[
         newest_upstream: "2026.03.0+ (calendar versions, auth token required)",
         support: Support::Supported,
         support_note: "4.14.0 is the last release that runs without an auth token",
+        kubernetes: None,
+    },
+    Component {
+        id: "registry",
+        name: "Registry (`registry.enabled`)",
+        default: REGISTRY_IMAGE,
+        tested_with: "3.0.0",
+        newest_upstream: "3.0.0",
+        support: Support::Supported,
+        support_note: "distribution v3.0.0, the current release",
         kubernetes: None,
     },
     Component {
@@ -544,6 +567,7 @@ mod tests {
             ("k3s", K3S_IMAGE),
             ("kind-node", KIND_NODE_IMAGE),
             ("localstack", LOCALSTACK_IMAGE),
+            ("registry", REGISTRY_IMAGE),
             ("flux", FLUX_VERSION),
             ("eso-chart", ESO_CHART_VERSION),
             ("eso-image", ESO_IMAGE),

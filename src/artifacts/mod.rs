@@ -251,6 +251,9 @@ pub fn wanted_images(settings: &Settings) -> Vec<Wanted> {
         .collect();
     out.push(image("localstack", &settings.localstack.image));
     out.push(image("eso", &eso_image(&settings.eso.chart_version)));
+    if settings.registry.enabled {
+        out.push(image("registry", &settings.registry.image));
+    }
     // K3s runs its own CoreDNS and pause images; a Kind node image carries
     // the ones its kubeadm deploys.
     if settings.cluster.provider == Provider::K3s

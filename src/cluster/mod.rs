@@ -333,6 +333,96 @@ pub async fn provision_step(
         .await
 }
 
+/// `devstack load`: images of this machine's Docker image store into
+/// every node of the stack's cluster, through the import `images.preload`
+/// uses (`ClusterProvider::load_images`). Every image is checked first, so
+/// nothing is imported unless all exist; a name a node already holds is
+/// dropped from it first, so a rebuilt image replaces the old one (pods
+/// running the old one keep it). Returns how many imports it did.
+pub async fn load_local_images(
+    engine: &Arc<dyn Engine>,
+    settings: &Settings,
+    images: &[String],
+    step: &Step,
+) -> Result<usize, Error> {
+    if settings.cluster.provider == Provider::Existing {
+        return Err(Error::user(
+            "`devstack load` puts images into node containers of this machine, which a cluster devstack did not create does not have",
+        )
+        .with_hint("push the image to a registry the cluster pulls from"));
+    }
+    let mut missing = Vec::new();
+    for image in images {
+        if engine.image_id(image).await.is_err() {
+            missing.push(format!("`{image}`"));
+        }
+    }
+    if !missing.is_empty() {
+        return Err(Error::user(format!(
+            "{} {} not in this machine's Docker image store; nothing was loaded",
+            missing.join(", "),
+            if missing.len() == 1 { "is" } else { "are" }
+        ))
+        .with_hint("build or pull it first (`docker build -t NAME .`, `docker pull NAME`); `docker images` lists what is there"));
+    }
+    let names = match settings.cluster.provider {
+        Provider::K3s => k3s::node_names(engine.as_ref(), settings).await?,
+        Provider::Kind => kind::node_names(engine.as_ref(), settings).await?,
+        Provider::Existing => Vec::new(),
+    };
+    if names.is_empty() {
+        return Err(Error::unhealthy(format!(
+            "stack `{}` has no {} cluster to load images into",
+            settings.name,
+            settings.cluster.provider.as_str()
+        ))
+        .with_hint(format!("`devstack{} up` creates it", settings.cli_flags())));
+    }
+    for node in &names {
+        for image in images {
+            let reference = containerd_reference(image);
+            // Absent is fine: `ctr` then says so and exits non-zero.
+            let _ = crate::docker::exec_in(
+                engine.as_ref(),
+                node,
+                &["ctr", "--namespace", "k8s.io", "images", "rm", &reference],
+            )
+            .await;
+        }
+    }
+    let mut only = settings.clone();
+    only.images.bundle = None;
+    only.images.preload = images.to_vec();
+    provider_for(engine.clone(), settings)
+        .load_images(&only, step)
+        .await
+}
+
+/// The full name containerd keeps an image under: `app:1` is
+/// `docker.io/library/app:1`, a name without a tag is `:latest`.
+pub fn containerd_reference(image: &str) -> String {
+    let (name, digest) = match image.split_once('@') {
+        Some((name, digest)) => (name, Some(digest)),
+        None => (image, None),
+    };
+    let first = name.split('/').next().unwrap_or_default();
+    let has_domain =
+        name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    let mut full = match (has_domain, name.contains('/')) {
+        (true, _) => name.to_string(),
+        (false, true) => format!("docker.io/{name}"),
+        (false, false) => format!("docker.io/library/{name}"),
+    };
+    let last = full.rsplit('/').next().unwrap_or_default();
+    if !last.contains(':') && digest.is_none() {
+        full.push_str(":latest");
+    }
+    match digest {
+        Some(digest) => format!("{full}@{digest}"),
+        None => full,
+    }
+}
+
 /// Deletes the cluster (its provider's [`ClusterProvider::delete`]: nodes and
 /// volumes; absent is fine), its kubeconfig file and context, and the stack
 /// network when nothing else uses it. Returns whether anything was removed.
@@ -445,5 +535,25 @@ pub async fn start_restored_nodes(
             kind::snapshot::start_restored_nodes(engine, settings, restored, step).await
         }
         _ => k3s::start_restored_nodes(engine, settings, restored, step).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::containerd_reference;
+
+    #[test]
+    fn images_get_the_name_containerd_keeps_them_under() {
+        for (given, full) in [
+            ("app:1", "docker.io/library/app:1"),
+            ("app", "docker.io/library/app:latest"),
+            ("team/app:1", "docker.io/team/app:1"),
+            ("localhost:5111/app:dev", "localhost:5111/app:dev"),
+            ("localhost/app", "localhost/app:latest"),
+            ("ghcr.io/o/app:v2", "ghcr.io/o/app:v2"),
+            ("app@sha256:ab", "docker.io/library/app@sha256:ab"),
+        ] {
+            assert_eq!(containerd_reference(given), full, "{given}");
+        }
     }
 }

@@ -8,8 +8,8 @@ use crate::error::Error;
 use crate::profile::{Provider, Settings};
 
 /// Bundle roles that are not workloads inside the cluster (LocalStack is,
-/// with `localstack.mode: in-cluster`).
-const NOT_IN_CLUSTER: &[&str] = &[LOCALSTACK_ROLE, "k3s-node", "kind-node"];
+/// with `localstack.mode: in-cluster`; the registry is a container beside it).
+const NOT_IN_CLUSTER: &[&str] = &[LOCALSTACK_ROLE, "k3s-node", "kind-node", "registry"];
 const LOCALSTACK_ROLE: &str = "localstack";
 /// Bundle roles only a K3s node runs (K3s's CoreDNS and pause); a Kind node
 /// image carries the ones its kubeadm asks for.

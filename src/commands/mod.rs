@@ -11,6 +11,7 @@ pub mod env;
 pub mod facts;
 pub mod kubeconfig;
 pub mod list;
+pub mod load;
 pub mod localstack;
 pub mod logs;
 pub mod man;
@@ -94,6 +95,7 @@ pub async fn run(cli: Cli, ui: Ui) -> Result<i32, Error> {
         Command::Localstack(cmd) => localstack::run(&ctx, cmd).await,
         Command::Cluster(cmd) => cluster::run(&ctx, cmd).await,
         Command::Seed(args) => seed::run(&ctx, args).await,
+        Command::Load(args) => load::run(&ctx, args).await,
         Command::Verify(args) => verify::run(&ctx, args).await,
         Command::Status(args) => status::run(&ctx, args).await,
         Command::Diagnose => diagnose::run(&ctx).await,

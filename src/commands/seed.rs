@@ -7,7 +7,7 @@ use crate::seed::{self, Outcome, SeedOptions};
 
 pub async fn run(ctx: &Context, args: SeedArgs) -> Result<i32, Error> {
     let settings = ctx.settings(|_| {})?;
-    if settings.secrets.is_empty() {
+    if settings.secrets.is_empty() && settings.parameters.is_empty() {
         ctx.ui.info(format!(
             "profile `{}` declares no secrets",
             settings.profile
@@ -50,6 +50,23 @@ pub async fn run(ctx: &Context, args: SeedArgs) -> Result<i32, Error> {
             Outcome::Unchanged => "unchanged".to_string(),
         };
         ctx.ui.detail(format!("{}: {what}", secret.name));
+    }
+    for parameter in &report.parameters {
+        let what = match parameter.outcome {
+            Outcome::Created => "created".to_string(),
+            Outcome::Updated => format!("updated ({})", parameter.changed.join(", ")),
+            Outcome::Unchanged => "unchanged".to_string(),
+        };
+        ctx.ui.detail(format!(
+            "parameter {} ({}, {} tier): {what}",
+            parameter.name,
+            parameter.kind.as_str(),
+            parameter.tier.as_str()
+        ));
+    }
+    if let Some(role) = &report.role {
+        ctx.ui
+            .detail(format!("IAM role {}: {}", role.arn, role.outcome_word()));
     }
     if ctx.ui.json() {
         ctx.ui

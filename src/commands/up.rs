@@ -76,6 +76,16 @@ pub fn render(ctx: &Context, stack: &Stack, report: &UpReport, what: &str) {
         &stack.settings().cli_flags(),
         stack.settings().localstack.mode,
     ));
+    if let Some(registry) = &report.registry {
+        ctx.ui.info(format!(
+            "registry: docker push {}/APP, and the same reference in pod specs",
+            registry.host
+        ));
+        let context = stack.settings().kube_context();
+        for line in crate::registry::tool_settings(&context, &registry.host) {
+            ctx.ui.info(format!("  {line}"));
+        }
+    }
     if ctx.ui.json() {
         ctx.ui
             .emit_json(&serde_json::to_value(report).expect("report serializes"));

@@ -146,7 +146,18 @@ pub fn store(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
     if !read(evidence, "clustersecretstores") {
         return Vec::new();
     }
-    let store_name = settings.names.store();
+    let mut stores = vec![settings.names.store()];
+    // The Parameter Store's, for a profile with parameters.
+    if !settings.parameters.is_empty() {
+        stores.push(settings.names.parameter_store());
+    }
+    stores
+        .into_iter()
+        .flat_map(|name| one_store(evidence, settings, name))
+        .collect()
+}
+
+fn one_store(evidence: &Evidence, settings: &Settings, store_name: String) -> Vec<Finding> {
     let object = format!("ClusterSecretStore {store_name}");
     let Some(store) = evidence
         .cluster
@@ -242,6 +253,9 @@ fn store_cause(
             "re-applies the credentials from the GitOps manifests".into(),
         );
     }
+    if let Some(cause) = sts_failure(evidence, settings, message) {
+        return cause;
+    }
     let (namespace, controller) = settings.names.helm_release();
     if settings.eso.installs() && not_running(evidence, &namespace, &controller).is_some() {
         return (
@@ -269,6 +283,108 @@ fn store_cause(
         devstack(settings, "sync"),
         "re-applies the store from the GitOps manifests".into(),
     )
+}
+
+/// What ESO says when the web identity path fails: the ServiceAccount
+/// without a role, or STS refusing `AssumeRoleWithWebIdentity`.
+const STS_FAILURE: &[&str] = &[
+    "AssumeRoleWithWebIdentity",
+    "WebIdentityErr",
+    "an IAM role must be associated with service account",
+    "InvalidIdentityToken",
+];
+
+/// With `eso.auth: serviceAccount`, a store failing on STS: the role
+/// missing or its trust policy wrong (from IAM), or what ESO says of STS.
+fn sts_failure(
+    evidence: &Evidence,
+    settings: &Settings,
+    message: &str,
+) -> Option<(String, String, String)> {
+    if settings.eso.auth != crate::profile::parameters::EsoAuth::ServiceAccount {
+        return None;
+    }
+    // A missing role or a wrong trust policy is `role`'s finding, with its fix.
+    if let Some(problem) = role_problem(evidence) {
+        return Some((
+            format!("`AssumeRoleWithWebIdentity` fails: {problem}"),
+            devstack(settings, "seed"),
+            "creates the role with the trust policy IRSA needs (or puts its policy right); ESO retries the store within a minute".into(),
+        ));
+    }
+    if !STS_FAILURE.iter().any(|m| message.contains(m)) {
+        return None;
+    }
+    if message.contains("an IAM role must be associated") {
+        return Some((
+            format!(
+                "the controller's ServiceAccount has no `eks.amazonaws.com/role-arn` annotation: {message}"
+            ),
+            devstack(settings, "sync"),
+            "re-applies ESO's values, which annotate its ServiceAccount with the role".into(),
+        ));
+    }
+    Some((
+        format!(
+            "ESO's `AssumeRoleWithWebIdentity` at LocalStack's STS ({}) failed: {message}",
+            crate::k8s::localstack_in_cluster_url(&settings.names)
+        ),
+        devstack(settings, "up"),
+        "re-seeds the role, restores LocalStack's `sts` service and has ESO validate the store again".into(),
+    ))
+}
+
+/// The role missing, or its trust policy not letting the controller in.
+fn role_problem(evidence: &Evidence) -> Option<String> {
+    let role = evidence.localstack.eso_role.as_ref()?;
+    if role.error.is_some() {
+        return None;
+    }
+    if !role.exists {
+        return Some(format!(
+            "the IAM role `{}` does not exist in LocalStack",
+            role.name
+        ));
+    }
+    role.trust_problem.as_ref().map(|why| {
+        format!(
+            "the trust policy of IAM role `{}` is wrong: {why}",
+            role.name
+        )
+    })
+}
+
+/// With `eso.auth: serviceAccount`, the role missing or its trust policy
+/// wrong, found in IAM even while the stores still hold their credentials.
+pub fn role(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
+    if settings.eso.auth != crate::profile::parameters::EsoAuth::ServiceAccount {
+        return Vec::new();
+    }
+    let Some(problem) = role_problem(evidence) else {
+        return Vec::new();
+    };
+    let name = evidence
+        .localstack
+        .eso_role
+        .as_ref()
+        .map(|r| r.name.clone())
+        .unwrap_or_default();
+    let (namespace, account) = crate::seed::role::service_account(settings);
+    vec![
+        Finding::new(
+            "eso-role",
+            format!("IAM role {name}"),
+            format!("the role ESO assumes (`eso.auth: serviceAccount`) cannot be assumed: {problem}"),
+        )
+        .cause(format!(
+            "ServiceAccount {namespace}/{account} names `{}`; STS lets its token assume the role only when the role exists and trusts it",
+            crate::seed::role::role_arn(settings)
+        ))
+        .fix(
+            Some(devstack(settings, "seed")),
+            "creates the role with the trust policy IRSA needs (or puts its policy right)",
+        ),
+    ]
 }
 
 #[cfg(test)]
@@ -362,5 +478,66 @@ mod tests {
             only(&missing, "store-not-ready").symptom,
             "ClusterSecretStore localstack is missing"
         );
+    }
+
+    /// The ci profile in `eso.auth: serviceAccount` mode, with a parameter.
+    fn irsa_settings() -> crate::profile::Settings {
+        let text = include_str!("../../profiles/ci.yaml")
+            .replace(
+                "services: [secretsmanager, sts, s3]",
+                "services: [secretsmanager, sts, s3, ssm, iam]",
+            )
+            .replace("verify:\n", "eso:\n  auth: serviceAccount\nparameters:\n  - {name: /ci/url, value: x, sync: {}}\nverify:\n");
+        let loaded = crate::profile::load::parse_for_test(&text).unwrap();
+        crate::profile::Settings::resolve(loaded, &Default::default()).unwrap()
+    }
+
+    #[test]
+    fn a_missing_role_or_a_wrong_trust_policy_is_named_with_seed_as_its_fix() {
+        let irsa = irsa_settings();
+        let role = |exists: bool, problem: Option<&str>| {
+            with(|e| {
+                e["localstack"]["esoRole"] =
+                    json!({"name": "ci-eso", "exists": exists, "trustProblem": problem});
+            })
+        };
+        let findings = detect(&role(false, None), &irsa);
+        let found = of(&findings, "eso-role");
+        assert_eq!(found.len(), 1, "{findings:#?}");
+        assert_eq!(
+            found[0].symptom,
+            "the role ESO assumes (`eso.auth: serviceAccount`) cannot be assumed: the IAM role `ci-eso` does not exist in LocalStack"
+        );
+        assert_eq!(found[0].fix.command.as_deref(), Some("devstack seed"));
+        let findings = detect(
+            &role(
+                true,
+                Some("no statement allows `sts:AssumeRoleWithWebIdentity`"),
+            ),
+            &irsa,
+        );
+        assert!(of(&findings, "eso-role")[0].symptom.ends_with(
+            "the trust policy of IAM role `ci-eso` is wrong: no statement allows `sts:AssumeRoleWithWebIdentity`"
+        ));
+        assert!(of(&detect(&role(true, None), &irsa), "eso-role").is_empty());
+        // Static keys: no role to look at.
+        assert!(of(&detect(&role(false, None), &settings()), "eso-role").is_empty());
+    }
+
+    #[test]
+    fn a_store_failing_on_sts_names_it() {
+        let evidence = with(|e| {
+            e["cluster"]["clusterSecretStores"][0]["status"]["conditions"] = json!([{"type": "Ready", "status": "False",
+                "reason": "InvalidProviderConfig", "message": "operation error STS: AssumeRoleWithWebIdentity, https response error StatusCode: 403"}]);
+        });
+        let findings = detect(&evidence, &irsa_settings());
+        let store = of(&findings, "store-not-ready");
+        assert!(
+            store[0]
+                .cause
+                .starts_with("ESO's `AssumeRoleWithWebIdentity` at LocalStack's STS"),
+            "{findings:#?}"
+        );
+        assert_eq!(store[0].fix.command.as_deref(), Some("devstack up"));
     }
 }

@@ -41,6 +41,25 @@ pub struct LocalStackEvidence {
     pub health_error: Option<String>,
     /// Names of the secrets in its Secrets Manager, when it answered.
     pub secret_names: Option<Vec<String>>,
+    /// Names of the parameters in its Parameter Store, when the profile
+    /// has parameters and SSM answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parameter_names: Option<Vec<String>>,
+    /// The ESO role of `eso.auth: serviceAccount` as its IAM holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eso_role: Option<RoleEvidence>,
+}
+
+/// The IAM role the ESO controller's ServiceAccount names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RoleEvidence {
+    pub name: String,
+    pub exists: bool,
+    /// What is wrong with its trust policy, when something is.
+    pub trust_problem: Option<String>,
+    /// Why IAM could not be read.
+    pub error: Option<String>,
 }
 
 /// A Docker container's state.

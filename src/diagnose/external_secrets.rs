@@ -116,6 +116,66 @@ fn declared(settings: &Settings, key: &str) -> bool {
     settings.secrets.iter().any(|s| s.name == key)
 }
 
+/// One finding per ExternalSecret on the store that reads a key the profile
+/// declares and LocalStack does not hold, for the first such key: from the
+/// names LocalStack lists, else (when they could not be read) from what ESO
+/// says (`not_found`).
+fn missing_findings(
+    evidence: &Evidence,
+    on_store: impl Fn(&Reads) -> bool,
+    names: Option<&Vec<String>>,
+    not_found: &[&str],
+    declared: impl Fn(&str) -> bool,
+    finding: impl Fn(&Reads, Vec<String>, &str) -> Finding,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for es in external_secrets(evidence).iter().filter(|es| on_store(es)) {
+        let (lines, said) = what_eso_says(evidence, es);
+        let absent = |key: &&String| {
+            declared(key)
+                && match names {
+                    Some(names) => !names.contains(key),
+                    None => not_found.iter().any(|m| said.contains(m)),
+                }
+        };
+        let Some(key) = es.keys.iter().find(absent) else {
+            continue;
+        };
+        out.push(finding(es, lines, key));
+    }
+    out
+}
+
+/// `es` reads `what`, which LocalStack does not hold; `devstack seed`
+/// restores it.
+fn missing_finding(
+    es: &Reads,
+    settings: &Settings,
+    lines: Vec<String>,
+    detector: &'static str,
+    what: String,
+    cause: String,
+    fix: &str,
+) -> Finding {
+    // A Ready ExternalSecret hides the loss until its next refresh.
+    let syncing = if conditions::is_ready(es.object) {
+        "; it still holds the last value, and its next refresh fails"
+    } else {
+        ""
+    };
+    Finding::new(
+        detector,
+        format!("ExternalSecret {}/{}", es.namespace, es.name),
+        format!(
+            "ExternalSecret {}/{} reads {what}, which LocalStack does not hold",
+            es.namespace, es.name
+        ),
+    )
+    .evidence(lines)
+    .cause(format!("{cause}{syncing}"))
+    .fix(Some(devstack(settings, "seed")), fix)
+}
+
 /// ExternalSecrets reading a secret the profile seeds that LocalStack does
 /// not hold (deleted, or LocalStack lost it): runbook "ExternalSecrets not
 /// syncing: secret missing in LocalStack (ResourceNotFoundException)".
@@ -123,53 +183,70 @@ pub fn missing_in_localstack(evidence: &Evidence, settings: &Settings) -> Vec<Fi
     if !read(evidence, "externalsecrets") {
         return Vec::new();
     }
-    let mut out = Vec::new();
-    for es in external_secrets(evidence)
-        .iter()
-        .filter(|es| on_our_store(es, settings))
-    {
-        let (lines, said) = what_eso_says(evidence, es);
-        let mut absent: Vec<String> = absent_keys(evidence, es)
-            .into_iter()
-            .filter(|k| declared(settings, k))
-            .collect();
-        if evidence.localstack.secret_names.is_none() && NOT_FOUND.iter().any(|m| said.contains(m))
-        {
-            absent = es
-                .keys
-                .iter()
-                .filter(|k| declared(settings, k))
-                .cloned()
-                .collect();
-        }
-        let Some(key) = absent.first() else {
-            continue;
-        };
-        let syncing = if conditions::is_ready(es.object) {
-            "; it still holds the last value, and its next refresh fails"
-        } else {
-            ""
-        };
-        out.push(
-            Finding::new(
+    missing_findings(
+        evidence,
+        |es| on_our_store(es, settings),
+        evidence.localstack.secret_names.as_ref(),
+        NOT_FOUND,
+        |key| declared(settings, key),
+        |es, lines, key| {
+            missing_finding(
+                es,
+                settings,
+                lines,
                 "secret-missing-in-localstack",
-                format!("ExternalSecret {}/{}", es.namespace, es.name),
+                format!("`{key}`"),
                 format!(
-                    "ExternalSecret {}/{} reads `{key}`, which LocalStack does not hold",
-                    es.namespace, es.name
+                    "Secrets Manager in LocalStack has no secret `{key}` (ResourceNotFoundException): the profile seeds it, and it was deleted or LocalStack lost its state"
                 ),
-            )
-            .evidence(lines)
-            .cause(format!(
-                "Secrets Manager in LocalStack has no secret `{key}` (ResourceNotFoundException): the profile seeds it, and it was deleted or LocalStack lost its state{syncing}"
-            ))
-            .fix(
-                Some(devstack(settings, "seed")),
                 "writes the profile's secrets to LocalStack again; ESO syncs at its next retry",
-            ),
-        );
+            )
+        },
+    )
+}
+
+/// What ESO says when a parameter does not exist.
+const PARAMETER_NOT_FOUND: &[&str] = &["ParameterNotFound"];
+
+/// Reads the stack's Parameter Store store.
+fn on_parameter_store(es: &Reads, settings: &Settings) -> bool {
+    !settings.parameters.is_empty()
+        && es.store.0 == "ClusterSecretStore"
+        && es.store.1 == settings.names.parameter_store()
+}
+
+fn declared_parameter(settings: &Settings, key: &str) -> bool {
+    settings.parameters.iter().any(|p| p.name == key)
+}
+
+/// The profile's parameters an ExternalSecret reads that LocalStack's
+/// Parameter Store does not hold (deleted, or LocalStack lost its state),
+/// found as a deleted secret is: from the names SSM lists, else from what
+/// ESO says (ParameterNotFound).
+pub fn parameter_missing_in_localstack(evidence: &Evidence, settings: &Settings) -> Vec<Finding> {
+    if settings.parameters.is_empty() || !read(evidence, "externalsecrets") {
+        return Vec::new();
     }
-    out
+    missing_findings(
+        evidence,
+        |es| on_parameter_store(es, settings),
+        evidence.localstack.parameter_names.as_ref(),
+        PARAMETER_NOT_FOUND,
+        |key| declared_parameter(settings, key),
+        |es, lines, key| {
+            missing_finding(
+                es,
+                settings,
+                lines,
+                "parameter-missing-in-localstack",
+                format!("parameter `{key}`"),
+                format!(
+                    "SSM Parameter Store in LocalStack has no parameter `{key}` (ParameterNotFound): the profile seeds it, and it was deleted or LocalStack lost its state"
+                ),
+                "writes the profile's secrets and parameters to LocalStack again; ESO syncs at its next retry",
+            )
+        },
+    )
 }
 
 /// ExternalSecrets that do not sync for another reason, and the profile's
@@ -253,6 +330,18 @@ fn judge(
             ),
         );
     }
+    // A parameter the profile seeds that is gone is `parameter_missing_in_localstack`'s.
+    if on_parameter_store(es, settings)
+        && es.keys.iter().any(|k| declared_parameter(settings, k))
+        && (PARAMETER_NOT_FOUND.iter().any(|m| said.contains(m))
+            || evidence
+                .localstack
+                .parameter_names
+                .as_ref()
+                .is_some_and(|names| es.keys.iter().any(|k| !names.contains(k))))
+    {
+        return None;
+    }
     let synced = conditions::condition(es.object, "Ready").is_some_and(|c| {
         c.is_true() && c.reason.as_deref() == Some(crate::verify::REASON_SECRET_SYNCED)
     });
@@ -303,12 +392,10 @@ fn missing_from_profile(evidence: &Evidence, settings: &Settings) -> Vec<Finding
         .iter()
         .map(object_name)
         .collect();
-    settings
-        .secrets
-        .iter()
-        .filter(|s| s.sync.is_some())
-        .filter_map(|secret| {
-            let (ns, name) = crate::profile::settings::profile_external_secret_name(secret);
+    crate::profile::parameters::sync_targets(settings)
+        .into_iter()
+        .filter_map(|target| {
+            let (ns, name, what) = (target.namespace, target.name, target.of);
             let object = format!("{ns}/{name}");
             (!present.contains(&object)).then(|| {
                 Finding::new(
@@ -317,8 +404,7 @@ fn missing_from_profile(evidence: &Evidence, settings: &Settings) -> Vec<Finding
                     format!("ExternalSecret {object} is missing"),
                 )
                 .cause(format!(
-                    "the profile declares it for secret `{}` and nothing created it",
-                    secret.name
+                    "the profile declares it for {what} and nothing created it"
                 ))
                 .fix(
                     Some(devstack(settings, "sync")),
@@ -438,5 +524,40 @@ mod tests {
             found[0].symptom,
             "ExternalSecret default/app-token is missing"
         );
+    }
+
+    #[test]
+    fn a_seeded_parameter_deleted_in_localstack_is_seeded_again() {
+        let text = include_str!("../../profiles/ci.yaml")
+            .replace(
+                "verify:\n",
+                "parameters:\n  - {name: /ci/url, value: x, sync: {}}\nverify:\n",
+            )
+            .replace(
+                "services: [secretsmanager, sts, s3]",
+                "services: [secretsmanager, sts, s3, ssm]",
+            );
+        let loaded = crate::profile::load::parse_for_test(&text).unwrap();
+        let settings = crate::profile::Settings::resolve(loaded, &Default::default()).unwrap();
+        let reading = |names: serde_json::Value| {
+            with(|e| {
+                e["cluster"]["externalSecrets"].as_array_mut().unwrap().push(json!({"apiVersion": "external-secrets.io/v1", "kind": "ExternalSecret",
+                    "metadata": {"name": "ci-url", "namespace": "default"},
+                    "spec": {"secretStoreRef": {"kind": "ClusterSecretStore", "name": "localstack-parameters"},
+                             "data": [{"secretKey": "value", "remoteRef": {"key": "/ci/url"}}]},
+                    "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "SecretSynced"}]}}));
+                e["localstack"]["parameterNames"] = names;
+            })
+        };
+        let findings = detect(&reading(json!([])), &settings);
+        let found = of(&findings, "parameter-missing-in-localstack");
+        assert_eq!(found.len(), 1, "{findings:#?}");
+        assert_eq!(
+            found[0].symptom,
+            "ExternalSecret default/ci-url reads parameter `/ci/url`, which LocalStack does not hold"
+        );
+        assert_eq!(found[0].fix.command.as_deref(), Some("devstack seed"));
+        let held = detect(&reading(json!(["/ci/url"])), &settings);
+        assert!(of(&held, "parameter-missing-in-localstack").is_empty());
     }
 }

@@ -155,8 +155,46 @@ async fn read_health(out: &mut LocalStackEvidence, endpoint: &str, settings: &Se
     });
     if serving {
         out.secret_names = secret_names(settings).await.ok();
+        if !settings.parameters.is_empty() {
+            out.parameter_names = crate::seed::parameters::parameter_names(settings)
+                .await
+                .ok();
+        }
+        if settings.eso.auth == crate::profile::parameters::EsoAuth::ServiceAccount {
+            out.eso_role = Some(eso_role(settings).await);
+        }
     }
     serving
+}
+
+/// The role `eso.auth: serviceAccount` assumes, read from LocalStack's IAM.
+async fn eso_role(settings: &Settings) -> super::evidence::RoleEvidence {
+    use crate::seed::role;
+    let name = role::role_name(settings);
+    let mut out = super::evidence::RoleEvidence {
+        name: name.clone(),
+        ..Default::default()
+    };
+    match crate::aws::iam(settings)
+        .get_role()
+        .role_name(&name)
+        .send()
+        .await
+    {
+        Ok(found) => {
+            out.exists = true;
+            let policy = found
+                .role()
+                .and_then(|r| r.assume_role_policy_document())
+                .unwrap_or_default();
+            out.trust_problem = role::trust_policy_problem(settings, policy);
+        }
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_no_such_entity_exception()) => {}
+        Err(e) => out.error = Some(e.to_string()),
+    }
+    out
 }
 
 /// Names of the secrets in the stack's Secrets Manager; values are never read.

@@ -144,8 +144,13 @@ pub const DETECTORS: &[(Detector, Applies)] = &[
     (webhook::certificate, Applies::OwnSharedEso),
     (webhook::not_serving, Applies::OwnSharedEso),
     (webhook::ca_bundle, Applies::OwnSharedEso),
+    (eso::role, Applies::Always),
     (eso::store, Applies::Always),
     (external_secrets::missing_in_localstack, Applies::Always),
+    (
+        external_secrets::parameter_missing_in_localstack,
+        Applies::Always,
+    ),
     (external_secrets::failing, Applies::Always),
 ];
 

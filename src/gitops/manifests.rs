@@ -37,6 +37,7 @@ const EMBEDDED: &[(&str, &str)] = embedded!(
     "operator/helmrelease.yaml",
     "crs/kustomization.yaml",
     "crs/cluster-secret-store.yaml",
+    "crs/parameter-store.yaml",
     "deployment-localstack.yaml",
     "localstack/kustomization.yaml",
     "localstack/namespace.yaml",
@@ -56,6 +57,11 @@ const LOCALSTACK_OBJECT_FILES: [&str; 3] = [
 const OPERATOR_LEVEL_FILE: &str = "deployment-operator.yaml";
 const OPERATOR_DIR: &str = "operator/";
 const STORE_FILE: &str = "crs/cluster-secret-store.yaml";
+/// The Parameter Store's store, which only a profile with `parameters` gets.
+const PARAMETER_STORE_FILE: &str = "crs/parameter-store.yaml";
+const STORE_FILES: [&str; 2] = [STORE_FILE, PARAMETER_STORE_FILE];
+const CREDENTIALS_FILE: &str = "localstack-credentials.yaml";
+const HELM_RELEASE_FILE: &str = "operator/helmrelease.yaml";
 
 /// Files of the chain devstack relies on (it rewrites or leaves them out).
 pub const REPOSITORIES_FILE: &str = "repositories.yaml";
@@ -222,21 +228,129 @@ pub fn for_cluster_eso(mut tree: Tree) -> Result<Tree, Error> {
             doc["metadata"]["namespace"] = namespace.into();
         }
     })?;
-    rewrite(&mut tree, STORE_FILE, |doc| {
-        if doc["kind"] == "ClusterSecretStore" {
-            move_store_credentials(doc, |_| namespace.to_string());
-        }
-    })?;
+    for file in STORE_FILES {
+        rewrite(&mut tree, file, |doc| {
+            if doc["kind"] == "ClusterSecretStore" {
+                move_store_credentials(doc, |_| namespace.to_string());
+            }
+        })?;
+    }
     Ok(tree)
 }
 
 /// The tree with the store naming the ESO controller `class` that serves
 /// the stack (see [`crate::profile::Settings::controller_class`]).
 pub fn with_controller_class(mut tree: Tree, class: &str) -> Result<Tree, Error> {
-    rewrite(&mut tree, STORE_FILE, |doc| {
-        if doc["kind"] == "ClusterSecretStore" {
-            doc["spec"]["controller"] = class.into();
+    for file in STORE_FILES {
+        rewrite(&mut tree, file, |doc| {
+            if doc["kind"] == "ClusterSecretStore" {
+                doc["spec"]["controller"] = class.into();
+            }
+        })?;
+    }
+    Ok(tree)
+}
+
+/// The tree with the Parameter Store's store among the custom resources
+/// (a profile with `parameters`), or without its file at all.
+pub fn with_parameter_store(mut tree: Tree, wanted: bool) -> Tree {
+    const CRS_KUSTOMIZATION: &str = "crs/kustomization.yaml";
+    if !wanted {
+        tree.remove(PARAMETER_STORE_FILE);
+        return tree;
+    }
+    let listed = |text: &str| {
+        text.lines().any(|l| {
+            l.trim_start().strip_prefix("- ").map(str::trim) == Some("parameter-store.yaml")
+        })
+    };
+    if tree.contains_key(PARAMETER_STORE_FILE)
+        && let Some(bytes) = tree.get(CRS_KUSTOMIZATION)
+    {
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        if !listed(&text) {
+            let mut text = text.trim_end().to_string();
+            text.push_str("\n  - parameter-store.yaml\n");
+            tree.insert(CRS_KUSTOMIZATION.into(), text.into_bytes());
         }
+    }
+    tree
+}
+
+/// Where EKS's pod identity webhook mounts the web identity token, and
+/// what it mounts there: a projected ServiceAccount token for STS.
+pub const WEB_IDENTITY_TOKEN_DIR: &str = "/var/run/secrets/eks.amazonaws.com/serviceaccount";
+pub const WEB_IDENTITY_TOKEN_FILE: &str = "/var/run/secrets/eks.amazonaws.com/serviceaccount/token";
+
+/// The tree for `eso.auth: serviceAccount`: every store authenticates as
+/// on EKS (`auth.jwt.serviceAccountRef`, the controller's account, see
+/// `manifests/eks/`); the static keys' Secret is left out; and the
+/// controller gets what EKS gives it: its ServiceAccount annotated with
+/// `role_arn`, the right to request tokens for it, and what the pod
+/// identity webhook injects (the token of audience `sts.amazonaws.com`,
+/// `AWS_ROLE_ARN`, `AWS_WEB_IDENTITY_TOKEN_FILE`), so that a store with no
+/// `auth` at all authenticates too. That ambient path's STS client is the
+/// AWS SDK's own, which reads `AWS_ENDPOINT_URL_STS`, not ESO's
+/// `AWS_STS_ENDPOINT`: it gets LocalStack's address as well.
+/// `(namespace, name)`: the controller's ServiceAccount.
+pub fn for_service_account_auth(
+    mut tree: Tree,
+    service_account: (&str, &str),
+    role_arn: &str,
+) -> Result<Tree, Error> {
+    let (namespace, account) = service_account;
+    for file in STORE_FILES {
+        rewrite(&mut tree, file, |doc| {
+            if doc["kind"] == "ClusterSecretStore"
+                && let Some(aws) = doc.pointer_mut("/spec/provider/aws")
+            {
+                aws["auth"] = serde_json::json!({
+                    "jwt": {"serviceAccountRef": {"name": account, "namespace": namespace}}
+                });
+            }
+        })?;
+    }
+    if tree.remove(CREDENTIALS_FILE).is_some()
+        && let Some(root) = tree.get("kustomization.yaml")
+    {
+        let root = drop_resource(&String::from_utf8_lossy(root), CREDENTIALS_FILE);
+        tree.insert("kustomization.yaml".into(), root.into_bytes());
+    }
+    rewrite(&mut tree, HELM_RELEASE_FILE, |doc| {
+        if doc["kind"] != "HelmRelease" {
+            return;
+        }
+        let values = &mut doc["spec"]["values"];
+        values["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"] = role_arn.into();
+        values["rbac"]["serviceAccountTokenCreate"] = true.into();
+        let sts = "${LOCALSTACK_ENDPOINT:=http://localstack.localstack.svc.cluster.local:4566}";
+        let mut env = values["extraEnv"].as_array().cloned().unwrap_or_default();
+        env.retain(|e| {
+            ![
+                "AWS_ROLE_ARN",
+                "AWS_WEB_IDENTITY_TOKEN_FILE",
+                "AWS_ENDPOINT_URL_STS",
+            ]
+            .iter()
+            .any(|n| e["name"] == *n)
+        });
+        env.extend([
+            serde_json::json!({"name": "AWS_ROLE_ARN", "value": role_arn}),
+            serde_json::json!({"name": "AWS_WEB_IDENTITY_TOKEN_FILE", "value": WEB_IDENTITY_TOKEN_FILE}),
+            serde_json::json!({"name": "AWS_ENDPOINT_URL_STS", "value": sts}),
+        ]);
+        values["extraEnv"] = env.into();
+        values["extraVolumes"] = serde_json::json!([{
+            "name": "aws-iam-token",
+            "projected": {"defaultMode": 420, "sources": [{"serviceAccountToken": {
+                "audience": crate::seed::role::TOKEN_AUDIENCE,
+                "expirationSeconds": 86400,
+                "path": "token",
+            }}]},
+        }]);
+        values["extraVolumeMounts"] = serde_json::json!([{
+            "name": "aws-iam-token", "mountPath": WEB_IDENTITY_TOKEN_DIR, "readOnly": true,
+        }]);
     })?;
     Ok(tree)
 }
@@ -830,6 +944,140 @@ mod tests {
         assert!(root.contains("- chart.yaml"), "{root}");
         assert_eq!(helm_release["spec"]["install"]["disableWait"], true);
         assert!(helm_release["spec"]["upgrade"].get("disableWait").is_none());
+    }
+
+    fn stores(tree: &Tree) -> Vec<Value> {
+        STORE_FILES
+            .iter()
+            .filter(|f| tree.contains_key(**f))
+            .flat_map(|f| parse_documents(&String::from_utf8_lossy(&tree[*f]), f).unwrap())
+            .collect()
+    }
+
+    /// What Flux applies of the custom resources' level: the files its
+    /// kustomization.yaml lists.
+    fn applied_stores(tree: &Tree) -> Vec<Value> {
+        let crs = String::from_utf8_lossy(&tree["crs/kustomization.yaml"]).into_owned();
+        let listed: Vec<String> = crs
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("- "))
+            .map(|f| format!("crs/{}", f.trim()))
+            .collect();
+        stores(tree)
+            .into_iter()
+            .filter(|s| {
+                let name = s["metadata"]["name"].as_str().unwrap();
+                listed.iter().any(|f| {
+                    parse_documents(&String::from_utf8_lossy(&tree[f]), f)
+                        .unwrap()
+                        .iter()
+                        .any(|d| d["metadata"]["name"] == name)
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_profile_without_parameters_gets_no_parameter_store_store() {
+        let without = with_parameter_store(embedded(), false);
+        assert!(!without.contains_key(PARAMETER_STORE_FILE));
+        let services: Vec<Value> = applied_stores(&without)
+            .iter()
+            .map(|s| s["spec"]["provider"]["aws"]["service"].clone())
+            .collect();
+        assert_eq!(services, [serde_json::json!("SecretsManager")]);
+        // Shipped as it is, the layout does not apply it either.
+        assert_eq!(applied_stores(&embedded()).len(), 1);
+
+        let with = with_parameter_store(embedded(), true);
+        let applied = applied_stores(&with);
+        let services: Vec<&str> = applied
+            .iter()
+            .map(|s| s["spec"]["provider"]["aws"]["service"].as_str().unwrap())
+            .collect();
+        assert_eq!(services, ["SecretsManager", "ParameterStore"]);
+        assert_eq!(applied[1]["metadata"]["name"], "localstack-parameters");
+        // Listed once, however often the tree is prepared.
+        let twice = with_parameter_store(with, true);
+        let crs = String::from_utf8_lossy(&twice["crs/kustomization.yaml"]).into_owned();
+        assert_eq!(crs.matches("parameter-store.yaml").count(), 1, "{crs}");
+    }
+
+    #[test]
+    fn service_account_auth_writes_the_stores_as_on_eks_with_no_static_key() {
+        let arn = "arn:aws:iam::000000000000:role/dev-eso";
+        let tree = for_service_account_auth(
+            with_parameter_store(embedded(), true),
+            ("external-secrets", "external-secrets"),
+            arn,
+        )
+        .unwrap();
+        let eks = parse_documents(
+            include_str!("../../manifests/eks/cluster-secret-stores.yaml"),
+            "eks",
+        )
+        .unwrap();
+        assert_eq!(applied_stores(&tree), eks[..2].to_vec());
+        assert!(!tree.contains_key(CREDENTIALS_FILE));
+        let root = String::from_utf8_lossy(&tree["kustomization.yaml"]).into_owned();
+        assert!(!root.contains(CREDENTIALS_FILE), "{root}");
+        for (path, bytes) in &tree {
+            let text = String::from_utf8_lossy(bytes);
+            for key in ["secretRef", "access-key-id", "secret-access-key"] {
+                assert!(!text.contains(key), "{key} in {path}");
+            }
+        }
+        let release = &parse_documents(
+            &String::from_utf8_lossy(&tree[HELM_RELEASE_FILE]),
+            "release",
+        )
+        .unwrap()[0];
+        let values = &release["spec"]["values"];
+        assert_eq!(
+            values["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"],
+            arn
+        );
+        assert_eq!(values["rbac"]["serviceAccountTokenCreate"], true);
+        let env: BTreeMap<&str, &str> = values["extraEnv"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["name"].as_str().unwrap(), e["value"].as_str().unwrap()))
+            .collect();
+        assert_eq!(env["AWS_ROLE_ARN"], arn);
+        assert_eq!(env["AWS_WEB_IDENTITY_TOKEN_FILE"], WEB_IDENTITY_TOKEN_FILE);
+        // The ambient path's STS client reads the SDK's variable, ESO's the other.
+        assert_eq!(env["AWS_ENDPOINT_URL_STS"], env["AWS_STS_ENDPOINT"]);
+        assert!(env.contains_key("AWS_SSM_ENDPOINT"));
+        let volume = &values["extraVolumes"][0];
+        assert_eq!(
+            volume["projected"]["sources"][0]["serviceAccountToken"]["audience"],
+            "sts.amazonaws.com"
+        );
+        let mount = &values["extraVolumeMounts"][0];
+        assert_eq!(mount["name"], volume["name"]);
+        assert_eq!(
+            format!("{}/token", mount["mountPath"].as_str().unwrap()),
+            WEB_IDENTITY_TOKEN_FILE
+        );
+        // A stack sharing the cluster names its own controller's account.
+        let shared = for_service_account_auth(
+            for_shared_cluster(
+                with_parameter_store(embedded(), true),
+                &StackNames::sharing("b"),
+            )
+            .unwrap(),
+            ("external-secrets-b", "external-secrets-b"),
+            arn,
+        )
+        .unwrap();
+        for store in stores(&shared) {
+            assert_eq!(
+                store["spec"]["provider"]["aws"]["auth"]["jwt"]["serviceAccountRef"]["namespace"],
+                "external-secrets-b"
+            );
+            assert!(store["metadata"]["name"].as_str().unwrap().ends_with("-b"));
+        }
     }
 
     #[test]

@@ -318,7 +318,8 @@ fn bucket_objects(
     }
     if local {
         let tree = manifests::prepare(tree, &origin, settings.gitops.layout, offline.is_some())?;
-        let mut tree = manifests::for_localstack_mode(tree, settings.localstack.mode)?;
+        let tree = manifests::for_localstack_mode(tree, settings.localstack.mode)?;
+        let mut tree = manifests::with_parameter_store(tree, !settings.parameters.is_empty());
         if settings.eso.cluster.is_some() {
             tree = manifests::for_cluster_eso(tree)?;
         }
@@ -327,6 +328,21 @@ fn bucket_objects(
         }
         if settings.names.shares_cluster() {
             tree = manifests::for_shared_cluster(tree, &settings.names)?;
+        }
+        if settings.eso.auth == crate::profile::parameters::EsoAuth::ServiceAccount {
+            if let Some(eso) = &settings.eso.cluster {
+                return Err(Error::user(format!(
+                    "`eso.auth: serviceAccount` annotates the ServiceAccount of the ESO devstack installs, and this stack uses the cluster's own ESO ({}/{})",
+                    eso.namespace, eso.deployment
+                ))
+                .with_hint("remove `eso.auth` (static keys), or `eso.install: always` for devstack's own ESO"));
+            }
+            let (namespace, account) = crate::seed::role::service_account(settings);
+            tree = manifests::for_service_account_auth(
+                tree,
+                (&namespace, &account),
+                &crate::seed::role::role_arn(settings),
+            )?;
         }
         for (path, bytes) in tree {
             objects.insert(format!("{}/{path}", source::MANIFESTS_PREFIX), bytes);
@@ -431,6 +447,10 @@ impl SourceStep<'_> {
         flux_objects.extend(published.iter().cloned());
         let span = step.span("source, facts and Kustomizations applied");
         span.finish(apply::apply_all(client, &flux_objects, self.budget).await)?;
+        if settings.eso.auth == crate::profile::parameters::EsoAuth::ServiceAccount {
+            // The static keys an earlier `up` in the other mode left.
+            source::remove_source_credentials(client, settings).await?;
+        }
         for removed in repository::prune_stale(client, settings, &published).await? {
             step.progress(format!(
                 "{removed} removed: the profile no longer publishes it"
@@ -690,6 +710,26 @@ async fn record_pod_starts(client: &kube::Client, namespace: &str, step: &crate:
     }
 }
 
+/// Pushes the namespace and the stack-labelled ExternalSecret `name` in it.
+fn push_external_secret(
+    out: &mut Vec<Value>,
+    settings: &Settings,
+    namespace: &str,
+    name: &str,
+    spec: Value,
+) {
+    out.push(json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": namespace},
+    }));
+    out.push(json!({
+        "apiVersion": "external-secrets.io/v1", "kind": "ExternalSecret",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/managed-by": "devstack", "dev.devstack.stack": settings.name}},
+        "spec": spec,
+    }));
+}
+
 /// ExternalSecrets for the profile's secrets that ask to be synced: JSON
 /// secrets become one key per field, others a single `value` key.
 pub fn profile_external_secrets(settings: &Settings) -> Vec<Value> {
@@ -714,16 +754,33 @@ pub fn profile_external_secrets(settings: &Settings) -> Vec<Value> {
         if let (Some(spec), Some(data)) = (spec.as_object_mut(), data.as_object()) {
             spec.extend(data.clone());
         }
-        out.push(json!({
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": namespace},
-        }));
-        out.push(json!({
-            "apiVersion": "external-secrets.io/v1", "kind": "ExternalSecret",
-            "metadata": {"name": name, "namespace": namespace,
-                         "labels": {"app.kubernetes.io/managed-by": "devstack", "dev.devstack.stack": settings.name}},
-            "spec": spec,
-        }));
+        push_external_secret(&mut out, settings, &namespace, &name, spec);
+    }
+    out.extend(parameter_external_secrets(settings));
+    out
+}
+
+/// ExternalSecrets for the profile's parameters that ask to be synced,
+/// through the Parameter Store's store: a `json` parameter becomes one key
+/// per field, others a single `value` key.
+fn parameter_external_secrets(settings: &Settings) -> Vec<Value> {
+    let mut out = Vec::new();
+    for parameter in &settings.parameters {
+        let Some(sync) = &parameter.sync else {
+            continue;
+        };
+        let (namespace, name) = crate::profile::parameter_external_secret_name(parameter);
+        let mut spec = json!({
+            "refreshInterval": sync.refresh_interval.map(|d| d.to_string()).unwrap_or_else(|| "1h".into()),
+            "secretStoreRef": {"kind": "ClusterSecretStore", "name": settings.names.parameter_store()},
+            "target": {"name": name, "creationPolicy": "Owner"},
+        });
+        if matches!(parameter.source, SecretSource::Json(_)) {
+            spec["dataFrom"] = json!([{"extract": {"key": parameter.name}}]);
+        } else {
+            spec["data"] = json!([{"secretKey": "value", "remoteRef": {"key": parameter.name}}]);
+        }
+        push_external_secret(&mut out, settings, &namespace, &name, spec);
     }
     out
 }
@@ -732,19 +789,25 @@ pub fn profile_external_secrets(settings: &Settings) -> Vec<Value> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn profile_secrets_become_external_secrets() {
-        let profile = "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: t\nsecrets:\n  - name: app/db\n    json: {user: a, password: b}\n    sync: {namespace: apps}\n  - name: app/token\n    value: x\n    sync: {secretName: tok, refreshInterval: 5m}\n  - name: unsynced\n    value: y\n";
+    /// The profile's settings and the ExternalSecrets
+    /// `profile_external_secrets` makes of them.
+    fn external_secrets_of(profile: &str) -> (crate::profile::Settings, Vec<Value>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.yaml");
         std::fs::write(&path, profile).unwrap();
         let settings =
             crate::profile::select(Some(path.to_str().unwrap()), &Default::default()).unwrap();
-        let objects = profile_external_secrets(&settings);
-        let es: Vec<&Value> = objects
-            .iter()
+        let es = profile_external_secrets(&settings)
+            .into_iter()
             .filter(|o| o["kind"] == "ExternalSecret")
             .collect();
+        (settings, es)
+    }
+
+    #[test]
+    fn profile_secrets_become_external_secrets() {
+        let profile = "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: t\nsecrets:\n  - name: app/db\n    json: {user: a, password: b}\n    sync: {namespace: apps}\n  - name: app/token\n    value: x\n    sync: {secretName: tok, refreshInterval: 5m}\n  - name: unsynced\n    value: y\n";
+        let (_, es) = external_secrets_of(profile);
         assert_eq!(es.len(), 2);
         assert_eq!(es[0]["metadata"]["namespace"], "apps");
         assert_eq!(es[0]["metadata"]["name"], "app-db");
@@ -753,5 +816,38 @@ mod tests {
         assert_eq!(es[1]["spec"]["refreshInterval"], "5m");
         assert_eq!(es[1]["spec"]["data"][0]["remoteRef"]["key"], "app/token");
         assert_eq!(es[1]["spec"]["secretStoreRef"]["name"], "localstack");
+    }
+
+    #[test]
+    fn profile_parameters_become_external_secrets_of_the_parameter_store() {
+        let profile = "apiVersion: devstack.dev/v1alpha1\nkind: Profile\nname: t\nsecrets:\n  - {name: app/db, value: x, sync: {}}\nparameters:\n  - name: /dev/app/db-url\n    value: postgres://db\n    sync: {namespace: apps}\n  - name: /dev/app/config\n    json: {a: b}\n    sync: {secretName: config}\n  - name: /dev/unsynced\n    value: y\n";
+        let (settings, es) = external_secrets_of(profile);
+        assert_eq!(es.len(), 3);
+        assert_eq!(es[0]["spec"]["secretStoreRef"]["name"], "localstack");
+        assert_eq!(es[1]["metadata"]["namespace"], "apps");
+        assert_eq!(es[1]["metadata"]["name"], "dev-app-db-url");
+        assert_eq!(
+            es[1]["spec"]["secretStoreRef"]["name"],
+            "localstack-parameters"
+        );
+        assert_eq!(
+            es[1]["spec"]["data"][0]["remoteRef"]["key"],
+            "/dev/app/db-url"
+        );
+        assert_eq!(es[2]["metadata"]["name"], "config");
+        assert_eq!(
+            es[2]["spec"]["dataFrom"][0]["extract"]["key"],
+            "/dev/app/config"
+        );
+        let facts = source::facts(&settings, None, &Default::default());
+        assert_eq!(
+            facts["SEEDED_PARAMETERS"],
+            "/dev/app/db-url,/dev/app/config,/dev/unsynced"
+        );
+        assert_eq!(
+            facts["PARAMETER_DEV_APP_DB_URL_ARN"],
+            "arn:aws:ssm:us-east-1:000000000000:parameter/dev/app/db-url"
+        );
+        assert!(!facts.contains_key("DEVSTACK_ESO_ROLE_ARN"));
     }
 }

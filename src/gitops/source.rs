@@ -342,7 +342,37 @@ pub fn facts(
     for (name, arn) in secret_arns {
         facts.insert(format!("SECRET_{}_ARN", fact_key(name)), arn.clone());
     }
+    parameter_facts(settings, &mut facts);
     facts
+}
+
+/// The parameters' facts: their names (`SEEDED_PARAMETERS`) and ARNs
+/// (`PARAMETER_<X>_ARN`, `/dev/app/db-url` -> `PARAMETER_DEV_APP_DB_URL_ARN`).
+/// A parameter's ARN follows from its name, unlike a secret's (which ends
+/// in a random suffix), so no lookup is needed; and with `eso.auth:
+/// serviceAccount`, the role the stores assume (`DEVSTACK_ESO_ROLE_ARN`).
+fn parameter_facts(settings: &Settings, facts: &mut BTreeMap<String, String>) {
+    use crate::seed::role;
+    if !settings.parameters.is_empty() {
+        let names: Vec<&str> = settings
+            .parameters
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        facts.insert("SEEDED_PARAMETERS".into(), names.join(","));
+    }
+    for p in &settings.parameters {
+        let arn = crate::profile::parameters::parameter_arn(
+            &settings.localstack.region,
+            role::LOCALSTACK_ACCOUNT,
+            &p.name,
+        );
+        let key = fact_key(p.name.trim_start_matches('/'));
+        facts.insert(format!("PARAMETER_{key}_ARN"), arn);
+    }
+    if settings.eso.auth == crate::profile::parameters::EsoAuth::ServiceAccount {
+        facts.insert("DEVSTACK_ESO_ROLE_ARN".into(), role::role_arn(settings));
+    }
 }
 
 /// Whether any of `tree`'s files substitutes `${key` (postBuild syntax).
@@ -407,12 +437,18 @@ pub fn flux_objects(
     let names = &settings.names;
     let (credentials, bucket_source) = (names.source_credentials(), names.source());
     let eso_namespace = names.eso_namespace();
-    let mut objects = vec![json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": credentials, "namespace": ns, "labels": labels},
-        "type": "Opaque",
-        "stringData": {"accesskey": crate::aws::TEST_ACCESS_KEY_ID, "secretkey": crate::aws::TEST_SECRET_ACCESS_KEY},
-    })];
+    // With `eso.auth: serviceAccount` no static key is in the cluster: the
+    // Bucket reads LocalStack's S3 anonymously, which LocalStack allows.
+    let static_keys = settings.eso.auth == crate::profile::parameters::EsoAuth::Static;
+    let mut objects = Vec::new();
+    if static_keys {
+        objects.push(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": credentials, "namespace": ns, "labels": labels},
+            "type": "Opaque",
+            "stringData": {"accesskey": crate::aws::TEST_ACCESS_KEY_ID, "secretkey": crate::aws::TEST_SECRET_ACCESS_KEY},
+        }));
+    }
     // The bucket also carries offline ESO artifacts, so it exists for git
     // sources too; it is only the manifests' source when `source: local`.
     objects.push(json!({
@@ -426,9 +462,12 @@ pub fn flux_objects(
             "region": settings.localstack.region,
             "interval": interval,
             "timeout": "60s",
-            "secretRef": {"name": credentials},
         },
     }));
+    if static_keys {
+        let last = objects.len() - 1;
+        objects[last]["spec"]["secretRef"] = json!({"name": credentials});
+    }
     if settings.gitops.source == GitopsSourceKind::Git {
         objects.push(json!({
             "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
@@ -474,6 +513,25 @@ pub fn flux_objects(
         },
     }));
     objects
+}
+
+/// Removes the Bucket's static credentials (an earlier run with static
+/// keys made them): with `eso.auth: serviceAccount` no static key stays.
+pub async fn remove_source_credentials(
+    client: &kube::Client,
+    settings: &Settings,
+) -> Result<(), Error> {
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client.clone(), super::FLUX_NAMESPACE);
+    let name = settings.names.source_credentials();
+    match secrets.delete(&name, &Default::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(e) => Err(Error::internal(format!(
+            "remove Secret {}/{name}: {e}",
+            super::FLUX_NAMESPACE
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,8 @@ pub const START_HINT: &str = "`devstack start` starts it again";
 #[serde(rename_all = "camelCase")]
 pub struct StackContainer {
     pub name: String,
-    /// `localstack`, or `node` (a K3s or Kind node, Kind's load balancer).
+    /// `localstack`, `registry`, or `node` (a K3s or Kind node, Kind's load
+    /// balancer).
     pub component: &'static str,
     /// Running, paused or restarting: it holds memory.
     pub running: bool,
@@ -36,10 +37,10 @@ impl StackContainer {
             .and_then(|l| l.get(docker::LABEL_ROLE));
         StackContainer {
             name: docker::container_name_of(summary),
-            component: if role.map(String::as_str) == Some(crate::localstack::ROLE) {
-                "localstack"
-            } else {
-                "node"
+            component: match role.map(String::as_str) {
+                Some(crate::localstack::ROLE) => "localstack",
+                Some(crate::registry::ROLE) => "registry",
+                _ => "node",
             },
             running: matches!(
                 summary.state,
@@ -116,9 +117,8 @@ fn stopped_report(settings: &Settings, containers: &[StackContainer]) -> StatusR
     .hint(START_HINT);
     let mut rows = vec![cluster];
     // Nodes first, as the running stack's rows list them.
-    let (localstack, nodes): (Vec<_>, Vec<_>) =
-        containers.iter().partition(|c| c.component == "localstack");
-    for container in nodes.into_iter().chain(localstack) {
+    let (beside, nodes): (Vec<_>, Vec<_>) = containers.iter().partition(|c| c.component != "node");
+    for container in nodes.into_iter().chain(beside) {
         rows.push(
             StatusRow::new(
                 container.component,

@@ -11,6 +11,7 @@ pub const RESERVED_FACTS: &[&str] = &[
     "LOCALSTACK_SERVICES",
     "LOCALSTACK_ENDPOINT",
     "SEEDED_SECRETS",
+    "SEEDED_PARAMETERS",
     "ESO_CHART_VERSION",
     "ESO_CHART",
     "ESO_CHART_SOURCE_KIND",
@@ -41,6 +42,7 @@ pub fn reserved_fact_meaning(name: &str) -> Option<&'static str> {
         "LOCALSTACK_SERVICES" => Some("the LocalStack services"),
         "LOCALSTACK_ENDPOINT" => Some("LocalStack's address inside the cluster"),
         "SEEDED_SECRETS" => Some("the names of the seeded secrets"),
+        "SEEDED_PARAMETERS" => Some("the names of the seeded parameters"),
         "ESO_CHART_VERSION" => Some("the External Secrets chart's version"),
         "ESO_CHART" => Some("the External Secrets chart"),
         "ESO_CHART_SOURCE_KIND" | "ESO_CHART_SOURCE_NAME" => {

@@ -4,6 +4,7 @@ pub mod duration;
 pub mod facts;
 pub mod load;
 pub mod names;
+pub mod parameters;
 pub mod resolve;
 pub mod schema;
 pub mod secret;
@@ -18,6 +19,7 @@ use std::path::{Path, PathBuf};
 pub use duration::HumanDuration;
 pub use load::{LoadedProfile, ProfileError, ProfileErrors, Provenance};
 pub use names::StackNames;
+pub use parameters::parameter_external_secret_name;
 pub use schema::{EsoInstall, GitopsLayout, GitopsSourceKind, HostPort, LocalStackMode, Provider};
 pub use secret::SecretString;
 pub use settings::{

@@ -18,6 +18,8 @@ pub mod base {
     pub const ESO_NAMESPACE: &str = "external-secrets";
     pub const ESO_RELEASE: &str = "external-secrets";
     pub const STORE: &str = "localstack";
+    /// The SSM Parameter Store's store, made only for a profile with `parameters`.
+    pub const PARAMETER_STORE: &str = "localstack-parameters";
     pub const FACTS: &str = "devstack-stack-facts";
     pub const SOURCE: &str = "devstack";
     pub const SOURCE_CREDENTIALS: &str = "devstack-localstack-s3";
@@ -80,6 +82,9 @@ impl StackNames {
     }
     pub fn store(&self) -> String {
         self.of(base::STORE)
+    }
+    pub fn parameter_store(&self) -> String {
+        self.of(base::PARAMETER_STORE)
     }
     pub fn facts(&self) -> String {
         self.of(base::FACTS)

@@ -38,6 +38,8 @@ pub struct ProfileV1Alpha1 {
     #[serde(default)]
     pub localstack: Option<LocalStackSpec>,
     #[serde(default)]
+    pub registry: Option<RegistrySpec>,
+    #[serde(default)]
     pub flux: Option<FluxSpec>,
     #[serde(default)]
     pub eso: Option<EsoSpec>,
@@ -47,6 +49,9 @@ pub struct ProfileV1Alpha1 {
     pub images: Option<ImagesSpec>,
     #[serde(default)]
     pub secrets: Vec<Spanned<SecretSpec>>,
+    /// SSM Parameter Store parameters, seeded beside the secrets.
+    #[serde(default)]
+    pub parameters: Vec<Spanned<ParameterSpec>>,
     #[serde(default)]
     pub verify: Option<VerifySpec>,
     #[serde(default)]
@@ -238,6 +243,18 @@ pub struct LocalStackSpec {
     pub env: BTreeMap<String, String>,
 }
 
+/// The stack's own image registry: a container beside the cluster whose
+/// `localhost:<port>` the nodes pull from.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RegistrySpec {
+    pub enabled: Option<bool>,
+    /// Host port on 127.0.0.1: a number, or `auto` (the default) for a free
+    /// port chosen when the stack is created and recorded with it.
+    pub port: Option<HostPort>,
+    pub image: Option<String>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LocalStackMode {
@@ -273,6 +290,9 @@ pub struct EsoSpec {
     pub chart_version: Option<String>,
     /// Helm values merged over devstack's own (mapping).
     pub values: Option<serde_json::Map<String, serde_json::Value>>,
+    /// How the stores authenticate: `static` keys (default) or the
+    /// controller's `serviceAccount` (IRSA, as on EKS).
+    pub auth: Option<EsoAuth>,
 }
 
 /// Whether devstack installs the External Secrets Operator (`eso.install`).
@@ -559,4 +579,146 @@ impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
         }
         d.deserialize_map(Visitor(std::marker::PhantomData))
     }
+}
+
+/// How the External Secrets Operator's stores authenticate to AWS (`eso.auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum EsoAuth {
+    /// Static test keys in a Secret the stores reference (`auth.secretRef`).
+    #[default]
+    Static,
+    /// The EKS way (IRSA): the stores name the controller's ServiceAccount
+    /// (`auth.jwt.serviceAccountRef`), annotated with a role that LocalStack's
+    /// STS lets its token assume; no static key anywhere in the cluster.
+    ServiceAccount,
+}
+
+impl EsoAuth {
+    pub fn is_static(&self) -> bool {
+        *self == EsoAuth::Static
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EsoAuth::Static => "static",
+            EsoAuth::ServiceAccount => "serviceAccount",
+        }
+    }
+}
+
+/// SSM's parameter types (`PutParameter` `Type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+pub enum ParameterType {
+    #[default]
+    String,
+    StringList,
+    SecureString,
+}
+
+impl ParameterType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParameterType::String => "String",
+            ParameterType::StringList => "StringList",
+            ParameterType::SecureString => "SecureString",
+        }
+    }
+}
+
+/// SSM's storage tiers: the Standard one holds up to 4 KB, Advanced up to 8 KB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ParameterTier {
+    Standard,
+    Advanced,
+}
+
+impl ParameterTier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParameterTier::Standard => "Standard",
+            ParameterTier::Advanced => "Advanced",
+        }
+    }
+}
+
+/// A parameter's `value` as written: text, a list (for `StringList`), or a
+/// mapping (which no parameter type takes as `value`: it is refused with a
+/// position, not lost in a parser's message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParameterValue {
+    Text(SecretString),
+    List(Vec<SecretString>),
+    Object,
+}
+
+impl<'de> Deserialize<'de> for ParameterValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ParameterValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a scalar parameter value, or a list for a StringList")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ParameterValue, E> {
+                Ok(ParameterValue::Text(SecretString::new(v)))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<ParameterValue, E> {
+                Ok(ParameterValue::Text(SecretString::new(v.to_string())))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ParameterValue, E> {
+                Ok(ParameterValue::Text(SecretString::new(v.to_string())))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ParameterValue, E> {
+                Ok(ParameterValue::Text(SecretString::new(v.to_string())))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<ParameterValue, E> {
+                Ok(ParameterValue::Text(SecretString::new(v.to_string())))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ParameterValue, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element::<SecretString>()? {
+                    items.push(item);
+                }
+                Ok(ParameterValue::List(items))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<ParameterValue, A::Error> {
+                // Drained without keeping anything: the value is refused.
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(ParameterValue::Object)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// One entry of `parameters`, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ParameterSpec {
+    /// Hierarchical (`/dev/app/db-url`) or flat (`app-db-url`).
+    pub name: String,
+    #[serde(rename = "type", default)]
+    pub kind: ParameterType,
+    pub description: Option<String>,
+    /// Literal value; a list for `StringList`.
+    pub value: Option<ParameterValue>,
+    /// JSON object of key/values, stored as a JSON string.
+    pub json: Option<BTreeMap<String, SecretString>>,
+    pub from_env: Option<String>,
+    pub from_file: Option<String>,
+    /// Random value, stable across re-seeding unless `--rotate`.
+    pub generate: Option<GenerateSpec>,
+    /// Sync into the cluster as an ExternalSecret through the Parameter
+    /// Store's ClusterSecretStore.
+    pub sync: Option<SyncSpec>,
 }

@@ -88,11 +88,15 @@ pub struct Settings {
     pub user_kubeconfig: PathBuf,
     pub cluster: ClusterSettings,
     pub localstack: LocalStackSettings,
+    pub registry: RegistrySettings,
     pub flux: FluxSettings,
     pub eso: EsoSettings,
     pub gitops: GitopsSettings,
     pub images: ImageSettings,
     pub secrets: Vec<SecretSettings>,
+    /// SSM parameters (`parameters`); none: no Parameter Store store.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parameters: Vec<ParameterSettings>,
     pub facts: FactsSettings,
     pub verify: VerifySettings,
     pub timeouts: Timeouts,
@@ -160,6 +164,35 @@ pub struct LocalStackSettings {
     pub env: BTreeMap<String, String>,
 }
 
+/// The stack's image registry (`registry` in the profile).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistrySettings {
+    pub enabled: bool,
+    pub image: String,
+    /// As configured; `auto` is resolved once and recorded with the stack.
+    pub port: HostPort,
+    /// The port `auto` chose (`stack::Found`; `None` before the stack is
+    /// created).
+    #[serde(skip)]
+    pub bound_port: Option<u16>,
+}
+
+impl RegistrySettings {
+    /// The host port the registry is published on, once known.
+    pub fn host_port(&self) -> Option<u16> {
+        self.port.fixed().or(self.bound_port)
+    }
+
+    /// `localhost:<port>`: the one name of the registry, on this machine
+    /// and in the nodes' pod specs alike.
+    pub fn host(&self) -> Option<String> {
+        self.host_port()
+            .filter(|_| self.enabled)
+            .map(|port| format!("localhost:{port}"))
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FluxSettings {
@@ -173,6 +206,10 @@ pub struct EsoSettings {
     pub install: EsoInstall,
     pub chart_version: String,
     pub values: serde_json::Map<String, serde_json::Value>,
+    /// How the stores authenticate (`eso.auth`); left out when static, so
+    /// that what a snapshot recorded of a static stack stays the same.
+    #[serde(skip_serializing_if = "EsoAuth::is_static")]
+    pub auth: EsoAuth,
     /// The ESO the cluster already ran that the stack uses instead of
     /// installing its own (`eso.install`). Known once `up` met the
     /// cluster (`stack::Found`).
@@ -430,6 +467,20 @@ pub struct SecretSettings {
     pub tags: BTreeMap<String, String>,
     pub source: SecretSource,
     pub format: SecretFormat,
+    pub sync: Option<SyncSpec>,
+}
+
+/// A parameter resolved: its value's source read at seeding time.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParameterSettings {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: ParameterType,
+    /// The tier an inline value needs (values read when seeding pick theirs then).
+    pub tier: ParameterTier,
+    pub description: Option<String>,
+    pub source: SecretSource,
     pub sync: Option<SyncSpec>,
 }
 

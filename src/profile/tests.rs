@@ -9,6 +9,9 @@ use super::resolve::resolve_with_env;
 use super::schema::{HostPort, Provider};
 use super::settings::{Origin, Overrides, SecretSource};
 
+/// `parameters` and `eso.auth`.
+mod parameters;
+
 const HEADER: &str = "apiVersion: devstack.dev/v1alpha1\nkind: Profile\n";
 
 /// The one error of a profile with one mistake.

@@ -127,12 +127,18 @@ pub(super) fn profile_name(settings: &Settings) -> String {
 pub fn profile_digests(settings: &Settings) -> BTreeMap<String, String> {
     let c = &settings.cluster;
     let g = &settings.gitops;
+    // The stack registry's own mirror names its port, which each stack
+    // chooses: a snapshot restores beside the stack it came from.
+    let mut mirrors = c.registry_mirrors.clone();
+    if let Some(host) = settings.registry.host() {
+        mirrors.remove(&host);
+    }
     let parts = [
         (
             "cluster",
             serde_json::json!({
                 "provider": c.provider, "image": c.image, "servers": c.servers,
-                "agents": c.agents, "k3sArgs": c.k3s_args, "registryMirrors": c.registry_mirrors,
+                "agents": c.agents, "k3sArgs": c.k3s_args, "registryMirrors": mirrors,
             }),
         ),
         (
@@ -429,5 +435,19 @@ pub(super) mod tests {
         assert!(file.contains("t0ken"));
         let shown = serde_json::to_string(&manifest.info(Path::new("/s"))).unwrap();
         assert!(!shown.contains("t0ken"), "{shown}");
+    }
+
+    #[test]
+    fn the_registry_port_of_the_saved_stack_does_not_stop_a_restore_beside_it() {
+        let mut saved = settings();
+        saved.registry.enabled = true;
+        saved.registry.bound_port = Some(5111);
+        saved
+            .cluster
+            .registry_mirrors
+            .insert("localhost:5111".into(), vec!["http://r:5000".into()]);
+        let mut other = settings();
+        other.registry.enabled = true;
+        assert_eq!(profile_digests(&saved), profile_digests(&other));
     }
 }

@@ -121,6 +121,19 @@ impl Found {
             HostPort::Fixed(_) => None,
         };
         settings.localstack.bound_port = self.forwarded.or(recorded);
+        if asked.registry.port == HostPort::Auto {
+            settings.registry.bound_port = self.ports.registry;
+        }
+        // The nodes pull `localhost:<port>/…` from the registry container,
+        // by the mechanism `cluster.registryMirrors` uses.
+        if let Some(host) = settings.registry.host() {
+            let endpoint = crate::registry::endpoint_for_nodes(&settings);
+            settings
+                .cluster
+                .registry_mirrors
+                .entry(host)
+                .or_insert_with(|| vec![endpoint]);
+        }
         settings
     }
 
@@ -210,6 +223,7 @@ mod tests {
             ports: Ports {
                 localstack: Some(4711),
                 api_server: Some(6443),
+                registry: Some(5111),
             },
             forwarded: Some(40123),
             cluster: OnCluster {

@@ -15,6 +15,7 @@ use crate::gitops;
 use crate::k8s::forward::PortForward;
 use crate::localstack::{self, LocalStackReport};
 use crate::profile::{Provider, Settings};
+use crate::registry::{self, RegistryReport};
 use crate::seed::{self, SeedOptions, SeedReport};
 use crate::snapshot;
 use crate::ui::Step;
@@ -121,27 +122,62 @@ impl UpRun<'_> {
         });
     }
 
-    /// LocalStack (then seeding) and the cluster: side by side with the
-    /// LocalStack container, and LocalStack after the cluster when it runs
-    /// in it. Returns them with a client of the cluster.
+    /// LocalStack (then seeding), the cluster and the registry: side by
+    /// side with the LocalStack container, and LocalStack after the cluster
+    /// when it runs in it. Returns them with a client of the cluster.
     pub(super) async fn localstack_and_cluster(
         &self,
         preflight: &Preflight,
-    ) -> Result<(LocalStackUp, Provisioned, kube::Client), Error> {
+    ) -> Result<
+        (
+            LocalStackUp,
+            Provisioned,
+            kube::Client,
+            Option<RegistryReport>,
+        ),
+        Error,
+    > {
         if preflight.settings.localstack.in_cluster() {
-            let provisioned = self.provision_cluster(preflight).await?;
+            let (provisioned, registry) =
+                tokio::try_join!(self.provision_cluster(preflight), self.registry(preflight))?;
             let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
             let localstack = self
                 .in_cluster_localstack_and_seed(preflight, &client)
                 .await?;
-            return Ok((localstack, provisioned, client));
+            return Ok((localstack, provisioned, client, registry));
         }
-        let (localstack, provisioned) = tokio::try_join!(
+        let (localstack, provisioned, registry) = tokio::try_join!(
             self.localstack_and_seed(preflight),
-            self.provision_cluster(preflight)
+            self.provision_cluster(preflight),
+            self.registry(preflight)
         )?;
         let client = crate::k8s::client_from_kubeconfig(&provisioned.info.kubeconfig).await?;
-        Ok((localstack, provisioned, client))
+        Ok((localstack, provisioned, client, registry))
+    }
+
+    /// The Registry step (`registry.enabled`), beside the cluster: neither
+    /// waits for the other, since the nodes reach the registry only when a
+    /// pod pulls from it.
+    async fn registry(&self, preflight: &Preflight) -> Result<Option<RegistryReport>, Error> {
+        let settings = &preflight.settings;
+        if !settings.registry.enabled {
+            return Ok(None);
+        }
+        let (docker, runner, existed) = (self.docker, self.runner, self.existed);
+        self.runner
+            .step(
+                format!("Registry {}", settings.registry.image),
+                None,
+                |step: Arc<Step>| async move {
+                    let report =
+                        registry::up(docker, settings, runner, existed, &|m| step.progress(m))
+                            .await?;
+                    let summary = format!("{} at {}", report.action, report.host);
+                    Ok((report, summary))
+                },
+            )
+            .await
+            .map(Some)
     }
 
     /// The LocalStack step (which records the container for removal when
@@ -210,7 +246,7 @@ impl UpRun<'_> {
         let seeded = self
             .runner
             .step(
-                format!("Seeding {} secret(s)", settings.secrets.len()),
+                seed::step_title(&settings),
                 Some((seed::default_timeout(&settings), "timeouts.seed")),
                 |_| async {
                     let client = crate::aws::secrets_manager(&settings);

@@ -52,6 +52,9 @@ pub struct DownReport {
     pub stack: String,
     pub cluster: bool,
     pub localstack: bool,
+    /// The registry container and its volume (what was pushed).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub registry: bool,
     pub state: bool,
     /// On an existing cluster, what devstack had put there and removed
     /// (the cluster itself stays).
@@ -61,7 +64,11 @@ pub struct DownReport {
 
 impl DownReport {
     pub fn removed_anything(&self) -> bool {
-        self.cluster || self.localstack || self.state || !self.uninstalled.is_empty()
+        self.cluster
+            || self.localstack
+            || self.registry
+            || self.state
+            || !self.uninstalled.is_empty()
     }
 }
 
@@ -247,6 +254,7 @@ impl Stack {
                 stack: settings.name.clone(),
                 cluster,
                 localstack: false,
+                registry: false,
                 state,
                 uninstalled,
             });
@@ -254,6 +262,7 @@ impl Stack {
         // A stack restored from a removed or replaced snapshot held its
         // shared volume: free now, unless another stack uses it.
         let _ = crate::snapshot::prune_shared_volumes(docker.as_ref(), settings).await;
+        let registry = crate::registry::down(docker.as_ref(), settings).await?;
         let localstack = localstack::down(docker.as_ref(), settings).await?;
         docker::remove_network_if_unused(docker.as_ref(), &localstack::network_name(settings))
             .await?;
@@ -262,6 +271,7 @@ impl Stack {
             stack: settings.name.clone(),
             cluster,
             localstack,
+            registry,
             state,
             uninstalled,
         })
@@ -355,6 +365,9 @@ pub fn exports(settings: &Settings) -> Vec<(&'static str, String)> {
     let kubeconfig = state::kubeconfig_path(settings);
     if kubeconfig.is_file() {
         vars.push(("KUBECONFIG", kubeconfig.display().to_string()));
+    }
+    if let Some(host) = settings.registry.host() {
+        vars.push(("DEVSTACK_REGISTRY", host));
     }
     vars
 }

@@ -56,7 +56,19 @@ impl UpRun<'_> {
                 .await
                 .map_err(|e| docker::engine_error("ping the Docker engine", e))?;
         }
+        // Chosen once, before the nodes are made: they know the registry by it.
+        if asked.registry.enabled {
+            if let Some(fixed) = asked.registry.port.fixed() {
+                found.ports.registry = Some(fixed);
+            } else if found.ports.registry.is_none() {
+                let port = crate::hostinfo::free_port().map_err(|e| {
+                    Error::internal(format!("pick a free port for the registry: {e}"))
+                })?;
+                found.ports.registry = Some(port);
+            }
+        }
         let settings = found.settings(asked);
+        crate::registry::check_port(self.docker.as_ref(), &settings).await?;
         // A change the cluster cannot take in place is refused before anything
         // (LocalStack included) is touched.
         let plan = cluster::plan(self.docker, &settings).await?;

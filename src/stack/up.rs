@@ -76,6 +76,9 @@ pub struct UpReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub artifacts: Option<crate::artifacts::PullReport>,
     pub localstack: LocalStackReport,
+    /// The stack's image registry (`registry.enabled`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registry: Option<crate::registry::RegistryReport>,
     pub cluster: ClusterReport,
     pub seed: SeedReport,
     pub gitops: DeliverReport,
@@ -254,7 +257,8 @@ impl UpRun<'_> {
             self.create_network(&preflight.settings).await?;
         }
         self.record_new_cluster(preflight);
-        let (localstack, provisioned, client) = self.localstack_and_cluster(preflight).await?;
+        let (localstack, provisioned, client, registry) =
+            self.localstack_and_cluster(preflight).await?;
         let mut found = localstack.found.clone();
         found.ports.api_server = provisioned.info.api_port();
         found.record(&localstack.settings)?;
@@ -267,6 +271,9 @@ impl UpRun<'_> {
             (self.restore.is_some() || self.existed).then(|| CrashedPods::watch(&client));
         if !settings.localstack.in_cluster() {
             self.localstack_route_for_pods(settings, &client).await?;
+        }
+        if registry.is_some() {
+            self.advertise_registry(settings, &client).await?;
         }
         let missing_before = self
             .missing_flux_objects(settings, &provisioned, &client)
@@ -285,6 +292,12 @@ impl UpRun<'_> {
             .verified(settings, &client, verify_on, verified_beside)
             .await?;
 
+        if registry
+            .as_ref()
+            .is_some_and(|r| r.action == crate::registry::Action::Repaired)
+        {
+            repaired.push("the registry container was missing: created it again".into());
+        }
         if self.existed {
             repaired.extend(rescaled.repairs());
             repaired.extend(
@@ -320,6 +333,7 @@ impl UpRun<'_> {
             steps: self.runner.records(),
             timings: self.runner.timeline().spans(),
             localstack: localstack.report,
+            registry,
             cluster: ClusterReport {
                 provisioned,
                 found: found.cluster,
@@ -388,6 +402,29 @@ impl UpRun<'_> {
                     ));
                 }
                 Ok(((), crate::k8s::localstack_in_cluster_url(&settings.names)))
+            })
+            .await
+    }
+
+    /// The Registry advertised step: KEP-1755's ConfigMap, which tools
+    /// such as Tilt read to find the registry.
+    async fn advertise_registry(
+        &self,
+        settings: &Settings,
+        client: &kube::Client,
+    ) -> Result<(), Error> {
+        self.runner
+            .step("Registry advertised", None, |_| async {
+                let host =
+                    crate::registry::advertise(self.docker.as_ref(), settings, client).await?;
+                Ok((
+                    (),
+                    format!(
+                        "{}/{} names {host}",
+                        crate::registry::CONFIGMAP_NAMESPACE,
+                        crate::registry::CONFIGMAP_NAME
+                    ),
+                ))
             })
             .await
     }

@@ -12,15 +12,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::probe::{
-    COMPONENT, LATE_WRITE_WINDOW, MANAGED_BY, Probe, VALUE_KEY, bounded, delete_object,
-    probe_external_secret, probe_push_objects, remove_late_writes,
+    COMPONENT, MANAGED_BY, Probe, VALUE_KEY, probe_external_secret, probe_push_objects,
 };
 use super::report::{CheckResult, CheckStatus};
 use super::{ESO_GROUP, ESO_VERSION, PUSH_SECRET_VERSION, external_secret_synced};
 use crate::error::{Error, Kind};
 use crate::k8s::wait::ready_verdict;
 use crate::k8s::{Budget, Verdict, Wait, conditions, dynamic_api};
-use crate::profile::settings::profile_external_secret_name;
 use crate::profile::{SecretString, Settings};
 use crate::ui::{Step, Ui, format_duration};
 
@@ -76,34 +74,89 @@ fn webhook_unreachable(message: &str) -> bool {
 /// What the run may have created, for cleanup (marked before each request:
 /// a request that timed out may still have happened).
 #[derive(Default)]
-struct Touched {
-    remote: bool,
-    external_secret: bool,
-    push_source: bool,
-    push_secret: bool,
+pub(super) struct Touched {
+    pub(super) remote: bool,
+    pub(super) external_secret: bool,
+    pub(super) push_source: bool,
+    pub(super) push_secret: bool,
+    pub(super) parameter: bool,
+    pub(super) parameter_external_secret: bool,
 }
 
-enum Fail {
+pub(super) enum Fail {
     Reason(String),
     Cancelled,
 }
 
 /// Latency and a detail line, or why the check failed.
-type Outcome = Result<(Duration, String), Fail>;
+pub(super) type Outcome = Result<(Duration, String), Fail>;
 
 /// One run of the checks with its probe: what it created (for cleanup),
 /// what each check found, and whether it was interrupted.
 pub(super) struct RoundTrip<'a> {
-    settings: &'a Settings,
-    client: kube::Client,
-    sm: aws_sdk_secretsmanager::Client,
-    ui: &'a Ui,
-    timeout: Duration,
-    cancel: CancellationToken,
+    pub(super) settings: &'a Settings,
+    pub(super) client: kube::Client,
+    pub(super) sm: aws_sdk_secretsmanager::Client,
+    /// Set when the probe also proves the Parameter Store.
+    pub(super) ssm: Option<aws_sdk_ssm::Client>,
+    pub(super) ui: &'a Ui,
+    pub(super) timeout: Duration,
+    pub(super) cancel: CancellationToken,
     pub(super) probe: Probe,
-    touched: Touched,
+    pub(super) touched: Touched,
     pub(super) checks: Vec<CheckResult>,
     pub(super) interrupted: bool,
+}
+
+/// Runs one check method of a `RoundTrip` with a progress step and records
+/// it; evaluates to whether it passed. Nothing runs once interrupted.
+macro_rules! check {
+    ($self:ident, $name:expr, $description:expr, $method:ident) => {{
+        let description: String = $description.into();
+        if $self.interrupted {
+            false
+        } else {
+            let step = $self.ui.step(&description);
+            let outcome = $self.$method().await;
+            $self.record(step, $name, None, description, outcome)
+        }
+    }};
+}
+
+/// Store Ready, then sync, rotate and recreate, each skipped (with why) when
+/// the one it builds on failed; evaluates to whether the first sync passed.
+macro_rules! round_trip {
+    (
+        $self:ident,
+        store: ($store_name:expr, $store_description:expr, $store:ident),
+        sync: ($sync_name:expr, $sync_description:expr, $sync:ident),
+        rotate: ($rotate_name:expr, $rotate_description:expr, $rotate:ident),
+        recreate: ($recreate_name:expr, $recreate_description:expr, $recreate:ident) $(,)?
+    ) => {{
+        let store = check!($self, $store_name, $store_description, $store);
+        let synced = if store {
+            check!($self, $sync_name, $sync_description, $sync)
+        } else {
+            $self.skip($sync_name, $sync_description, "the store is not Ready");
+            false
+        };
+        let rotated = if synced {
+            check!($self, $rotate_name, $rotate_description, $rotate)
+        } else {
+            $self.skip($rotate_name, $rotate_description, "the first sync failed");
+            false
+        };
+        if rotated {
+            check!($self, $recreate_name, $recreate_description, $recreate);
+        } else {
+            $self.skip(
+                $recreate_name,
+                $recreate_description,
+                "an earlier check failed",
+            );
+        }
+        synced
+    }};
 }
 
 impl<'a> RoundTrip<'a> {
@@ -119,6 +172,7 @@ impl<'a> RoundTrip<'a> {
             settings,
             client: client.clone(),
             sm: crate::aws::secrets_manager(settings),
+            ssm: (!probe.parameter_store.is_empty()).then(|| crate::aws::ssm(settings)),
             ui,
             timeout,
             cancel,
@@ -150,57 +204,55 @@ impl<'a> RoundTrip<'a> {
     }
 
     pub(super) async fn run_checks(&mut self, push_secret: bool) {
-        /// Runs one check method with a progress step and records it;
-        /// evaluates to whether it passed. Nothing runs once interrupted.
-        macro_rules! check {
-            ($name:expr, $description:expr, $method:ident) => {{
-                let description: String = $description.into();
-                if self.interrupted {
-                    false
-                } else {
-                    let step = self.ui.step(&description);
-                    let outcome = self.$method().await;
-                    self.record(step, $name, None, description, outcome)
-                }
-            }};
-        }
         const SYNC: &str = "ExternalSecret syncs a new secret";
         const ROTATE: &str = "A rotated value reaches the cluster (force-sync)";
         const RECREATE: &str = "A deleted Secret is recreated";
         const PUSH: &str = "PushSecret writes to LocalStack";
 
-        let store = check!(
-            "clusterSecretStore",
-            format!("ClusterSecretStore {} Ready", self.probe.store),
-            check_store
+        let synced = round_trip!(
+            self,
+            store: (
+                "clusterSecretStore",
+                format!("ClusterSecretStore {} Ready", self.probe.store),
+                check_store
+            ),
+            sync: ("sync", SYNC, check_sync),
+            rotate: ("rotate", ROTATE, check_rotate),
+            recreate: ("recreate", RECREATE, check_recreate),
         );
-        let synced = if store {
-            check!("sync", SYNC, check_sync)
-        } else {
-            self.skip("sync", SYNC, "the store is not Ready");
-            false
-        };
-        let rotated = if synced {
-            check!("rotate", ROTATE, check_rotate)
-        } else {
-            self.skip("rotate", ROTATE, "the first sync failed");
-            false
-        };
-        if rotated {
-            check!("recreate", RECREATE, check_recreate);
-        } else {
-            self.skip("recreate", RECREATE, "an earlier check failed");
-        }
         if push_secret {
             if synced {
-                check!("push", PUSH, check_push);
+                check!(self, "push", PUSH, check_push);
             } else {
                 self.skip("push", PUSH, "the first sync failed");
             }
         }
+        let parameters_synced = self.run_parameter_checks().await;
         if !self.interrupted {
-            self.check_profile(synced).await;
+            self.check_profile(synced && parameters_synced).await;
         }
+    }
+
+    /// The same round trip through the Parameter Store's store, when the
+    /// profile has parameters; returns whether its first sync passed.
+    async fn run_parameter_checks(&mut self) -> bool {
+        const SYNC: &str = "ExternalSecret syncs a new parameter (Parameter Store)";
+        const ROTATE: &str = "A rotated parameter reaches the cluster (force-sync)";
+        const RECREATE: &str = "A deleted Secret is recreated from its parameter";
+        if self.ssm.is_none() {
+            return true;
+        }
+        round_trip!(
+            self,
+            store: (
+                "parameterStore",
+                format!("ClusterSecretStore {} Ready", self.probe.parameter_store),
+                check_parameter_store
+            ),
+            sync: ("parameterSync", SYNC, check_parameter_sync),
+            rotate: ("parameterRotate", ROTATE, check_parameter_rotate),
+            recreate: ("parameterRecreate", RECREATE, check_parameter_recreate),
+        )
     }
 
     fn record(
@@ -308,7 +360,7 @@ impl<'a> RoundTrip<'a> {
     /// machine restart) lists the webhook's pod Ready, as it was before the
     /// stop, until its kubelet has brought the pod back: the API server's
     /// calls meanwhile find no route to it.
-    async fn apply_once_the_webhook_answers(&self, object: &Value) -> Result<(), Fail> {
+    pub(super) async fn apply_once_the_webhook_answers(&self, object: &Value) -> Result<(), Fail> {
         let deadline = Instant::now() + self.timeout;
         loop {
             let why = match crate::k8s::apply(&self.client, object).await {
@@ -330,11 +382,11 @@ impl<'a> RoundTrip<'a> {
         Budget::new(limit, "timeouts.verify")
     }
 
-    fn secrets(&self) -> Api<Secret> {
+    pub(super) fn secrets(&self) -> Api<Secret> {
         Api::namespaced(self.client.clone(), &self.probe.namespace)
     }
 
-    fn external_secrets(&self, namespace: &str) -> Api<DynamicObject> {
+    pub(super) fn external_secrets(&self, namespace: &str) -> Api<DynamicObject> {
         dynamic_api(
             &self.client,
             &format!("{ESO_GROUP}/{ESO_VERSION}"),
@@ -343,7 +395,7 @@ impl<'a> RoundTrip<'a> {
         )
     }
 
-    fn push_secrets(&self) -> Api<DynamicObject> {
+    pub(super) fn push_secrets(&self) -> Api<DynamicObject> {
         dynamic_api(
             &self.client,
             &format!("{ESO_GROUP}/{PUSH_SECRET_VERSION}"),
@@ -369,7 +421,11 @@ impl<'a> RoundTrip<'a> {
         ]
     }
 
-    fn aws_reason<E: ProvideErrorMetadata, R>(&self, what: &str, err: &SdkError<E, R>) -> String {
+    pub(super) fn aws_reason<E: ProvideErrorMetadata, R>(
+        &self,
+        what: &str,
+        err: &SdkError<E, R>,
+    ) -> String {
         let endpoint = self.settings.localstack.endpoint_url();
         match err {
             SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => {
@@ -383,11 +439,11 @@ impl<'a> RoundTrip<'a> {
         }
     }
 
-    /// The Ready condition of the probe ExternalSecret, to explain a timeout.
-    async fn external_secret_state(&self) -> String {
+    /// The Ready condition of probe ExternalSecret `name`, to explain a timeout.
+    async fn external_secret_state(&self, name: &str) -> String {
         match self
             .external_secrets(&self.probe.namespace)
-            .get_opt(&self.probe.object)
+            .get_opt(name)
             .await
         {
             Ok(Some(es)) => match conditions::condition(&es.data, "Ready") {
@@ -406,7 +462,17 @@ impl<'a> RoundTrip<'a> {
         expected: &SecretString,
         replaced: Option<&str>,
     ) -> Result<String, Fail> {
-        let name = self.probe.object.as_str();
+        self.wait_object_value(&self.probe.object, expected, replaced)
+            .await
+    }
+
+    /// [`Self::wait_secret_value`] for the Secret `name` of either round trip.
+    pub(super) async fn wait_object_value(
+        &self,
+        name: &str,
+        expected: &SecretString,
+        replaced: Option<&str>,
+    ) -> Result<String, Fail> {
         let wait = Wait::new(
             format!("Secret {}/{name}", self.probe.namespace),
             if replaced.is_some() {
@@ -426,16 +492,25 @@ impl<'a> RoundTrip<'a> {
         match result {
             Err(Fail::Reason(why)) => Err(Fail::Reason(format!(
                 "{why}; {}",
-                self.external_secret_state().await
+                self.external_secret_state(name).await
             ))),
             other => other,
         }
     }
 
     async fn check_store(&mut self) -> Outcome {
+        let name = self.probe.store.clone();
+        self.store_ready(name).await
+    }
+
+    async fn check_parameter_store(&mut self) -> Outcome {
+        let name = self.probe.parameter_store.clone();
+        self.store_ready(name).await
+    }
+
+    async fn store_ready(&self, name: String) -> Outcome {
         let api = crate::gitops::cluster_secret_stores(&self.client);
         let started = Instant::now();
-        let name = self.probe.store.clone();
         let wait = Wait::new(
             format!("ClusterSecretStore {name}"),
             "Ready",
@@ -600,13 +675,11 @@ impl<'a> RoundTrip<'a> {
     /// Waits for them when the probe round trip worked (they may have been
     /// created moments ago); otherwise looks once.
     async fn check_profile(&mut self, wait: bool) {
-        let targets: Vec<(String, String)> = self
-            .settings
-            .secrets
-            .iter()
-            .filter(|s| s.sync.is_some())
-            .map(profile_external_secret_name)
-            .collect();
+        let targets: Vec<(String, String)> =
+            crate::profile::parameters::sync_targets(self.settings)
+                .into_iter()
+                .map(|t| (t.namespace, t.name))
+                .collect();
         if targets.is_empty() {
             return;
         }
@@ -678,69 +751,6 @@ impl<'a> RoundTrip<'a> {
                 detail,
             });
         }
-    }
-
-    /// Removes every probe object that may exist; returns what failed.
-    pub(super) async fn cleanup(&self) -> Vec<String> {
-        let p = &self.probe;
-        let ns = &p.namespace;
-        let delete_remote = |name: String| async move {
-            match self
-                .sm
-                .delete_secret()
-                .secret_id(&name)
-                .force_delete_without_recovery(true)
-                .send()
-                .await
-            {
-                Ok(_) => Ok(()),
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|s| s.is_resource_not_found_exception()) =>
-                {
-                    Ok(())
-                }
-                Err(e) => Err(self.aws_reason(&format!("delete secret `{name}`"), &e)),
-            }
-        };
-        let mut warnings = Vec::new();
-        // The ExternalSecret goes first so ESO does not recreate its Secret;
-        // the PushSecret before its remote secret so ESO does not push again.
-        if self.touched.external_secret {
-            let what = format!("ExternalSecret {ns}/{}", p.object);
-            let request = delete_object(self.external_secrets(ns), p.object.clone());
-            warnings.extend(bounded(what, request).await);
-            let what = format!("Secret {ns}/{}", p.object);
-            let request = delete_object(self.secrets(), p.object.clone());
-            warnings.extend(bounded(what.clone(), request).await);
-            // Interrupted, the round trip did not wait for ESO's reconcile of
-            // the probe: one still in flight can write the Secret after both
-            // removals above, within moments or not at all.
-            if self.interrupted {
-                let request =
-                    remove_late_writes(self.secrets(), p.object.clone(), LATE_WRITE_WINDOW);
-                warnings.extend(bounded(what, request).await);
-            }
-        }
-        if self.touched.push_secret {
-            let what = format!("PushSecret {ns}/{}", p.push_object);
-            let request = delete_object(self.push_secrets(), p.push_object.clone());
-            warnings.extend(bounded(what, request).await);
-        }
-        if self.touched.push_source {
-            let what = format!("Secret {ns}/{}", p.push_object);
-            let request = delete_object(self.secrets(), p.push_object.clone());
-            warnings.extend(bounded(what, request).await);
-        }
-        if self.touched.remote {
-            let what = format!("LocalStack secret `{}`", p.remote);
-            warnings.extend(bounded(what, delete_remote(p.remote.clone())).await);
-        }
-        if self.touched.push_secret {
-            let what = format!("LocalStack secret `{}`", p.push_remote);
-            warnings.extend(bounded(what, delete_remote(p.push_remote.clone())).await);
-        }
-        warnings.iter().map(|w| p.scrub(w)).collect()
     }
 }
 

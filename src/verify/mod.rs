@@ -5,8 +5,9 @@
 //! waits until the Kubernetes Secret holds the same value; then rotates the
 //! value (refreshed at once through the `force-sync` annotation), deletes the
 //! Kubernetes Secret and waits for ESO to recreate it, optionally pushes a
-//! value back to LocalStack with a PushSecret, and checks that every
-//! ExternalSecret the profile declares is synced. Every probe object is
+//! value back to LocalStack with a PushSecret, runs the same round trip
+//! through the Parameter Store's store when the profile has `parameters`,
+//! and checks that every ExternalSecret the profile declares is synced. Every probe object is
 //! removed afterwards, whatever happened.
 //!
 //! Probe values are compared in memory only: they never appear in progress
@@ -14,6 +15,8 @@
 //! scrubbed of them).
 
 mod checks;
+mod cleanup;
+mod parameters;
 mod probe;
 mod report;
 
@@ -83,7 +86,17 @@ pub async fn run(
 ) -> Result<VerifyReport, Error> {
     let started = Instant::now();
     require_localstack(settings).await?;
-    let probe = Probe::new(&settings.verify.namespace, &settings.names.store());
+    // A profile with parameters has the Parameter Store's store: proven too.
+    let parameter_store = if settings.parameters.is_empty() {
+        String::new()
+    } else {
+        settings.names.parameter_store()
+    };
+    let probe = Probe::with_parameter_store(
+        &settings.verify.namespace,
+        &settings.names.store(),
+        &parameter_store,
+    );
     let push_secret = options.push_secret || settings.verify.push_secret;
     let timeout = options
         .timeout

@@ -36,13 +36,29 @@ pub(super) struct Probe {
     pub(super) object: String,
     /// PushSecret and its source Secret.
     pub(super) push_object: String,
+    /// The Parameter Store's round trip: the parameter in LocalStack, and
+    /// the ExternalSecret (and Secret) that reads it through `parameter_store`.
+    pub(super) parameter: String,
+    pub(super) parameter_object: String,
+    pub(super) parameter_store: String,
     pub(super) initial: SecretString,
     pub(super) rotated: SecretString,
     pub(super) pushed: SecretString,
 }
 
 impl Probe {
+    /// A probe of the Secrets Manager round trip alone.
+    #[cfg(test)]
     pub(super) fn new(namespace: &str, store: &str) -> Self {
+        Self::with_parameter_store(namespace, store, "")
+    }
+
+    /// A probe that also reads a parameter through `parameter_store`.
+    pub(super) fn with_parameter_store(
+        namespace: &str,
+        store: &str,
+        parameter_store: &str,
+    ) -> Self {
         const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
         let mut rng = rand::rng();
         let id: String = (0..10)
@@ -59,6 +75,9 @@ impl Probe {
             push_remote: format!("{PROBE_PREFIX}/{id}-push"),
             object: format!("{PROBE_PREFIX}-{id}"),
             push_object: format!("{PROBE_PREFIX}-{id}-push"),
+            parameter: format!("/{PROBE_PREFIX}/{id}"),
+            parameter_object: format!("{PROBE_PREFIX}-{id}-parameter"),
+            parameter_store: parameter_store.to_string(),
             namespace: namespace.to_string(),
             store: store.to_string(),
             initial: value(),
@@ -90,10 +109,46 @@ fn probe_labels() -> Value {
     json!({MANAGED_BY.0: MANAGED_BY.1, COMPONENT.0: COMPONENT.1})
 }
 
+/// What a probe ExternalSecret reads, through which store, into which Secret.
+pub(super) struct Target<'a> {
+    pub(super) store: &'a str,
+    pub(super) remote: &'a str,
+    pub(super) object: &'a str,
+}
+
+impl Probe {
+    /// The Secrets Manager round trip's.
+    pub(super) fn secrets_manager(&self) -> Target<'_> {
+        Target {
+            store: &self.store,
+            remote: &self.remote,
+            object: &self.object,
+        }
+    }
+
+    /// The Parameter Store round trip's.
+    pub(super) fn parameter_store(&self) -> Target<'_> {
+        Target {
+            store: &self.parameter_store,
+            remote: &self.parameter,
+            object: &self.parameter_object,
+        }
+    }
+}
+
 /// The probe ExternalSecret, with a `force-sync` annotation when given.
 pub(super) fn probe_external_secret(p: &Probe, force_sync: Option<&str>) -> Value {
+    probe_external_secret_for(p, &p.secrets_manager(), force_sync)
+}
+
+/// The ExternalSecret of a round trip's `target`.
+pub(super) fn probe_external_secret_for(
+    p: &Probe,
+    target: &Target,
+    force_sync: Option<&str>,
+) -> Value {
     let mut metadata = json!({
-        "name": p.object, "namespace": p.namespace, "labels": probe_labels(),
+        "name": target.object, "namespace": p.namespace, "labels": probe_labels(),
     });
     if let Some(stamp) = force_sync {
         metadata["annotations"] = json!({FORCE_SYNC_ANNOTATION: stamp});
@@ -104,9 +159,9 @@ pub(super) fn probe_external_secret(p: &Probe, force_sync: Option<&str>) -> Valu
         "metadata": metadata,
         "spec": {
             "refreshInterval": "1h",
-            "secretStoreRef": {"name": p.store, "kind": "ClusterSecretStore"},
-            "target": {"name": p.object, "creationPolicy": "Owner"},
-            "data": [{"secretKey": VALUE_KEY, "remoteRef": {"key": p.remote}}],
+            "secretStoreRef": {"name": target.store, "kind": "ClusterSecretStore"},
+            "target": {"name": target.object, "creationPolicy": "Owner"},
+            "data": [{"secretKey": VALUE_KEY, "remoteRef": {"key": target.remote}}],
         },
     })
 }

@@ -11,5 +11,6 @@ mod exit_codes;
 mod gitops;
 mod localstack;
 mod logs;
+mod parameters;
 mod podman;
 mod seed;

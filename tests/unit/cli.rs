@@ -40,6 +40,7 @@ fn help_texts() {
         vec!["status", "--help"],
         vec!["diagnose", "--help"],
         vec!["env", "--help"],
+        vec!["load", "--help"],
         vec!["doctor", "--help"],
         vec!["snapshot", "--help"],
         vec!["logs", "--help"],

@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "gitops",
             "verify",
             "localstack",
+            "registry",
             "logs",
             "seed",
             "snapshot",

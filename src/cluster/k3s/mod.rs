@@ -43,6 +43,8 @@ const LABEL_FIXED_ARGS: &str = "dev.devstack.fixed-args";
 const FIXED_ARGS_UNLABELLED: usize = 6;
 const API_PORT: u16 = 6443;
 const KUBECONFIG_IN_NODE: &str = "/etc/rancher/k3s/k3s.yaml";
+/// Where K3s reads its registry mirrors, as it starts.
+const REGISTRIES_IN_NODE: &str = "/etc/rancher/k3s/registries.yaml";
 const IMAGES_IN_NODE: &str = "/var/lib/rancher/k3s/agent/images";
 /// Where a node finds the tarballs devstack imports into its containerd
 /// itself, while the node boots (see `stage_tarballs`).
@@ -66,6 +68,18 @@ struct Node {
     role: String,
     running: bool,
     labels: HashMap<String, String>,
+}
+
+/// The names of the stack's K3s node containers, the server first.
+pub(super) async fn node_names(
+    engine: &dyn Engine,
+    settings: &Settings,
+) -> Result<Vec<String>, Error> {
+    Ok(nodes(engine, settings)
+        .await?
+        .into_iter()
+        .map(|n| n.name)
+        .collect())
 }
 
 /// Every K3s node container of the stack, the server first.
@@ -116,10 +130,13 @@ pub(super) async fn plan(engine: &dyn Engine, settings: &Settings) -> Result<Pla
         .await?
         .map(|container| {
             let config = container.config.unwrap_or_default();
-            let bindings = container
-                .host_config
-                .and_then(|h| h.port_bindings)
-                .unwrap_or_default();
+            let host_config = container.host_config.unwrap_or_default();
+            let registries = host_config
+                .binds
+                .unwrap_or_default()
+                .iter()
+                .any(|b| b.contains(&format!(":{REGISTRIES_IN_NODE}")));
+            let bindings = host_config.port_bindings.unwrap_or_default();
             let labels = config.labels.unwrap_or_default();
             ServerFacts {
                 ports: published_ports(&bindings),
@@ -130,6 +147,7 @@ pub(super) async fn plan(engine: &dyn Engine, settings: &Settings) -> Result<Pla
                     .get(LABEL_FIXED_ARGS)
                     .and_then(|n| n.parse().ok())
                     .unwrap_or(FIXED_ARGS_UNLABELLED),
+                registries,
             }
         });
     Ok(plan_of(settings, agents, server.as_ref()))
@@ -144,6 +162,8 @@ struct ServerFacts {
     fixed_args: usize,
     /// `cluster.ports` as published: (port in the node, port on the host).
     ports: Vec<(u16, u16)>,
+    /// The node reads the stack's `registries.yaml`.
+    registries: bool,
 }
 
 /// The host ports a node publishes besides the API server's.
@@ -205,6 +225,23 @@ fn plan_of(settings: &Settings, agents: usize, server: Option<&ServerFacts>) -> 
         });
     }
     changes.extend(ports_change(server.ports.clone(), settings));
+    // K3s reads registries.yaml as it starts, from a file bound in when the
+    // node was made (the registry's mirror lives there too).
+    if !settings.cluster.registry_mirrors.is_empty() && !server.registries {
+        changes.push(Change {
+            what: format!(
+                "registry mirrors [{}] (the nodes were made without {REGISTRIES_IN_NODE})",
+                settings
+                    .cluster
+                    .registry_mirrors
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            in_place: false,
+        });
+    }
     Plan {
         exists: true,
         changes,
@@ -574,8 +611,11 @@ pub(super) async fn delete(engine: &dyn Engine, settings: &Settings) -> Result<b
     for node in nodes(engine, settings).await? {
         removed |= docker::remove_container(engine, &node.name).await?;
     }
+    // The nodes' volumes only: the registry's outlives a recreated cluster.
+    let mut filters = docker::stack_filter(Some(&settings.name));
+    filters.push(format!("{}=volume", docker::LABEL_ROLE));
     let volumes = engine
-        .list_volumes(docker::stack_filter(Some(&settings.name)))
+        .list_volumes(filters)
         .await
         .map_err(|e| docker::engine_error("list volumes", e))?;
     for volume in volumes {
@@ -607,7 +647,25 @@ mod tests {
             api_port: Some(api_port),
             fixed_args: own_server_args(settings, &node_name(settings, "server", 0)).len(),
             ports: Vec::new(),
+            registries: false,
         }
+    }
+
+    #[test]
+    fn a_registry_on_nodes_made_without_registries_yaml_needs_a_recreate() {
+        let mut with = settings("");
+        with.cluster
+            .registry_mirrors
+            .insert("localhost:5111".into(), vec!["http://r:5000".into()]);
+        let without = server(&with, 6550);
+        let plan = plan_of(&with, 0, Some(&without));
+        assert!(plan.needs_recreate(), "{plan:?}");
+        assert!(plan.changes[0].what.contains("localhost:5111"));
+        let made_with = ServerFacts {
+            registries: true,
+            ..server(&with, 6550)
+        };
+        assert_eq!(plan_of(&with, 0, Some(&made_with)).changes, []);
     }
 
     #[test]

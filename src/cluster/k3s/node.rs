@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::images::{NodeTarball, Stage, file_name, node_tarballs, staged_images_dir};
 use super::{
     API_PORT, IMAGES_IN_NODE, LABEL_API_PORT, LABEL_FIXED_ARGS, LABEL_NODE_NAME, PRELOAD_IN_NODE,
-    ROLE_AGENT, ROLE_SERVER, SHARED_IN_NODE, STATE_PATHS, node_labels,
+    REGISTRIES_IN_NODE, ROLE_AGENT, ROLE_SERVER, SHARED_IN_NODE, STATE_PATHS, node_labels,
 };
 use crate::cluster::{kubeconfig, node_name};
 use crate::docker::models::{
@@ -249,10 +249,7 @@ pub(super) async fn create_node(
     if !settings.cluster.registry_mirrors.is_empty() {
         let path = crate::state::stack_dir(settings).join("registries.yaml");
         kubeconfig::write_private(&path, &registries_yaml(settings))?;
-        binds.push(format!(
-            "{}:/etc/rancher/k3s/registries.yaml:ro",
-            path.display()
-        ));
+        binds.push(format!("{}:{REGISTRIES_IN_NODE}:ro", path.display()));
     }
     let body = container_body(settings, node, binds);
     crate::cluster::create_node_container(engine, name, body, "K3s").await?;

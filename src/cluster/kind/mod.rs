@@ -22,6 +22,7 @@ mod images;
 
 pub(super) use images::import_into_nodes;
 mod nodes;
+mod restart;
 pub mod snapshot;
 
 use std::ffi::OsStr;
@@ -303,6 +304,8 @@ async fn converge(
     }
     crate::k8s::wait_nodes_ready(&client, nodes.len(), budget, step).await?;
     crate::k8s::wait_node_networking_ready(&client, budget, step).await?;
+    let prepared = nodes.iter().map(|n| restart::prepare(engine, &n.name));
+    futures::future::try_join_all(prepared).await?;
 
     Ok(ClusterInfo {
         provider: Provider::Kind,
@@ -386,6 +389,19 @@ pub(super) async fn load_images(
     let all = list_nodes(engine, &cluster_name(settings)).await?;
     let nodes: Vec<&KindNode> = all.iter().filter(|n| n.is_kubernetes_node()).collect();
     preload_images(engine, settings, &nodes, step).await
+}
+
+/// The names of the cluster's Kubernetes node containers.
+pub(super) async fn node_names(
+    engine: &dyn Engine,
+    settings: &Settings,
+) -> Result<Vec<String>, Error> {
+    let all = list_nodes(engine, &cluster_name(settings)).await?;
+    Ok(all
+        .into_iter()
+        .filter(|n| n.is_kubernetes_node())
+        .map(|n| n.name)
+        .collect())
 }
 
 /// The running cluster against the settings. Kind cannot add or remove

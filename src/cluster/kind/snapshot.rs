@@ -70,18 +70,6 @@ const VERSION_NODE_IMAGE: &str = "nodeImageId";
 /// started: what kubeadm's files name, and the API server advertised.
 const OLD_IPV4: &str = "/kind/old-ipv4";
 
-/// flannel (the kit's node image's CNI) keeps the node's pod subnet in
-/// `/run`, a tmpfs: a restored node would fail every pod's sandbox until
-/// flannel runs again, and flannel itself starts before kube-proxy serves
-/// the `kubernetes` Service and crash-loops a round (10 s). The subnet is
-/// the node's for life: saved beside kind's files, put back as the node
-/// starts. Nothing happens on nodes without it (kind's own kindnet keeps
-/// its config in `/etc/cni/net.d`, which is saved).
-const KEEP_FLANNEL_SUBNET: &str = "[ -f /run/flannel/subnet.env ] || exit 0; \
-     cp /run/flannel/subnet.env /kind/devstack-flannel-subnet.env";
-const PUT_BACK_FLANNEL_SUBNET: &str = "[ -f /kind/devstack-flannel-subnet.env ] || exit 0; \
-     mkdir -p /run/flannel && cp /kind/devstack-flannel-subnet.env /run/flannel/subnet.env";
-
 /// The stack's kind nodes, every one running, as a snapshot records them.
 /// One control plane and no load balancer: etcd keeps its member's peer
 /// address, which a lone member survives moving and several do not.
@@ -110,10 +98,7 @@ pub async fn saved_cluster(
     }
     let mut saved = Vec::new();
     for node in &all {
-        let (code, out) = exec_in(engine, &node.name, &["sh", "-c", KEEP_FLANNEL_SUBNET]).await?;
-        if code != 0 {
-            tracing::debug!("node {}: keeping flannel's subnet file: {out}", node.name);
-        }
+        super::restart::keep_flannel_subnet(engine, &node.name).await?;
         saved.push(SavedNode {
             role: node.role.clone(),
             container: node.name.clone(),
@@ -435,11 +420,7 @@ pub async fn start_restored_nodes(
         async move {
             crate::cluster::start_node_container(engine, &name).await?;
             // Before its kubelet starts, seconds later.
-            let (code, out) =
-                exec_in(engine, &name, &["sh", "-c", PUT_BACK_FLANNEL_SUBNET]).await?;
-            if code != 0 {
-                tracing::debug!("node {name}: putting flannel's subnet file back: {out}");
-            }
+            super::restart::after_start(engine, &name).await?;
             Ok::<(), Error>(())
         }
     };

@@ -69,6 +69,7 @@ pub(super) fn resolve_eso(
     }
     EsoSettings {
         install,
+        auth: spec.as_ref().and_then(|e| e.auth).unwrap_or_default(),
         cluster: None,
         chart_version: spec
             .as_ref()

@@ -8,6 +8,8 @@ mod facts;
 mod gitops;
 mod images;
 mod localstack;
+mod parameters;
+mod registry;
 mod secrets;
 
 use std::collections::BTreeMap;
@@ -76,12 +78,19 @@ pub(crate) fn resolve_with_env(
     };
     let name = stack_name(&mut r, &spec.name)?;
     let mut cluster = cluster::resolve(&mut r, spec.cluster)?;
-    let localstack = localstack::resolve(&mut r, spec.localstack, cluster.provider)?;
+    let services_given = spec
+        .localstack
+        .as_ref()
+        .is_some_and(|l| l.services.is_some());
+    let mut localstack = localstack::resolve(&mut r, spec.localstack, cluster.provider)?;
+    let registry = registry::resolve(&mut r, spec.registry, &cluster, &localstack);
     let flux = gitops::resolve_flux(&mut r, spec.flux);
     let eso = gitops::resolve_eso(&mut r, spec.eso, cluster.provider);
     let gitops = gitops::resolve_gitops(&mut r, spec.gitops, &eso);
     let images = images::resolve(&mut r, spec.images, &mut cluster);
     let secrets = secrets::resolve(&mut r, spec.secrets);
+    let parameters = parameters::resolve(&mut r, spec.parameters, &secrets);
+    parameters::require_services(&mut r, &mut localstack, services_given, &parameters, &eso);
     let facts = facts::resolve(&mut r, spec.facts);
     let verify = verify(&mut r, spec.verify);
     let timeouts = timeouts(&mut r, spec.timeouts);
@@ -96,11 +105,13 @@ pub(crate) fn resolve_with_env(
         user_kubeconfig: user_kubeconfig(env),
         cluster,
         localstack,
+        registry,
         flux,
         eso,
         gitops,
         images,
         secrets,
+        parameters,
         facts,
         verify,
         timeouts,
