@@ -29,13 +29,13 @@ cleanup() {
 }
 trap cleanup EXIT
 # The shipped dev profile under another name, its fixed host port moved and
-# the user's kubeconfig left alone; `registry` as the argument says.
+# the user's kubeconfig left alone; `registry.enabled` as the argument says
+# (the shipped profile's own `registry:` block, if any, replaced).
 profile() {
   sed -e "s/^name: dev\$/name: $name/" -e 's/hostPort: 8080/hostPort: 45663/' \
-    -e 's/    merge: true/    merge: false/' -e "s/^  enabled: true /  enabled: $1 /" \
-    profiles/dev.yaml >"$work/profile.yaml"
-  grep -q "^  enabled: $1 " "$work/profile.yaml" || die "profiles/dev.yaml has no \`registry.enabled\` line"
-  printf 'images:\n  bundle: %s\n' "$bundle" >>"$work/profile.yaml"
+    -e 's/    merge: true/    merge: false/' profiles/dev.yaml |
+    awk '/^registry:/ {skip = 1; next} skip && /^[^ #]/ {skip = 0} !skip' >"$work/profile.yaml"
+  printf 'registry:\n  enabled: %s\nimages:\n  bundle: %s\n' "$1" "$bundle" >>"$work/profile.yaml"
 }
 
 for r in $(seq 1 "${BENCH_RUNS:-3}"); do

@@ -304,8 +304,6 @@ async fn converge(
     }
     crate::k8s::wait_nodes_ready(&client, nodes.len(), budget, step).await?;
     crate::k8s::wait_node_networking_ready(&client, budget, step).await?;
-    let prepared = nodes.iter().map(|n| restart::prepare(engine, &n.name));
-    futures::future::try_join_all(prepared).await?;
 
     Ok(ClusterInfo {
         provider: Provider::Kind,
