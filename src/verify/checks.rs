@@ -577,11 +577,7 @@ impl<'a> RoundTrip<'a> {
             ));
         }
         let started = Instant::now();
-        let stamp = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis()
-            .to_string();
+        let stamp = force_sync_stamp();
         crate::k8s::apply(
             &self.client,
             &probe_external_secret(&self.probe, Some(&stamp)),
@@ -752,6 +748,16 @@ impl<'a> RoundTrip<'a> {
             });
         }
     }
+}
+
+/// A value for ESO's `force-sync` annotation that differs from every
+/// earlier one, so each apply asks for a new sync.
+pub(super) fn force_sync_stamp() -> String {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
+        .to_string()
 }
 
 #[cfg(test)]

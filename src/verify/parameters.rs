@@ -2,12 +2,10 @@
 //! `parameters`): the probe parameter written and rotated in LocalStack's
 //! SSM, read into the cluster by an ExternalSecret, its Secret recreated.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use kube::api::DeleteParams;
 use tokio::time::Instant;
 
-use super::checks::{Fail, Outcome, RoundTrip};
+use super::checks::{Fail, Outcome, RoundTrip, force_sync_stamp};
 use super::probe::{COMPONENT, probe_external_secret_for};
 use crate::profile::SecretString;
 
@@ -73,11 +71,7 @@ impl RoundTrip<'_> {
     pub(super) async fn check_parameter_rotate(&mut self) -> Outcome {
         self.put_parameter(&self.probe.rotated, true).await?;
         let started = Instant::now();
-        let stamp = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis()
-            .to_string();
+        let stamp = force_sync_stamp();
         let es =
             probe_external_secret_for(&self.probe, &self.probe.parameter_store(), Some(&stamp));
         crate::k8s::apply(&self.client, &es)
